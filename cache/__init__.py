@@ -1,0 +1,1 @@
+"""rapid-mlx cache package."""

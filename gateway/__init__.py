@@ -1,0 +1,1 @@
+"""rapid-mlx gateway package."""

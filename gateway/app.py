@@ -1,0 +1,104 @@
+"""Assemble the Starlette app: routes, error handlers, auth, and the hub/supervisor lifespan."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+from collections.abc import AsyncIterator
+from importlib.metadata import PackageNotFoundError, version
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from gateway.chat import ChatEndpoint
+from gateway.completions import CompletionsEndpoint
+from gateway.config import GatewayConfig
+from gateway.errors import APIError, handle_api_error, handle_http_error, handle_unexpected
+from gateway.hub import Hub
+from gateway.info import InfoEndpoints
+from gateway.supervisor import Supervisor, WorkerSpec
+
+log = logging.getLogger("rapid_mlx.gateway")
+
+OPEN_PATHS = ("/v1/health", "/livez", "/readyz", "/docs", "/openapi.json", "/metrics")
+
+
+def _version() -> str:
+    try:
+        return version("rapid-mlx")
+    except PackageNotFoundError:
+        return "0.0.0"
+
+
+class ApiKeyMiddleware:
+    """Require `Authorization: Bearer KEY` with a configured key; open when none is configured."""
+
+    def __init__(self, app: ASGIApp, keys: list[str]) -> None:
+        self.app = app
+        self.keys = set(keys)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.keys or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        auth = headers.get(b"authorization", b"").decode(errors="replace")
+        key = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
+        if key not in self.keys:
+            err = APIError(401, "Incorrect API key provided.", type="invalid_request_error",
+                           code="invalid_api_key")
+            await err.response()(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def build_app(config: GatewayConfig) -> Starlette:
+    """The gateway application for CONFIG."""
+    served = {s.alias: s for s in config.served}
+    address, private_dir = config.resolve_address()
+    hub = Hub(address, hang_timeout=config.hang_timeout)
+    for s in config.served:
+        hub.add_alias(s.alias, s.model)
+    supervisor = Supervisor(hub, [WorkerSpec(s.alias, s.model, list(config.worker_args))
+                                  for s in config.served]) if config.spawn_workers else None
+    info = InfoEndpoints(hub, served, _version())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        hub.start()
+        if supervisor is not None:
+            supervisor.start()
+        try:
+            yield
+        finally:
+            if supervisor is not None:
+                await supervisor.stop()
+            await hub.close()
+            if private_dir:
+                shutil.rmtree(private_dir, ignore_errors=True)
+
+    routes = [
+        Route("/v1/models", info.models, methods=["GET"]),
+        Route("/v1/chat/completions", ChatEndpoint(hub, served).handle, methods=["POST"]),
+        Route("/v1/completions", CompletionsEndpoint(hub).handle, methods=["POST"]),
+        Route("/v1/health", info.health, methods=["GET"]),
+        Route("/health", info.health, methods=["GET"]),
+        Route("/openapi.json", info.openapi, methods=["GET"]),
+        Route("/docs", info.docs, methods=["GET"]),
+    ]
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        middleware=[Middleware(ApiKeyMiddleware, keys=config.api_keys)],
+        exception_handlers={APIError: handle_api_error, HTTPException: handle_http_error,
+                            Exception: handle_unexpected},
+    )
+    app.state.hub = hub
+    app.state.supervisor = supervisor
+    app.state.served = served
+    app.state.config = config
+    return app

@@ -1,0 +1,181 @@
+"""POST /v1/chat/completions, streamed and not."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from gateway.choice import ChoiceAssembler
+from gateway.disconnect import until_disconnected
+from gateway.errors import bad_request, from_validation
+from gateway.hub import Hub, Terminal
+from gateway.jobs import chat_params
+from gateway.logprobs import chat_logprobs
+from gateway.relay import abort_all, error_for, peek_first
+from gateway.schemas import ChatCompletionRequest
+from gateway.served import ServedModel
+from gateway.streaming import DONE, SSE_HEADERS, merged, sse
+from protocol.messages import Generate
+
+
+def _messages(req: ChatCompletionRequest) -> list[dict[str, Any]]:
+    """Messages as plain dicts for the template; tool-call arguments as objects when they parse."""
+    out = []
+    for msg in req.messages:
+        d = msgspec.to_builtins(msg)
+        if d.get("role") == "developer":
+            d["role"] = "system"
+        for call in d.get("tool_calls") or []:
+            fn = call.get("function", {})
+            try:
+                fn["arguments"] = json.loads(fn.get("arguments") or "{}")
+            except ValueError:
+                pass
+        out.append(d)
+    return out
+
+
+def _tools(req: ChatCompletionRequest) -> tuple[list[dict[str, Any]] | None, bool]:
+    """The tools to render and whether tool calls are parsed, following tool_choice."""
+    if not req.tools:
+        if req.tool_choice not in (None, "none", "auto"):
+            raise bad_request("tool_choice requires tools.", param="tool_choice")
+        return None, False
+    tools = [msgspec.to_builtins(t) for t in req.tools]
+    choice = req.tool_choice
+    if choice == "none":
+        return None, False
+    if choice is not None and not isinstance(choice, str):
+        name = choice.function.name
+        tools = [t for t in tools if t["function"]["name"] == name]
+        if not tools:
+            raise bad_request(f"tool_choice names '{name}', which is not among tools.",
+                              param="tool_choice")
+    return tools, True
+
+
+class ChatEndpoint:
+    """Validates a chat request, submits one job per choice and relays the outputs."""
+
+    def __init__(self, hub: Hub, served: dict[str, ServedModel]) -> None:
+        self.hub = hub
+        self.served = served
+
+    async def handle(self, request: Request) -> Response:
+        """Handle one POST /v1/chat/completions."""
+        try:
+            req = msgspec.json.decode(await request.body(), type=ChatCompletionRequest)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise from_validation(exc) from exc
+        self.hub.require_ready(req.model)
+        params = chat_params(req)
+        tools, parse_tools = _tools(req)
+        kwargs = dict(req.chat_template_kwargs or {})
+        if req.reasoning_effort is not None:
+            kwargs.setdefault("reasoning_effort", req.reasoning_effort)
+        cid = f"chatcmpl-{uuid.uuid4().hex}"
+        messages = _messages(req)
+        streams = [
+            self.hub.submit(req.model, Generate(
+                request_id=f"{cid}-{i}", params=params, messages=messages, tools=tools,
+                chat_template_kwargs=kwargs))
+            for i in range(req.n)
+        ]
+        try:
+            firsts = await until_disconnected(request, peek_first(self.hub, streams))
+        except BaseException:
+            abort_all(self.hub, streams)
+            raise
+        served = self.served[req.model]
+        asms = [
+            ChoiceAssembler(i, tool_parser=served.tool_call_parser,
+                            reasoning_parser=served.reasoning_parser, tools=tools,
+                            parse_tools=parse_tools, think_opened=firsts[i].think_opened)
+            for i in range(req.n)
+        ]
+        created = int(time.time())
+        if req.stream:
+            include_usage = bool(req.stream_options and req.stream_options.include_usage)
+            body = self._stream(cid, created, req, asms, streams, firsts, include_usage)
+            return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
+        try:
+            return await until_disconnected(
+                request, self._collect(cid, created, req, asms, streams, firsts))
+        finally:
+            abort_all(self.hub, streams)
+
+    async def _collect(self, cid: str, created: int, req: ChatCompletionRequest,
+                       asms: list[ChoiceAssembler], streams: Any, firsts: Any) -> Response:
+        async for i, item in merged(streams, firsts):
+            if isinstance(item, Terminal) or item.error is not None:
+                raise error_for(item)
+            asms[i].feed(item)
+        choices = []
+        for a in asms:
+            calls = a.calls if req.parallel_tool_calls is not False else a.calls[:1]
+            message: dict[str, Any] = {"role": "assistant", "content": a.content or None}
+            if a.reasoning:
+                message["reasoning_content"] = a.reasoning
+            if calls:
+                message["tool_calls"] = calls
+            elif not a.content:
+                message["content"] = ""
+            choices.append({"index": a.index, "message": message, "finish_reason": a.finish_reason,
+                            "logprobs": chat_logprobs(a.logprobs) if req.logprobs else None})
+        return JSONResponse({"id": cid, "object": "chat.completion", "created": created,
+                             "model": req.model, "choices": choices, "usage": _usage(asms),
+                             "system_fingerprint": None})
+
+    async def _stream(self, cid: str, created: int, req: ChatCompletionRequest,
+                      asms: list[ChoiceAssembler], streams: Any, firsts: Any,
+                      include_usage: bool) -> AsyncIterator[bytes]:
+        def chunk(choices: list[dict[str, Any]], **extra: Any) -> bytes:
+            return sse({"id": cid, "object": "chat.completion.chunk", "created": created,
+                        "model": req.model, "system_fingerprint": None, "choices": choices,
+                        **extra})
+
+        try:
+            for a in asms:
+                yield chunk([{"index": a.index, "delta": {"role": "assistant", "content": ""},
+                              "logprobs": None, "finish_reason": None}])
+            async for i, item in merged(streams, firsts):
+                if isinstance(item, Terminal) or item.error is not None:
+                    yield sse(error_for(item).body())
+                    return
+                a = asms[i]
+                before = len(a.logprobs)
+                delta = a.feed(item)
+                d: dict[str, Any] = {}
+                if delta.content:
+                    d["content"] = delta.content
+                if delta.reasoning:
+                    d["reasoning_content"] = delta.reasoning
+                if delta.tool_calls and (req.parallel_tool_calls is not False or
+                                         all(tc["index"] == 0 for tc in delta.tool_calls)):
+                    d["tool_calls"] = [tc for tc in delta.tool_calls
+                                       if req.parallel_tool_calls is not False or tc["index"] == 0]
+                lp = chat_logprobs(a.logprobs[before:]) if req.logprobs else None
+                if d or a.finish_reason is not None or lp:
+                    yield chunk([{"index": i, "delta": d, "logprobs": lp,
+                                  "finish_reason": a.finish_reason}],
+                                **({"usage": None} if include_usage else {}))
+            if include_usage:
+                yield chunk([], usage=_usage(asms))
+            yield DONE
+        finally:
+            abort_all(self.hub, streams)
+
+
+def _usage(asms: list[ChoiceAssembler]) -> dict[str, Any]:
+    prompt = asms[0].prompt_tokens
+    completion = sum(a.completion_tokens for a in asms)
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": asms[0].cached_tokens}}

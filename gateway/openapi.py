@@ -1,0 +1,60 @@
+"""The OpenAPI 3 document, generated from the msgspec schemas the endpoints validate with."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from gateway import schemas as s
+
+# path, method, summary, request body type, response type, streams
+ROUTES: list[tuple[str, str, str, type | None, type | None, bool]] = [
+    ("/v1/models", "get", "List the served models", None, s.ModelList, False),
+    ("/v1/chat/completions", "post", "Create a chat completion", s.ChatCompletionRequest,
+     s.ChatCompletion, True),
+    ("/v1/completions", "post", "Create a text completion", s.CompletionRequest, s.Completion,
+     True),
+    ("/v1/health", "get", "Health of the gateway and of each model worker", None, None, False),
+]
+
+ERROR_STATUSES = {"400": "Invalid request", "401": "Missing or wrong API key",
+                  "404": "Unknown model", "503": "Model not ready or busy (see Retry-After)"}
+
+
+def _ref(t: type) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{t.__name__}"}
+
+
+def build_openapi(version: str) -> dict[str, Any]:
+    """Return the OpenAPI document of the HTTP API."""
+    types = [t for r in ROUTES for t in (r[3], r[4]) if t is not None] + [s.ErrorResponse]
+    _, components = msgspec.json.schema_components(types, ref_template="#/components/schemas/{name}")
+    paths: dict[str, Any] = {}
+    for path, method, summary, body, resp, streams in ROUTES:
+        content: dict[str, Any] = {"application/json": {"schema": _ref(resp) if resp else
+                                                        {"type": "object"}}}
+        if streams:
+            content["text/event-stream"] = {"schema": {"type": "string"}}
+        op: dict[str, Any] = {
+            "summary": summary,
+            "operationId": f"{method}_{path.strip('/').replace('/', '_')}",
+            "responses": {"200": {"description": "OK", "content": content}, **{
+                code: {"description": text, "content": {
+                    "application/json": {"schema": _ref(s.ErrorResponse)}}}
+                for code, text in ERROR_STATUSES.items()}},
+        }
+        if body is not None:
+            op["requestBody"] = {"required": True, "content": {
+                "application/json": {"schema": _ref(body)}}}
+        paths.setdefault(path, {})[method] = op
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "rapid-mlx", "version": version,
+                 "description": "OpenAI-compatible inference server on MLX."},
+        "servers": [{"url": "/"}],
+        "paths": paths,
+        "components": {"schemas": components, "securitySchemes": {
+            "bearer": {"type": "http", "scheme": "bearer"}}},
+        "security": [{"bearer": []}],
+    }

@@ -1,0 +1,185 @@
+"""Every message between the gateway and a worker, as msgspec structs.
+
+Jobs flow gateway -> worker (``Job`` union); events flow worker -> gateway (``Event`` union).
+Both unions are tagged so one typed decoder reads each direction. Structs are array-like and omit
+defaults so frames stay small. No pickle: msgpack only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+PROTOCOL_VERSION = 1
+
+
+class _Msg(msgspec.Struct, tag=True, array_like=True, omit_defaults=True, kw_only=True):
+    """Base of every wire message."""
+
+
+class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True, kw_only=True):
+    """How to pick tokens for one request."""
+
+    max_tokens: int = 0  # 0: up to the context length
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    seed: int | None = None
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    stop: list[str] = []
+    stop_token_ids: list[int] = []
+    ignore_eos: bool = False
+    logprobs: bool = False
+    top_logprobs: int = 0
+
+
+# ---- jobs: gateway -> worker -------------------------------------------------------------
+
+
+class Generate(_Msg, tag="gen"):
+    """Start generating for one request. Exactly one of messages / prompt / prompt_ids is set."""
+
+    request_id: str
+    params: SamplingParams
+    messages: list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
+    chat_template_kwargs: dict[str, Any] = {}
+    prompt: str | None = None
+    prompt_ids: list[int] | None = None
+    echo: bool = False
+
+
+class Abort(_Msg, tag="abort"):
+    """Stop these requests and free their resources."""
+
+    request_ids: list[str]
+
+
+class StatusQuery(_Msg, tag="status?"):
+    """Ask the worker for a Status event carrying the same query id."""
+
+    query_id: str
+
+
+class Shutdown(_Msg, tag="shutdown"):
+    """Ask the worker to exit cleanly."""
+
+    reason: str = ""
+
+
+Job = Generate | Abort | StatusQuery | Shutdown
+
+
+# ---- events: worker -> gateway -----------------------------------------------------------
+
+
+class ModelFacts(msgspec.Struct, array_like=True, omit_defaults=True, kw_only=True):
+    """What the gateway needs to know about the loaded model."""
+
+    model: str
+    model_type: str = ""
+    context_length: int = 0
+    vocab_size: int = 0
+    num_layers: int = 0
+    dtype: str = ""
+    is_moe: bool = False
+    is_hybrid: bool = False
+    think_opened_by_template: bool = False
+    chat_template: str | None = None
+    special_tokens: list[str] = []
+
+
+class Ready(_Msg, tag="ready"):
+    """A worker finished loading and accepts jobs."""
+
+    alias: str
+    boot_id: str
+    pid: int
+    protocol_version: int
+    facts: ModelFacts
+
+
+class TokenLogprob(msgspec.Struct, array_like=True, kw_only=True):
+    """Log-probability of one token, with its alternatives."""
+
+    token: str
+    token_id: int
+    logprob: float
+    top: list[tuple[str, int, float]] = []
+
+
+class RequestOutput(msgspec.Struct, array_like=True, omit_defaults=True, kw_only=True):
+    """New tokens of one request within one engine step."""
+
+    request_id: str
+    token_ids: list[int] = []
+    text: str = ""
+    logprobs: list[TokenLogprob] = []
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    think_opened: bool = False
+    error: str | None = None
+    error_code: str | None = None
+
+
+class StepOutputs(_Msg, tag="step"):
+    """One frame per engine step, carrying every request's news."""
+
+    boot_id: str
+    step: int
+    outputs: list[RequestOutput]
+
+
+class Heartbeat(_Msg, tag="hb"):
+    """Liveness and progress of a worker."""
+
+    boot_id: str
+    step: int
+    running: int
+    waiting: int
+    kv_used: int = 0
+    kv_total: int = 0
+
+
+class Status(_Msg, tag="status"):
+    """Answer to a StatusQuery: a free-form snapshot of the worker."""
+
+    boot_id: str
+    query_id: str
+    body: dict[str, Any]
+
+
+class Dead(_Msg, tag="dead"):
+    """A worker is about to exit (or failed to start), with a reason."""
+
+    alias: str
+    boot_id: str
+    reason: str
+
+
+Event = Ready | StepOutputs | Heartbeat | Status | Dead
+
+_encoder = msgspec.msgpack.Encoder()
+_job_decoder = msgspec.msgpack.Decoder(Job)
+_event_decoder = msgspec.msgpack.Decoder(Event)
+
+
+def encode(msg: _Msg) -> bytes:
+    """Encode one message as msgpack bytes."""
+    return _encoder.encode(msg)
+
+
+def decode_job(data: bytes) -> Job:
+    """Decode a gateway -> worker frame."""
+    return _job_decoder.decode(data)
+
+
+def decode_event(data: bytes) -> Event:
+    """Decode a worker -> gateway frame."""
+    return _event_decoder.decode(data)

@@ -1,0 +1,111 @@
+"""Find a model (local folder or Hugging Face repo), load it with mlx-lm and pick its CPU dtype."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm import load as mlx_load
+
+from protocol.messages import ModelFacts
+
+log = logging.getLogger("rapid_mlx.worker")
+
+EMBEDDED_PREFIX = "embedded://"
+_PATTERNS = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "*.tiktoken", "*.py"]
+
+
+class ModelNotFound(Exception):
+    """The model is neither a local folder nor downloadable (nor cached)."""
+
+
+@dataclass
+class LoadedModel:
+    """A loaded model with its tokenizer and the facts the gateway needs."""
+
+    model: Any
+    tokenizer: Any
+    path: Path
+    config: dict[str, Any]
+    facts: ModelFacts
+
+
+def resolve(model: str, revision: str | None = None) -> Path:
+    """Return a local folder for MODEL: the path itself, or a hub snapshot (downloaded if needed)."""
+    if model.startswith(EMBEDDED_PREFIX):
+        from worker.embedded import embedded_model_path
+
+        return embedded_model_path()
+    local = Path(model).expanduser()
+    if local.is_dir():
+        if not (local / "config.json").exists():
+            raise ModelNotFound(f"{local} has no config.json (expected a Hugging Face layout folder)")
+        return local.resolve()
+    if model.startswith((".", "/", "~")) or model.count("/") != 1:
+        raise ModelNotFound(f"model '{model}' is not an existing folder nor a 'owner/name' repo id")
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(model, revision=revision, allow_patterns=_PATTERNS,
+                                      local_files_only=True))
+    except Exception:
+        pass
+    log.info("downloading %s from the Hugging Face hub", model)
+    try:
+        return Path(snapshot_download(model, revision=revision, allow_patterns=_PATTERNS))
+    except Exception as exc:  # offline, unknown repo, gated...
+        raise ModelNotFound(
+            f"could not download '{model}' from the Hugging Face hub and it is not in the local "
+            f"cache ({type(exc).__name__}: {exc}). Check the network or HF_HUB_OFFLINE, or pass a "
+            "local folder."
+        ) from exc
+
+
+def _on_cpu() -> bool:
+    return mx.default_device() == mx.cpu or not mx.metal.is_available()
+
+
+def choose_dtype(model: nn.Module) -> str:
+    """On CPU, upcast half-precision weights to float32 when they fit: half matmuls are slow there."""
+    params = [p for _, p in nn.utils.tree_flatten(model.parameters())]
+    float_bytes = sum(p.nbytes for p in params if p.dtype in (mx.float16, mx.bfloat16))
+    if not _on_cpu() or not float_bytes:
+        return str(params[0].dtype).replace("mlx.core.", "") if params else ""
+    total_ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if float_bytes * 2 < total_ram * 0.5:
+        model.set_dtype(mx.float32)
+        return "float32"
+    log.warning("keeping half-precision weights: float32 would not fit in memory")
+    return "float16"
+
+
+def load_model(model: str, revision: str | None = None) -> LoadedModel:
+    """Resolve, load and prepare MODEL; return it with its facts."""
+    path = resolve(model, revision)
+    mdl, tok = mlx_load(str(path))
+    config = json.loads((path / "config.json").read_text())
+    dtype = choose_dtype(mdl)
+    text_cfg = config.get("text_config", config)
+    ctx = int(text_cfg.get("max_position_embeddings") or config.get("max_position_embeddings") or 4096)
+    template = getattr(tok, "chat_template", None)
+    model_type = str(config.get("model_type", ""))
+    facts = ModelFacts(
+        model=model,
+        model_type=model_type,
+        context_length=ctx,
+        vocab_size=int(text_cfg.get("vocab_size", 0)),
+        num_layers=len(mdl.layers),
+        dtype=dtype,
+        is_moe=any(k in text_cfg for k in ("num_experts", "n_routed_experts", "num_local_experts")),
+        is_hybrid=any(k in text_cfg for k in ("layer_types", "linear_attention", "ssm_cfg"))
+        and not all(t == "full_attention" for t in text_cfg.get("layer_types", ["x"])),
+        chat_template=template if isinstance(template, str) else None,
+        special_tokens=[str(t) for t in getattr(tok, "all_special_tokens", [])][:200],
+    )
+    return LoadedModel(mdl, tok, path, config, facts)
