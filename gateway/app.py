@@ -21,6 +21,7 @@ from gateway.errors import APIError, handle_api_error, handle_http_error, handle
 from gateway.hub import Hub
 from gateway.info import InfoEndpoints
 from gateway.supervisor import Supervisor, WorkerSpec
+from gateway.workers_api import WorkersEndpoints
 
 log = logging.getLogger("rapid_mlx.gateway")
 
@@ -66,6 +67,7 @@ def build_app(config: GatewayConfig) -> Starlette:
     supervisor = Supervisor(hub, [WorkerSpec(s.alias, s.model, list(config.worker_args))
                                   for s in config.served]) if config.spawn_workers else None
     info = InfoEndpoints(hub, served, _version())
+    workers = WorkersEndpoints(hub)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -87,6 +89,8 @@ def build_app(config: GatewayConfig) -> Starlette:
         Route("/v1/completions", CompletionsEndpoint(hub).handle, methods=["POST"]),
         Route("/v1/health", info.health, methods=["GET"]),
         Route("/health", info.health, methods=["GET"]),
+        Route("/v1/workers", workers.list, methods=["GET"]),
+        Route("/v1/workers/{alias}", workers.one, methods=["GET"]),
         Route("/openapi.json", info.openapi, methods=["GET"]),
         Route("/docs", info.docs, methods=["GET"]),
     ]

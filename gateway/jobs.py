@@ -28,6 +28,7 @@ def sampling_params(req: ChatCompletionRequest | CompletionRequest, max_tokens: 
         presence_penalty=req.presence_penalty or 0.0,
         frequency_penalty=req.frequency_penalty or 0.0,
         stop=stop,
+        ignore_eos=req.ignore_eos,
         logprobs=logprobs,
         top_logprobs=top_logprobs,
     )

@@ -25,11 +25,6 @@ def error_for(out: RequestOutput | Terminal) -> APIError:
     return APIError(500, message, type="server_error", code=code)
 
 
-def is_failure(out: RequestOutput | Terminal) -> bool:
-    """True for a terminal event or an output carrying an error."""
-    return isinstance(out, Terminal) or out.error is not None
-
-
 async def outputs(stream: Stream, first: RequestOutput) -> AsyncIterator[RequestOutput | Terminal]:
     """Yield FIRST, then the stream's items until its finish (or terminal) item, inclusive."""
     item: RequestOutput | Terminal = first
@@ -44,14 +39,16 @@ async def outputs(stream: Stream, first: RequestOutput) -> AsyncIterator[Request
 async def peek_first(hub: Hub, streams: list[Stream]) -> list[RequestOutput]:
     """Wait for every stream's first output; raise its API error (aborting the rest) on failure."""
     firsts = await asyncio.gather(*(s.queue.get() for s in streams))
+    ok: list[RequestOutput] = []
     for s, first in zip(streams, firsts, strict=True):
-        if is_failure(first):
+        if isinstance(first, Terminal) or first.error is not None:
             for other in streams:
                 hub.abort(other)
             raise error_for(first)
         if first.finish_reason is not None:
             s.done = True
-    return list(firsts)  # type: ignore[arg-type]
+        ok.append(first)
+    return ok
 
 
 def abort_all(hub: Hub, streams: list[Stream]) -> None:

@@ -101,6 +101,7 @@ class ChatCompletionRequest(_Body):
     logprobs: bool = False
     top_logprobs: TopLogprobs | None = None
     seed: int | None = None
+    ignore_eos: bool = False
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | ToolChoiceFunction | None = None
     parallel_tool_calls: bool | None = None
@@ -131,6 +132,7 @@ class CompletionRequest(_Body):
     logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
     echo: bool = False
     seed: int | None = None
+    ignore_eos: bool = False
     suffix: str | None = None
     user: str | None = None
 

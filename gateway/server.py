@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+from types import FrameType
 
 import uvicorn
 
@@ -13,6 +14,15 @@ from gateway.config import GatewayConfig
 from gateway.hub import Hub
 
 log = logging.getLogger("rapid_mlx.gateway")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn re-raises SIGINT/SIGTERM after a graceful shutdown; a supervised server should
+    instead exit 0 once it has stopped cleanly."""
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        self._captured_signals.clear()
 
 
 async def _announce(server: uvicorn.Server, config: GatewayConfig, hub: Hub) -> None:
@@ -28,7 +38,7 @@ async def serve(config: GatewayConfig) -> None:
     app = build_app(config)
     uv = uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level,
                         lifespan="on", timeout_graceful_shutdown=5)
-    server = uvicorn.Server(uv)
+    server = _Server(uv)
     announcer = asyncio.create_task(_announce(server, config, app.state.hub))
     try:
         await server.serve()

@@ -40,11 +40,11 @@ async def merged(
     try:
         remaining = len(streams)
         while remaining:
-            i, item = await queue.get()
-            if item is None:
+            i, got = await queue.get()
+            if got is None:
                 remaining -= 1
             else:
-                yield i, item
+                yield i, got
     finally:
         for t in tasks:
             t.cancel()

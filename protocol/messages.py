@@ -177,9 +177,11 @@ def encode(msg: _Msg) -> bytes:
 
 def decode_job(data: bytes) -> Job:
     """Decode a gateway -> worker frame."""
-    return _job_decoder.decode(data)
+    job: Job = _job_decoder.decode(data)
+    return job
 
 
 def decode_event(data: bytes) -> Event:
     """Decode a worker -> gateway frame."""
-    return _event_decoder.decode(data)
+    event: Event = _event_decoder.decode(data)
+    return event

@@ -170,12 +170,13 @@ class Engine:
             BatchView(layer, [r.kv for r in rows], [r.computed for r in rows])
             for layer in range(self.num_layers)
         ]
-        return self.model(tokens, cache=cache)
+        logits: mx.array = self.model(tokens, cache=cache)
+        return logits
 
     def _sample_and_update(self, rows: list[Request], logits: mx.array) -> list[RequestOutput]:
         tokens, logprobs = sample(logits, [r.sampler for r in rows])
         mx.eval(tokens, logprobs) if logprobs is not None else mx.eval(tokens)
-        token_list = tokens.tolist()
+        token_list: list[int] = tokens.tolist()  # type: ignore[assignment]
         outputs = []
         now = time.monotonic()
         for b, (r, tok) in enumerate(zip(rows, token_list, strict=True)):
@@ -227,10 +228,11 @@ class Engine:
         top: list[tuple[str, int, float]] = []
         n = r.params.top_logprobs
         if n > 0:
-            ids = mx.argsort(-row)[:n].tolist()
-            vals = row[mx.array(ids)].tolist()
+            ids: list[int] = mx.argsort(-row)[:n].tolist()  # type: ignore[assignment]
+            vals: list[float] = row[mx.array(ids)].tolist()  # type: ignore[assignment]
             top = [(self._piece(i), i, float(v)) for i, v in zip(ids, vals, strict=True)]
-        return TokenLogprob(token=self._piece(tok), token_id=tok, logprob=float(row[tok].item()), top=top)
+        chosen: float = row[tok].item()  # type: ignore[assignment]
+        return TokenLogprob(token=self._piece(tok), token_id=tok, logprob=float(chosen), top=top)
 
     def _piece(self, tok: int) -> str:
         return str(self.tokenizer.decode([tok]))

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
-import mlx.nn as nn
+from mlx.utils import tree_flatten
 from mlx_lm import load as mlx_load
 
 from protocol.messages import ModelFacts
@@ -71,9 +71,9 @@ def _on_cpu() -> bool:
     return mx.default_device() == mx.cpu or not mx.metal.is_available()
 
 
-def choose_dtype(model: nn.Module) -> str:
+def choose_dtype(model: Any) -> str:
     """On CPU, upcast half-precision weights to float32 when they fit: half matmuls are slow there."""
-    params = [p for _, p in nn.utils.tree_flatten(model.parameters())]
+    params: list[mx.array] = [p for _, p in tree_flatten(model.parameters())]  # type: ignore[misc,str-unpack]
     float_bytes = sum(p.nbytes for p in params if p.dtype in (mx.float16, mx.bfloat16))
     if not _on_cpu() or not float_bytes:
         return str(params[0].dtype).replace("mlx.core.", "") if params else ""
@@ -88,7 +88,7 @@ def choose_dtype(model: nn.Module) -> str:
 def load_model(model: str, revision: str | None = None) -> LoadedModel:
     """Resolve, load and prepare MODEL; return it with its facts."""
     path = resolve(model, revision)
-    mdl, tok = mlx_load(str(path))
+    mdl, tok = mlx_load(str(path))[:2]
     config = json.loads((path / "config.json").read_text())
     dtype = choose_dtype(mdl)
     text_cfg = config.get("text_config", config)

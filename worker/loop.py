@@ -23,7 +23,7 @@ class WorkerLoop:
     """Runs one engine behind one DEALER socket until shut down or orphaned."""
 
     def __init__(
-        self, engine: Engine, loaded: LoadedModel, sock: zmq.Socket, alias: str, boot_id: str,
+        self, engine: Engine, loaded: LoadedModel, sock: zmq.Socket[bytes], alias: str, boot_id: str,
         parent_pid: int | None = None,
     ) -> None:
         self.engine = engine

@@ -1,0 +1,92 @@
+"""Start the real `rapid-mlx serve` on a free loopback port and stop it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """One `python -m gateway serve` process with its workers."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.url = f"{self.base}/v1"
+        cmd = [sys.executable, "-m", "gateway", "serve", "--port", str(self.port),
+               "--log-level", "warning", *args]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True,
+                                     env={**os.environ, **(env or {})})
+        self.lines: list[str] = []
+        self._ready = threading.Event()
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            if line.startswith("Ready: "):
+                self._ready.set()
+
+    def wait_ready(self, timeout: float = 90.0) -> Server:
+        """Block until the server prints its Ready line."""
+        if not self._ready.wait(timeout):
+            self.stop()
+            raise RuntimeError("server not ready:\n" + "".join(self.lines[-40:]))
+        return self
+
+    def wait_http(self, timeout: float = 30.0) -> None:
+        """Block until the HTTP port answers (workers may still be loading)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(f"{self.url}/health", timeout=1.0)
+                return
+            except httpx.TransportError:
+                time.sleep(0.1)
+        raise RuntimeError("HTTP never came up:\n" + "".join(self.lines[-40:]))
+
+    def worker(self, alias: str) -> dict:
+        """The gateway's view of an alias's worker (GET /v1/workers/{alias})."""
+        return httpx.get(f"{self.url}/workers/{alias}", timeout=10).json()
+
+    def tree(self) -> list[psutil.Process]:
+        """The server process and all its descendants."""
+        try:
+            p = psutil.Process(self.proc.pid)
+            return [p, *p.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        """Signal the server and wait for it; SIGKILL the tree if it does not exit."""
+        procs = self.tree()
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            code = self.proc.wait(5)
+        psutil.wait_procs(procs, timeout=10)
+        return code
