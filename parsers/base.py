@@ -1,0 +1,93 @@
+"""Abstract tool-call and reasoning parsers (one instance per response/choice)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+from parsers.calls import CallCounter
+from parsers.channel import TextChannel
+from parsers.jsonutil import dumps_canonical
+from parsers.schema import ToolSchemas
+from parsers.types import ParseDelta
+
+
+class ToolParser(ABC):
+    """Streaming extractor of tool calls from a model's output text.
+
+    ``feed`` takes the next text delta and returns the content and tool-call deltas it
+    decided; ``finish`` flushes whatever was held back. Text that might be the start of a
+    marker is held until it is decided, so chunking never changes the aggregated result.
+    """
+
+    def __init__(self, tools: list[dict[str, Any]] | None = None) -> None:
+        self.schemas = ToolSchemas(tools)
+        self.calls = CallCounter()
+        self.content = TextChannel()
+
+    def feed(self, text: str) -> ParseDelta:
+        """Parse the next text delta."""
+        out = ParseDelta()
+        if text:
+            self._feed(text, out)
+        return out
+
+    def finish(self) -> ParseDelta:
+        """Flush held text at the end of the response."""
+        out = ParseDelta()
+        self._finish(out)
+        out.content += self.content.flush()
+        return out
+
+    @abstractmethod
+    def _feed(self, text: str, out: ParseDelta) -> None:
+        """Family-specific incremental parsing."""
+
+    @abstractmethod
+    def _finish(self, out: ParseDelta) -> None:
+        """Family-specific end-of-stream handling."""
+
+    def emit_content(self, out: ParseDelta, text: str) -> None:
+        """Send plain text to the content channel."""
+        out.content += self.content.push(text)
+
+    def open_call(self, out: ParseDelta, name: str) -> None:
+        """Start a call whose arguments will follow as increments."""
+        self.content.cut()
+        out.tool_calls.append(self.calls.start(name))
+
+    def emit_args(self, out: ParseDelta, arguments: str) -> None:
+        """Add an arguments increment to the current call."""
+        out.tool_calls.append(self.calls.more(arguments))
+
+    def emit_call(self, out: ParseDelta, name: str, arguments: str) -> None:
+        """Emit a complete call in a single delta."""
+        self.content.cut()
+        out.tool_calls.append(self.calls.start(name, arguments))
+
+    def emit_calls(self, out: ParseDelta, calls: list[tuple[str, dict[str, Any]]]) -> bool:
+        """Emit complete calls if all their arguments serialise; False (nothing emitted) if not."""
+        encoded = []
+        for name, args in calls:
+            text = dumps_canonical(args)
+            if text is None:
+                return False
+            encoded.append((name, text))
+        for name, text in encoded:
+            self.emit_call(out, name, text)
+        return True
+
+
+class ReasoningParser(ABC):
+    """Streaming splitter of a model's output into reasoning and content."""
+
+    def __init__(self, *, think_opened: bool = False) -> None:
+        self.think_opened = think_opened
+
+    @abstractmethod
+    def feed(self, text: str) -> ParseDelta:
+        """Parse the next text delta into reasoning and content."""
+
+    @abstractmethod
+    def finish(self) -> ParseDelta:
+        """Flush held text at the end of the response."""

@@ -1,0 +1,66 @@
+"""Turning decoded JSON objects into ``(name, arguments)`` tool calls."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from parsers.jsonutil import loads_sequence, loads_strict, strip_code_fence
+
+Call = tuple[str, dict[str, Any]]
+_CALL_KEYS = frozenset({"name", "arguments", "parameters", "type", "id"})
+
+
+def _arguments(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        if not value.strip():
+            return {}
+        ok, value = loads_strict(value)
+        if not ok:
+            return None
+    return value if isinstance(value, dict) else None
+
+
+def call_from_json(obj: Any, *, strict_keys: bool = False) -> Call | None:
+    """``{"name": ..., "arguments"|"parameters": {...}}`` (optionally under "function") -> call."""
+    if not isinstance(obj, dict):
+        return None
+    fn = obj.get("function")
+    if isinstance(fn, dict) and "name" not in obj:
+        obj = fn
+    name = obj.get("name")
+    if not isinstance(name, str) or not name.strip():
+        return None
+    if strict_keys and not set(obj) <= _CALL_KEYS:
+        return None
+    if "arguments" in obj:
+        args = _arguments(obj["arguments"])
+    else:
+        args = _arguments(obj.get("parameters"))
+    if args is None:
+        return None
+    return name.strip(), args
+
+
+def calls_from_json_text(text: str) -> list[Call] | None:
+    """Calls from JSON text holding one object, a list of objects, or several objects."""
+    values = loads_sequence(strip_code_fence(text))
+    if values is None:
+        return None
+    items: list[Any] = []
+    for value in values:
+        items.extend(value if isinstance(value, list) else [value])
+    calls = []
+    for item in items:
+        call = call_from_json(item)
+        if call is None:
+            return None
+        calls.append(call)
+    return calls or None
+
+
+def single_json_call(text: str) -> Call | None:
+    """The call in a JSON object text, or None."""
+    ok, value = loads_strict(strip_code_fence(text))
+    return call_from_json(value) if ok else None

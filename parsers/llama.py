@@ -1,0 +1,181 @@
+"""Llama 3.x JSON tool calls and Llama 4 pythonic ``[f(a=1), g(b="x")]`` calls."""
+
+from __future__ import annotations
+
+import enum
+import re
+from typing import Any
+
+from parsers.base import ToolParser
+from parsers.buffer import MarkerSet, TextBuffer
+from parsers.jsoncalls import call_from_json
+from parsers.jsonutil import loads_strict
+from parsers.pyliteral import parse_call, parse_call_list
+from parsers.scan import BracketScanner
+from parsers.types import ParseDelta
+
+Call = tuple[str, dict[str, Any]]
+_TAGS = ("<|python_tag|>", "<|python_start|>")
+_SKIPPABLE = ("<|python_end|>", "<|eom_id|>", "<|eot_id|>")
+_TAG_MARKS = MarkerSet(_TAGS)
+_LEAD_TOKENS = _TAGS + _SKIPPABLE
+_MAX_TOKEN = max(len(t) for t in _LEAD_TOKENS)
+HEAD_WINDOW = 128
+# (complete head, head prefix) patterns deciding early whether a candidate can be a call
+_HEADS = {
+    "{": (re.compile(r'\{\s*"'), re.compile(r"\{\s*")),
+    "[": (
+        re.compile(r'\[\s*(?:[A-Za-z_][\w.]*\s*\(|\{\s*")'),
+        re.compile(r"\[\s*(?:[A-Za-z_][\w.]*\s*|\{\s*)?"),
+    ),
+    "a": (re.compile(r"[A-Za-z_][\w.]*\s*\("), re.compile(r"[A-Za-z_][\w.]*\s*")),
+}
+
+
+def _json_calls(text: str) -> list[Call] | None:
+    ok, value = loads_strict(text)
+    if not ok:
+        return None
+    items = value if isinstance(value, list) else [value]
+    calls = [call_from_json(item, strict_keys=True) for item in items]
+    if not calls or any(c is None for c in calls):
+        return None
+    return [c for c in calls if c is not None]
+
+
+def _normalise(calls: list[Call]) -> list[Call]:
+    return [(name.removesuffix(".call"), args) for name, args in calls]
+
+
+def parse_candidate(kind: str, text: str) -> list[Call] | None:
+    """Calls in a complete candidate expression of the given kind, or None."""
+    if kind == "{":
+        return _json_calls(text)
+    if kind == "[":
+        calls = parse_call_list(text)
+        return _normalise(calls) if calls else _json_calls(text)
+    call = parse_call(text)
+    return _normalise([call]) if call else None
+
+
+class _State(enum.Enum):
+    LEAD = 0  # at the start, after a tag, or between calls
+    CANDIDATE = 1
+    CONTENT = 2
+
+
+class LlamaToolParser(ToolParser):
+    """Llama tool calls at the start of the output, after ``<|python_tag|>`` or between calls.
+
+    Text that merely starts with ``{`` or ``[`` but is not a call comes back as content.
+    """
+
+    def __init__(self, tools: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(tools)
+        self._buf = TextBuffer()
+        self._state = _State.LEAD
+        self._after_tag = False
+        self._after_call = False
+        self._kind = "{"
+        self._start = 0
+        self._head_ok = False
+        self._scanner = BracketScanner(0, python=False)
+
+    def _feed(self, text: str, out: ParseDelta) -> None:
+        self._buf.append(text)
+        self._run(out, final=False)
+
+    def _finish(self, out: ParseDelta) -> None:
+        self._run(out, final=True)
+
+    def _run(self, out: ParseDelta, final: bool) -> None:
+        while True:
+            if self._state is _State.LEAD:
+                more = self._on_lead(out, final)
+            elif self._state is _State.CANDIDATE:
+                more = self._on_candidate(out, final)
+            else:
+                more = self._on_content(out, final)
+            if not more:
+                return
+
+    def _on_lead(self, out: ParseDelta, final: bool) -> bool:
+        buf = self._buf
+        text, n = buf.text, len(buf)
+        i = buf.pos
+        while i < n and (text[i].isspace() or (text[i] == ";" and self._after_call)):
+            i += 1
+        if not self._after_call:
+            self.emit_content(out, text[buf.pos : i])
+        buf.pos = i
+        if i >= n:
+            return False
+        for token in _LEAD_TOKENS:
+            if text.startswith(token, i):
+                if token in _SKIPPABLE and not (self._after_call or self._after_tag):
+                    break
+                buf.pos = i + len(token)
+                self._after_tag = self._after_tag or token in _TAGS
+                return True
+        else:
+            piece = text[i : i + _MAX_TOKEN]
+            if not final and any(len(piece) < len(t) and t.startswith(piece) for t in _LEAD_TOKENS):
+                return False
+        c = text[i]
+        kind = c if c in "{[" else ("a" if self._after_tag and (c.isalpha() or c == "_") else "")
+        if not kind:
+            self._state = _State.CONTENT
+            return True
+        buf.compact()
+        self._kind = kind
+        self._start = buf.pos
+        self._head_ok = False
+        self._scanner = BracketScanner(buf.pos, python=kind != "{")
+        self._state = _State.CANDIDATE
+        return True
+
+    def _on_candidate(self, out: ParseDelta, final: bool) -> bool:
+        buf = self._buf
+        text = buf.text
+        if not self._head_ok:
+            full, prefix = _HEADS[self._kind]
+            end = min(len(text), self._start + HEAD_WINDOW)
+            if full.match(text, self._start, end):
+                self._head_ok = True
+            else:
+                m = prefix.match(text, self._start, end)
+                if m is not None and m.end() == end and end - self._start < HEAD_WINDOW:
+                    if not final:
+                        return False
+                return self._reject()
+        end = self._scanner.scan(text)
+        if end < 0:
+            return self._reject() if final else False
+        calls = parse_candidate(self._kind, text[self._start : end])
+        if not calls or not self.emit_calls(out, calls):
+            return self._reject()
+        buf.pos = end
+        self._after_call = True
+        self._after_tag = False
+        self._state = _State.LEAD
+        return True
+
+    def _reject(self) -> bool:
+        self._state = _State.CONTENT
+        return True
+
+    def _on_content(self, out: ParseDelta, final: bool) -> bool:
+        buf = self._buf
+        hit = buf.find(_TAG_MARKS)
+        if hit is None:
+            keep = 0 if final else buf.held(_TAG_MARKS)
+            self.emit_content(out, buf.take(len(buf) - keep))
+            buf.compact()
+            return False
+        idx, marker = hit
+        self.emit_content(out, buf.take(idx))
+        buf.pos += len(marker)
+        self._after_tag = True
+        self._after_call = False
+        self._state = _State.LEAD
+        return True

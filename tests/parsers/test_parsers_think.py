@@ -1,0 +1,124 @@
+"""<think> reasoning parsers: qwen3, glm4, minimax share one table; deepseek_r1 its own."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.parsers.parsers_harness import Case, check_case, ids, reasoning_factory
+
+THINK_CASES = [
+    Case(
+        "basic",
+        "<think>\nLet me think.\n</think>\n\nThe answer is 4.",
+        reasoning="Let me think.",
+        content="The answer is 4.",
+    ),
+    Case("no-tags", "Just an answer.", content="Just an answer."),
+    Case("no-tags-leading-ws", "\n  Answer\n", content="\n  Answer\n"),
+    Case("empty", "", content=""),
+    Case("whitespace-only", "   ", content="   "),
+    Case(
+        "opened-by-template",
+        "The user wants X.\n</think>\n\nHere is X.",
+        reasoning="The user wants X.",
+        content="Here is X.",
+        think_opened=True,
+    ),
+    Case(
+        "opened-and-repeated",
+        "<think>\nr\n</think>\nA",
+        reasoning="r",
+        content="A",
+        think_opened=True,
+    ),
+    Case("opened-truncated", "still thinking", reasoning="still thinking", think_opened=True),
+    Case("opened-whitespace", "  \n", think_opened=True),
+    Case(
+        "opened-immediate-close",
+        "</think>\n\nHi",
+        content="Hi",
+        think_opened=True,
+    ),
+    Case("truncated-reasoning", "<think>\npartial thought", reasoning="partial thought"),
+    Case("leading-ws-before-tag", "\n\n<think>x</think>y", reasoning="x", content="y"),
+    Case("empty-think", "<think>\n\n</think>\n\nHello", content="Hello"),
+    Case("close-without-open", "a </think> b", content="a </think> b"),
+    Case("open-mid-content", "Hello <think>x</think>", content="Hello <think>x</think>"),
+    Case("partial-open-at-end", "<thi", content="<thi"),
+    Case("partial-close-at-end", "<think>abc</thi", reasoning="abc</thi"),
+    Case(
+        "angle-brackets-in-reasoning",
+        "<think>a < b and c > d </thinking> e</think>ok",
+        reasoning="a < b and c > d </thinking> e",
+        content="ok",
+    ),
+    Case(
+        "second-close-is-content",
+        "<think>a</think>b</think>c",
+        reasoning="a",
+        content="b</think>c",
+    ),
+    Case(
+        "content-keeps-trailing-newline",
+        "<think>r</think>\nAnswer\n",
+        reasoning="r",
+        content="Answer\n",
+    ),
+    Case(
+        "multiline-reasoning",
+        "<think>\nStep 1: add.\n\nStep 2: check.\n</think>\n\n**4**",
+        reasoning="Step 1: add.\n\nStep 2: check.",
+        content="**4**",
+    ),
+    Case(
+        "tool-markup-inside-reasoning",
+        "<think>maybe <tool_call>{}</tool_call></think>done",
+        reasoning="maybe <tool_call>{}</tool_call>",
+        content="done",
+    ),
+]
+
+R1_CASES = [
+    Case(
+        "no-opening-tag",
+        "Okay, the user asks 2+2.\n</think>\n\n2+2 = 4.",
+        reasoning="Okay, the user asks 2+2.",
+        content="2+2 = 4.",
+    ),
+    Case("with-opening-tag", "<think>\nr\n</think>\nA", reasoning="r", content="A"),
+    Case("truncated", "Hmm, let me see", reasoning="Hmm, let me see"),
+    Case("empty", ""),
+    Case("only-close", "</think>answer", content="answer"),
+    Case("opened-flag", "r</think>c", reasoning="r", content="c", think_opened=True),
+    Case("partial-close", "thinking</th", reasoning="thinking</th"),
+    Case("partial-open", "<thi", reasoning="<thi"),
+    Case("leading-ws", "\n\n<think>\nx</think>y", reasoning="x", content="y"),
+    Case("second-close", "a</think>b</think>c", reasoning="a", content="b</think>c"),
+    Case(
+        "multiline",
+        "First, 3*3=9.\nThen +1.\n</think>\n\nThe result is **10**.\n",
+        reasoning="First, 3*3=9.\nThen +1.",
+        content="The result is **10**.\n",
+    ),
+    Case("open-inside", "a <think> b</think>c", reasoning="a <think> b", content="c"),
+    Case("unicode", "思考中…</think>答案：４", reasoning="思考中…", content="答案：４"),
+    Case("ws-only", "  \n  ", reasoning=""),
+    Case(
+        "tool-block-after",
+        "plan</think>\n\n<｜tool▁calls▁begin｜>",
+        reasoning="plan",
+        content="<｜tool▁calls▁begin｜>",
+    ),
+    Case("empty-think-block", "<think></think>Hi", content="Hi"),
+]
+
+
+@pytest.mark.parametrize("name", ["qwen3", "glm4", "minimax"])
+@pytest.mark.parametrize("case", THINK_CASES, ids=ids(THINK_CASES))
+def test_think_tags(name: str, case: Case) -> None:
+    check_case(reasoning_factory(name, case), case)
+
+
+@pytest.mark.parametrize("case", R1_CASES, ids=ids(R1_CASES))
+def test_deepseek_r1(case: Case) -> None:
+    check_case(reasoning_factory("deepseek_r1", case), case)
