@@ -19,8 +19,9 @@ install: $(STAMP)
 serve: $(STAMP)
 	$(BIN)/rapid-mlx serve $(ARGS)
 
+# The test process runs MLX too: preload the same optimized BLAS the workers use (worker/blas.py).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -ra
+	LD_PRELOAD="$$($(BIN)/python -m worker.blas)" $(BIN)/python -m pytest -q -ra
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -51,6 +51,7 @@ class Generate(_Msg, tag="gen"):
     prompt: str | None = None
     prompt_ids: list[int] | None = None
     echo: bool = False
+    assistant_prefix: str = ""  # text the answer is forced to start with (tool_choice)
 
 
 class Abort(_Msg, tag="abort"):

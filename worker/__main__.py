@@ -25,7 +25,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prefill-budget", type=int, default=512)
     p.add_argument("--max-waiting", type=int, default=256)
     p.add_argument("--context-length", type=int, default=0, help="cap the model's context")
+    p.add_argument("--kv-cache-turboquant", choices=["k8v4", "none"], default="k8v4",
+                   help="KV page format: 8-bit keys + 4-bit values, or full precision")
+    p.add_argument("--kv-cache-memory", default="0.1",
+                   help="KV pool size: bytes (2GiB, 512MB) or a fraction of RAM (0.1)")
+    p.add_argument("--kv-page-size", type=int, default=16)
+    p.add_argument("--kv-group-size", type=int, default=32, choices=[32, 64, 128])
+    p.add_argument("--disable-prefix-cache", action="store_true")
     p.add_argument("--log-level", default="INFO")
+    p.add_argument("--curve-server-key", default=None,
+                   help="the gateway's public key file (server.key): turns CURVE on")
+    p.add_argument("--curve-secret-file", default=None,
+                   help="this worker's key pair file (NAME.key_secret)")
     return p.parse_args(argv)
 
 
@@ -45,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     import zmq
 
     from protocol import messages as m
-    from worker.engine import Engine
+    from worker.attention import install as install_paged_attention
+    from worker.engine import Engine, model_dtype
+    from worker.kv_setup import UnsupportedModel, plan_kv
     from worker.loader import load_model
     from worker.loop import WorkerLoop
 
@@ -54,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.ROUTING_ID, f"{args.alias}:{boot_id}".encode())
     sock.setsockopt(zmq.LINGER, 1000)
+    from worker.curve import configure_client, exit_when_refused
+
+    configure_client(sock, args.curve_server_key, args.curve_secret_file)
+    exit_when_refused(sock)
     sock.connect(args.connect)
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
@@ -68,9 +85,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.context_length:
         context_length = min(context_length, args.context_length)
         loaded.facts.context_length = context_length
-    engine = Engine(loaded.model, loaded.tokenizer, context_length=context_length,
+    try:
+        plan = plan_kv(loaded.model, model_dtype(loaded.model), kind=args.kv_cache_turboquant,
+                       memory=args.kv_cache_memory, page_size=args.kv_page_size,
+                       group_size=args.kv_group_size, max_batch=args.max_batch,
+                       context_length=context_length)
+    except UnsupportedModel as exc:
+        logging.error("%s", exc)
+        sock.send(m.encode(m.Dead(alias=args.alias, boot_id=boot_id, reason=str(exc))))
+        sock.close()
+        ctx.term()
+        return 3
+    logging.info("KV cache: %s, %d pages of %d tokens (%s)", plan.kind, plan.store.num_pages,
+                 args.kv_page_size, plan.reason)
+    install_paged_attention()
+    engine = Engine(loaded.model, loaded.tokenizer, plan.store, context_length=context_length,
                     max_batch=args.max_batch, prefill_budget=args.prefill_budget,
-                    max_waiting=args.max_waiting)
+                    max_waiting=args.max_waiting, prefix_cache=not args.disable_prefix_cache)
+    engine.kv_note = plan.reason
     loop = WorkerLoop(engine, loaded, sock, args.alias, boot_id, args.parent_pid)
     logging.info("serving %s (%s) pid %d boot %s", args.alias, args.model, os.getpid(), boot_id)
     try:

@@ -38,3 +38,7 @@ def reexec_with_openblas() -> None:
     if lib not in preload.split(":"):
         env["LD_PRELOAD"] = f"{lib}:{preload}" if preload else lib
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+
+
+if __name__ == "__main__":
+    print(find_openblas() or "")

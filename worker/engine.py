@@ -9,35 +9,48 @@ from typing import Any
 
 import mlx.core as mx
 
+from cache.paged_kv import PagedKVStore
 from protocol.messages import RequestOutput, SamplingParams, TokenLogprob
-from worker.kv import BatchView, RequestKV
+from worker.forward import Forward
+from worker.kv_manager import KVManager, RequestPages
 from worker.sampling import RowSampler, sample
 from worker.stops import StopMatcher
 
 
-@dataclass
+@dataclass(eq=False)
 class Request:
-    """One generation in the engine."""
+    """One generation in the engine (compared by identity)."""
 
     id: str
-    prompt_ids: list[int]
+    prompt_len: int
+    tokens: list[int]  # prompt followed by generated tokens
     params: SamplingParams
     sampler: RowSampler
     detok: Any
     stop: StopMatcher
-    kv: RequestKV
-    output_ids: list[int] = field(default_factory=list)
-    computed: int = 0
+    kv: RequestPages = field(default_factory=RequestPages)
+    computed: int = 0  # positions whose KV is in the pages
     cached_tokens: int = 0
     arrival: float = field(default_factory=time.monotonic)
     first_token_at: float | None = None
     finish_reason: str | None = None
     think_opened: bool = False
+    preemptions: int = 0
+
+    @property
+    def generated(self) -> int:
+        """Tokens generated so far."""
+        return len(self.tokens) - self.prompt_len
+
+    @property
+    def need(self) -> int:
+        """Positions that must have KV before the next token can be sampled or fed."""
+        return self.prompt_len if not self.generated else len(self.tokens) - 1
 
     @property
     def prefilling(self) -> bool:
-        """True while prompt tokens remain to be computed."""
-        return self.computed < len(self.prompt_ids)
+        """True while prompt (or, after preemption, recomputed) tokens remain."""
+        return self.computed < self.need
 
     @property
     def phase(self) -> str:
@@ -54,29 +67,32 @@ class EngineStats:
     generated_tokens: int = 0
     decode_rows: int = 0
     finished: int = 0
+    preemptions: int = 0
     last_step_at: float = 0.0
+    prefill_seconds: float = 0.0
+    decode_seconds: float = 0.0
 
 
 class QueueFull(Exception):
     """The wait queue is at its bound."""
 
 
-class Engine:
-    """Owns the model, the running batch and the wait queue."""
+class KVTooSmall(ValueError):
+    """A request could never fit in the KV pool."""
 
-    def __init__(
-        self,
-        model: Any,
-        tokenizer: Any,
-        *,
-        context_length: int,
-        max_batch: int = 32,
-        prefill_budget: int = 512,
-        max_waiting: int = 256,
-    ) -> None:
+
+class Engine:
+    """Owns the model, the running batch, the wait queue and the KV pages."""
+
+    def __init__(self, model: Any, tokenizer: Any, store: PagedKVStore, *, context_length: int,
+                 max_batch: int = 32, prefill_budget: int = 512, max_waiting: int = 256,
+                 prefix_cache: bool = True) -> None:
         self.model = model
         self.tokenizer = tokenizer
-        self.num_layers = len(model.layers)
+        self.kv = KVManager(store, prefix_cache=prefix_cache)
+        self.dtype = model_dtype(model)
+        self._forward = Forward(model, store, self.dtype)
+        self.kv_note = ""
         self.context_length = context_length
         self.max_batch = max_batch
         self.prefill_budget = prefill_budget
@@ -93,22 +109,21 @@ class Engine:
         """Queue a request; it joins the running batch at a later step."""
         if len(self.waiting) >= self.max_waiting:
             raise QueueFull(f"wait queue is full ({self.max_waiting} requests)")
-        self.waiting.append(
-            Request(
-                id=request_id,
-                prompt_ids=prompt_ids,
-                params=params,
-                sampler=RowSampler(params),
-                detok=self.tokenizer.detokenizer,
-                stop=StopMatcher(params.stop),
-                kv=RequestKV(self.num_layers),
-                think_opened=think_opened,
-            )
-        )
+        pages = self.kv.pages_for(len(prompt_ids) + params.max_tokens)
+        if pages > self.kv.pool.total:
+            raise KVTooSmall(
+                f"this request needs {pages} KV pages but the KV cache holds "
+                f"{self.kv.pool.total}; shorten it or raise --kv-cache-memory")
+        self.waiting.append(Request(
+            id=request_id, prompt_len=len(prompt_ids), tokens=list(prompt_ids), params=params,
+            sampler=RowSampler(params), detok=self.tokenizer.detokenizer,
+            stop=StopMatcher(params.stop), think_opened=think_opened))
 
     def abort(self, request_ids: list[str]) -> None:
-        """Drop these requests and their caches now."""
+        """Drop these requests; their pages go back (full ones stay cached)."""
         ids = set(request_ids)
+        for r in [r for r in self.running if r.id in ids]:
+            self.kv.release(r)
         self.waiting = deque(r for r in self.waiting if r.id not in ids)
         self.running = [r for r in self.running if r.id not in ids]
 
@@ -120,76 +135,112 @@ class Engine:
     # ---- the step -----------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
-        """Schedule, execute the model once per row group, sample and update; return news."""
-        while self.waiting and len(self.running) < self.max_batch:
-            self.running.append(self.waiting.popleft())
-        decodes = [r for r in self.running if not r.prefilling]
+        """Schedule, run the decode batch and the prefill chunks, sample, update; return news."""
+        self._admit()
+        decodes = self._reserve([(r, 1) for r in self.running if not r.prefilling])
         prefills = self._plan_prefill()
+        decodes = [r for r in decodes if r in self.running]  # prefill reservations may preempt
         if not decodes and not prefills:
             return []
         rows: list[Request] = []
         logits: list[mx.array] = []
+        t0 = time.perf_counter()
         if decodes:
-            tokens = mx.array([[r.output_ids[-1]] for r in decodes])
-            logits.append(self._forward(decodes, tokens)[:, -1, :])
+            out = self._forward([[r.tokens[-1]] for r in decodes], [r.kv.pages for r in decodes],
+                                [r.computed for r in decodes], True)
+            assert out is not None
+            logits.append(out)
             rows.extend(decodes)
-            for r in decodes:
-                r.computed += 1
+        t1 = time.perf_counter()
+        for group in _group_chunks(prefills):
+            samplers = [r.computed + n == r.need and not r.generated for r, n in group]
+            out = self._forward([r.tokens[r.computed : r.computed + n] for r, n in group],
+                                [r.kv.pages for r, _ in group], [r.computed for r, _ in group],
+                                any(samplers))
+            if out is not None:
+                keep = [i for i, wants in enumerate(samplers) if wants]
+                logits.append(out[mx.array(keep)] if len(keep) < len(group) else out)
+                rows.extend(group[i][0] for i in keep)
+        t2 = time.perf_counter()
+        outputs = self._sample_and_update(rows, logits) if rows else []
+        for r in decodes:
+            r.computed += 1
         for r, n in prefills:
-            chunk = mx.array([r.prompt_ids[r.computed : r.computed + n]])
-            out = self._forward([r], chunk)
             r.computed += n
             self.stats.prompt_tokens_computed += n
-            if not r.prefilling:
-                logits.append(out[:, -1, :])
-                rows.append(r)
-            else:
-                mx.eval(out)  # materialize the chunk's KV before the next one
-        outputs: list[RequestOutput] = []
-        if rows:
-            outputs = self._sample_and_update(rows, mx.concatenate(logits, axis=0))
+            self.kv.publish(r)
+        self.stats.prefill_seconds += t2 - t1
+        self.stats.decode_seconds += time.perf_counter() - t2 + t1 - t0
+        self._retire()
         self.stats.steps += 1
         self.stats.decode_rows += len(decodes)
         self.stats.last_step_at = time.time()
         return outputs
 
+    def _admit(self) -> None:
+        while self.waiting and len(self.running) < self.max_batch:
+            r = self.waiting[0]
+            if self.kv.available() < self.kv.pages_for(min(r.need, self.prefill_budget)) + 1:
+                break
+            self.running.append(self.waiting.popleft())
+
+    def _reserve(self, rows: list[tuple[Request, int]]) -> list[Request]:
+        """Give each row pages for its next N tokens, preempting the newest requests if short."""
+        for r, n in sorted(rows, key=lambda x: x[0].arrival):
+            while r in self.running and not self.kv.ensure(r, r.computed + n):
+                self._preempt(max(self.running, key=lambda x: x.arrival))
+        return [r for r, _ in rows if r in self.running]
+
+    def _preempt(self, r: Request) -> None:
+        """Free r's pages (full ones stay cached) and requeue it for recomputation."""
+        self.kv.release(r)
+        r.computed = 0
+        r.preemptions += 1
+        self.stats.preemptions += 1
+        self.running.remove(r)
+        self.waiting.appendleft(r)
+
     def _plan_prefill(self) -> list[tuple[Request, int]]:
         budget = self.prefill_budget
-        plan = []
-        for r in self.running:
+        plan: list[tuple[Request, int]] = []
+        for r in [r for r in self.running if r.prefilling]:
             if budget <= 0:
                 break
-            if r.prefilling:
-                n = min(budget, len(r.prompt_ids) - r.computed)
+            if r.computed == 0 and not r.kv.pages:
+                limit = r.need - 1 if not r.generated else r.need
+                r.computed = self.kv.match(r, limit)
+                if not r.generated:
+                    r.cached_tokens = r.computed
+            n = min(budget, r.need - r.computed)
+            if n > 0 and self._reserve([(r, n)]):
                 plan.append((r, n))
                 budget -= n
-        return plan
+        return [(r, n) for r, n in plan if r in self.running]
 
-    def _forward(self, rows: list[Request], tokens: mx.array) -> mx.array:
-        cache = [
-            BatchView(layer, [r.kv for r in rows], [r.computed for r in rows])
-            for layer in range(self.num_layers)
-        ]
-        logits: mx.array = self.model(tokens, cache=cache)
-        return logits
+    def _retire(self) -> None:
+        for r in self.running:
+            if r.finish_reason is not None:
+                self.kv.release(r)
+        self.running = [r for r in self.running if r.finish_reason is None]
 
-    def _sample_and_update(self, rows: list[Request], logits: mx.array) -> list[RequestOutput]:
-        tokens, logprobs = sample(logits, [r.sampler for r in rows])
+    # ---- sampling and outputs -----------------------------------------------------------
+
+    def _sample_and_update(self, rows: list[Request], logits: list[mx.array]) -> list[RequestOutput]:
+        tokens, logprobs = sample(mx.concatenate(logits, axis=0), [r.sampler for r in rows])
         mx.eval(tokens, logprobs) if logprobs is not None else mx.eval(tokens)
         token_list: list[int] = tokens.tolist()  # type: ignore[assignment]
-        outputs = []
         now = time.monotonic()
+        outputs = []
         for b, (r, tok) in enumerate(zip(rows, token_list, strict=True)):
             lp = self._logprob(r, tok, logprobs[b]) if logprobs is not None and r.params.logprobs else None
             outputs.append(self._update(r, int(tok), lp, now))
-        self.running = [r for r in self.running if r.finish_reason is None]
         return outputs
 
     def _update(self, r: Request, tok: int, lp: TokenLogprob | None, now: float) -> RequestOutput:
         if r.first_token_at is None:
             r.first_token_at = now
         r.sampler.observe(tok)
-        r.output_ids.append(tok)
+        r.tokens.append(tok)
         self.stats.generated_tokens += 1
         p = r.params
         finish = None
@@ -201,9 +252,7 @@ class Engine:
             text = r.stop.feed(r.detok.last_segment)
             if r.stop.stopped:
                 finish = "stop"
-        if finish is None and (
-            len(r.output_ids) >= p.max_tokens or r.computed + 1 >= self.context_length
-        ):
+        if finish is None and (r.generated >= p.max_tokens or len(r.tokens) >= self.context_length):
             finish = "length"
         if finish is not None and not r.stop.stopped:
             r.detok.finalize()
@@ -213,16 +262,9 @@ class Engine:
             r.finish_reason = finish
             self.stats.finished += 1
         return RequestOutput(
-            request_id=r.id,
-            token_ids=[tok],
-            text=text,
-            logprobs=[lp] if lp is not None else [],
-            finish_reason=finish,
-            prompt_tokens=len(r.prompt_ids),
-            completion_tokens=len(r.output_ids),
-            cached_tokens=r.cached_tokens,
-            think_opened=r.think_opened and len(r.output_ids) == 1,
-        )
+            request_id=r.id, token_ids=[tok], text=text, logprobs=[lp] if lp is not None else [],
+            finish_reason=finish, prompt_tokens=r.prompt_len, completion_tokens=r.generated,
+            cached_tokens=r.cached_tokens, think_opened=r.think_opened and r.generated == 1)
 
     def _logprob(self, r: Request, tok: int, row: mx.array) -> TokenLogprob:
         top: list[tuple[str, int, float]] = []
@@ -236,3 +278,29 @@ class Engine:
 
     def _piece(self, tok: int) -> str:
         return str(self.tokenizer.decode([tok]))
+
+
+def model_dtype(model: Any) -> mx.Dtype:
+    """The floating dtype of the model's weights (float32 when it has none)."""
+    from mlx.utils import tree_flatten
+
+    params: list[tuple[str, mx.array]] = tree_flatten(model.parameters())  # type: ignore[assignment]
+    for _, p in params:
+        if p.dtype in (mx.float32, mx.float16, mx.bfloat16):
+            return p.dtype
+    return mx.float32
+
+
+def _group_chunks(chunks: list[tuple[Request, int]]) -> list[list[tuple[Request, int]]]:
+    """Batch prompt chunks of similar length into one forward; padding may add at most ~25%."""
+    groups: list[list[tuple[Request, int]]] = []
+    for r, n in sorted(chunks, key=lambda c: -c[1]):
+        group = groups[-1] if groups else None
+        if group is not None:
+            widest = group[0][1]
+            real = sum(k for _, k in group) + n
+            if widest * (len(group) + 1) <= 1.25 * real + 16:
+                group.append((r, n))
+                continue
+        groups.append([(r, n)])
+    return groups

@@ -7,10 +7,11 @@ import os
 import time
 from typing import Any
 
+import msgspec
 import zmq
 
 from protocol import messages as m
-from worker.engine import Engine, QueueFull
+from worker.engine import Engine, KVTooSmall, QueueFull
 from worker.loader import LoadedModel
 from worker.prompt import PromptError, render
 
@@ -85,8 +86,10 @@ class WorkerLoop:
             log.error("parent process %s is gone; exiting", self.parent_pid)
             self.running = False
             return
+        pool = self.engine.kv.pool
         self._send(m.Heartbeat(boot_id=self.boot_id, step=self.engine.stats.steps,
-                               running=len(self.engine.running), waiting=len(self.engine.waiting)))
+                               running=len(self.engine.running), waiting=len(self.engine.waiting),
+                               kv_used=pool.num_used, kv_total=pool.total))
 
     # ---- handlers -----------------------------------------------------------------------
 
@@ -118,6 +121,8 @@ class WorkerLoop:
             self.engine.add(job.request_id, ids, params, think_opened)
         except QueueFull as exc:
             self._fail(job.request_id, str(exc), "queue_full")
+        except KVTooSmall as exc:
+            self._fail(job.request_id, str(exc), "context_length_exceeded")
 
     def _on_abort(self, job: m.Abort) -> None:
         self.engine.abort(job.request_ids)
@@ -133,8 +138,8 @@ class WorkerLoop:
         """A snapshot of this worker for operators."""
         e = self.engine
         now = time.monotonic()
-        reqs = [{"id": r.id, "phase": r.phase, "prompt_tokens": len(r.prompt_ids),
-                 "tokens": len(r.output_ids), "age_s": round(now - r.arrival, 3)}
+        reqs = [{"id": r.id, "phase": r.phase, "prompt_tokens": r.prompt_len,
+                 "tokens": r.generated, "age_s": round(now - r.arrival, 3)}
                 for r in [*e.running, *e.waiting]]
         return {
             "alias": self.alias, "boot_id": self.boot_id, "pid": os.getpid(),
@@ -145,4 +150,28 @@ class WorkerLoop:
             "prompt_tokens_computed": e.stats.prompt_tokens_computed,
             "decode_rows": e.stats.decode_rows, "finished": e.stats.finished,
             "last_step_at": e.stats.last_step_at, "max_batch": e.max_batch,
+            "preemptions": e.stats.preemptions, **self._kv_status(),
+            # lets a restarted gateway adopt this worker without a new Ready
+            "protocol_version": m.PROTOCOL_VERSION, "facts": msgspec.to_builtins(self.loaded.facts),
+        }
+
+    def _kv_status(self) -> dict[str, Any]:
+        e = self.engine
+        fmt = e.kv.store.fmt
+        s = e.stats
+        return {
+            "kv_format": fmt.kind, "kv_format_note": e.kv_note, "kv_page_size": fmt.page_size,
+            "kv_pages_used": e.kv.pool.num_used, "kv_pages_free": e.kv.pool.num_free,
+            "kv_pages_total": e.kv.pool.total,
+            "kv_bytes_per_token": fmt.bytes_per_token_per_layer() * fmt.num_layers,
+            "kv_bytes_per_token_per_layer": fmt.bytes_per_token_per_layer(),
+            "prefix_cache": e.kv.radix is not None,
+            "prefix_cache_pages": e.kv.radix.num_pages if e.kv.radix else 0,
+            "prefix_cache_queries": e.kv.stats.queries, "prefix_cache_hits": e.kv.stats.hits,
+            "prefix_cache_hit_rate": round(e.kv.stats.hits / e.kv.stats.queries, 4)
+            if e.kv.stats.queries else 0.0,
+            "prefill_tokens_per_s": round(s.prompt_tokens_computed / s.prefill_seconds, 1)
+            if s.prefill_seconds else 0.0,
+            "decode_tokens_per_s": round(s.decode_rows / s.decode_seconds, 1)
+            if s.decode_seconds else 0.0,
         }

@@ -54,4 +54,5 @@ def render(tokenizer: Any, job: Generate) -> tuple[list[int], bool]:
         )
     except Exception as exc:  # template errors are the request's fault (bad roles, ...)
         raise PromptError(f"chat template could not render these messages: {exc}") from exc
+    text += job.assistant_prefix
     return list(tokenizer.encode(text, add_special_tokens=False)), opens_think(text)

@@ -11,8 +11,10 @@ from mlx_lm.generate import generate_step
 
 from protocol.messages import SamplingParams
 from tests.conftest import shared_model
+from worker.attention import install
 from worker.embedded import embedded_model_path
-from worker.engine import Engine, QueueFull
+from worker.engine import Engine, QueueFull, model_dtype
+from worker.kv_setup import plan_kv
 
 PROMPTS = [
     "Once upon a time", "The cat sat", "Lily and Tom went to the", "One day, a big dog",
@@ -20,6 +22,15 @@ PROMPTS = [
     "A little bird", "He ran to the", "They played with", "The tree was very",
     "Ben had a red", "It was a rainy", "The girl smiled and", "At night the moon",
 ]
+
+
+def make_engine(model: Any, tok: Any, kind: str = "none", memory: str = "64MiB",
+                prefix_cache: bool = True, page_size: int = 16, **kw: Any) -> Engine:
+    """An engine over a fresh paged KV pool."""
+    install()
+    plan = plan_kv(model, model_dtype(model), kind=kind, memory=memory, page_size=page_size,
+                   group_size=32, max_batch=kw.get("max_batch", 32), context_length=512)
+    return Engine(model, tok, plan.store, context_length=512, prefix_cache=prefix_cache, **kw)
 
 
 @pytest.fixture(scope="module", params=["embedded", "stories260K"])
@@ -55,9 +66,9 @@ def test_greedy_matches_mlx_lm_alone_and_batched(model: tuple[Any, Any]) -> None
     ref = {rid: _reference(mdl, tok, ids, 24) for rid, ids in prompts.items()}
     params = SamplingParams(max_tokens=24, temperature=0.0)
     for rid, ids in list(prompts.items())[:8]:
-        alone = _run(Engine(mdl, tok, context_length=512), {rid: ids}, params)
+        alone = _run(make_engine(mdl, tok), {rid: ids}, params)
         assert alone[rid] == ref[rid], f"prompt {rid} alone"
-    engine = Engine(mdl, tok, context_length=512, prefill_budget=7)
+    engine = make_engine(mdl, tok, prefill_budget=7)
     batched = _run(engine, prompts, params)
     assert batched == ref
     # 16 requests shared decode steps: far fewer steps than generated tokens
@@ -66,21 +77,22 @@ def test_greedy_matches_mlx_lm_alone_and_batched(model: tuple[Any, Any]) -> None
 
 def test_chunked_prefill_interleaves_with_decode(model: tuple[Any, Any]) -> None:
     mdl, tok = model
-    engine = Engine(mdl, tok, context_length=512, prefill_budget=4)
+    engine = make_engine(mdl, tok, prefill_budget=4)
     engine.add("short", tok.encode("Hi"), SamplingParams(max_tokens=40, temperature=0.0))
     engine.step()
     engine.step()
     long_prompt = tok.encode(" ".join(PROMPTS))
     engine.add("long", long_prompt, SamplingParams(max_tokens=2, temperature=0.0))
     short_tokens_during_prefill = 0
-    while any(r.id == "long" and r.prefilling for r in [*engine.waiting, *engine.running]):
+    while any(r.id == "long" and (r.prefilling or not r.generated)
+              for r in [*engine.waiting, *engine.running]):
         short_tokens_during_prefill += sum(1 for o in engine.step() if o.request_id == "short")
     assert short_tokens_during_prefill >= 3  # the long prompt did not stall the decode
 
 
 def test_max_tokens_stop_strings_and_abort(model: tuple[Any, Any]) -> None:
     mdl, tok = model
-    engine = Engine(mdl, tok, context_length=512)
+    engine = make_engine(mdl, tok)
     got = _run(engine, {"a": tok.encode("Once upon a time")}, SamplingParams(max_tokens=5,
                                                                              temperature=0.0))
     assert len(got["a"]) <= 5
@@ -92,7 +104,7 @@ def test_max_tokens_stop_strings_and_abort(model: tuple[Any, Any]) -> None:
 
 def test_stop_string_truncates_text() -> None:
     mdl, tok = load(str(shared_model("stories260K")))[:2]
-    engine = Engine(mdl, tok, context_length=512)
+    engine = make_engine(mdl, tok)
     engine.add("s", tok.encode("Once upon a time"), SamplingParams(max_tokens=60, temperature=0.0,
                                                                    stop=["Lily"]))
     text, reason = "", None
@@ -107,14 +119,14 @@ def test_seeded_sampling_is_reproducible(model: tuple[Any, Any]) -> None:
     mdl, tok = model
     params = SamplingParams(max_tokens=12, temperature=1.0, top_p=0.9, top_k=50, seed=1234)
     ids = tok.encode("Once upon a time")
-    a = _run(Engine(mdl, tok, context_length=512), {"x": ids}, params)["x"]
-    b = _run(Engine(mdl, tok, context_length=512), {"x": ids, "noise": ids[:2]}, params)["x"]
+    a = _run(make_engine(mdl, tok), {"x": ids}, params)["x"]
+    b = _run(make_engine(mdl, tok), {"x": ids, "noise": ids[:2]}, params)["x"]
     assert a == b
 
 
 def test_logprobs_are_normalized(model: tuple[Any, Any]) -> None:
     mdl, tok = model
-    engine = Engine(mdl, tok, context_length=512)
+    engine = make_engine(mdl, tok)
     engine.add("l", tok.encode("The cat"), SamplingParams(max_tokens=3, temperature=0.0,
                                                           logprobs=True, top_logprobs=3))
     outs = []
@@ -129,7 +141,7 @@ def test_logprobs_are_normalized(model: tuple[Any, Any]) -> None:
 
 def test_queue_bound(model: tuple[Any, Any]) -> None:
     mdl, tok = model
-    engine = Engine(mdl, tok, context_length=512, max_waiting=2)
+    engine = make_engine(mdl, tok, max_waiting=2)
     engine.add("1", [1, 2], SamplingParams())
     engine.add("2", [1, 2], SamplingParams())
     with pytest.raises(QueueFull):

@@ -1,0 +1,157 @@
+"""A radix tree over page-aligned token ids whose nodes own KV pages (SGLang's shape).
+
+Keys are token-id tuples whose length is a multiple of the page size; each node owns one page per
+page of its key. Requests lock the path to the node they use so its pages cannot be evicted.
+Only full pages are shared. Eviction frees least-recently-used unlocked leaves.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Sequence
+
+_clock = itertools.count()
+
+
+class Node:
+    """A tree node: a page-aligned key segment and the pages holding its KV."""
+
+    def __init__(self, key: tuple[int, ...], pages: list[int], parent: Node | None) -> None:
+        self.key = key
+        self.pages = pages
+        self.parent = parent
+        self.children: dict[tuple[int, ...], Node] = {}
+        self.lock_ref = 0
+        self.last_access = next(_clock)
+
+    @property
+    def is_leaf(self) -> bool:
+        """True when no child hangs below."""
+        return not self.children
+
+
+class RadixCache:
+    """Prefix sharing of KV pages between requests."""
+
+    def __init__(self, page_size: int) -> None:
+        self.page_size = page_size
+        self.root = Node((), [], None)
+        self.root.lock_ref = 1  # never evicted
+        self.num_pages = 0
+
+    def _first(self, key: Sequence[int]) -> tuple[int, ...]:
+        return tuple(key[: self.page_size])
+
+    def match_prefix(self, tokens: Sequence[int], limit: int | None = None) -> tuple[list[int], Node]:
+        """Pages of the longest cached full-page prefix of TOKENS (at most LIMIT tokens).
+
+        Returns the pages in order and the deepest node covering them (split so that it ends
+        exactly at the match).
+        """
+        n = len(tokens) if limit is None else min(limit, len(tokens))
+        n -= n % self.page_size
+        node, pos, pages = self.root, 0, []
+        node.last_access = next(_clock)
+        while pos < n:
+            child = node.children.get(tuple(tokens[pos : pos + self.page_size]))
+            if child is None:
+                break
+            common = self._common(child.key, tokens[pos:n])
+            if common < len(child.key):
+                child = self._split(child, common)
+            child.last_access = next(_clock)
+            pages.extend(child.pages)
+            pos += len(child.key)
+            node = child
+        return pages, node
+
+    def _common(self, key: tuple[int, ...], tokens: Sequence[int]) -> int:
+        """Length of the common prefix of KEY and TOKENS, rounded down to whole pages."""
+        p = self.page_size
+        n = 0
+        limit = min(len(key), len(tokens))
+        while n + p <= limit and tuple(tokens[n : n + p]) == key[n : n + p]:
+            n += p
+        return n
+
+    def _split(self, node: Node, at: int) -> Node:
+        """Cut NODE after AT tokens; the new upper node keeps the first pages, NODE the rest."""
+        pages_at = at // self.page_size
+        upper = Node(node.key[:at], node.pages[:pages_at], node.parent)
+        upper.lock_ref = node.lock_ref
+        upper.last_access = node.last_access
+        assert node.parent is not None
+        node.parent.children[self._first(upper.key)] = upper
+        node.key, node.pages, node.parent = node.key[at:], node.pages[pages_at:], upper
+        upper.children[self._first(node.key)] = node
+        return upper
+
+    def insert(self, tokens: Sequence[int], pages: Sequence[int]) -> tuple[list[int], Node]:
+        """Cache the full pages of TOKENS held in PAGES.
+
+        Returns the tree's pages for the whole prefix (a caller's page that duplicates a page the
+        tree already had must be freed by the caller) and the node ending the prefix.
+        """
+        n = min(len(tokens) - len(tokens) % self.page_size, len(pages) * self.page_size)
+        tree_pages, node = self.match_prefix(tokens, n)
+        pos = len(tree_pages) * self.page_size
+        if pos < n:
+            new = Node(tuple(tokens[pos:n]), list(pages[pos // self.page_size : n // self.page_size]),
+                       node)
+            node.children[self._first(new.key)] = new
+            self.num_pages += len(new.pages)
+            tree_pages.extend(new.pages)
+            node = new
+        return tree_pages, node
+
+    def lock(self, node: Node) -> None:
+        """Protect NODE and its ancestors from eviction."""
+        n: Node | None = node
+        while n is not None:
+            n.lock_ref += 1
+            n = n.parent
+
+    def unlock(self, node: Node) -> None:
+        """Release a lock taken with lock()."""
+        n: Node | None = node
+        while n is not None:
+            n.lock_ref -= 1
+            assert n.lock_ref >= 0, "unbalanced unlock"
+            n = n.parent
+
+    def evictable_pages(self) -> int:
+        """Pages held by nodes no request locks."""
+        return sum(len(n.pages) for n in self._nodes() if n.lock_ref == 0)
+
+    def evict(self, num_pages: int) -> list[int]:
+        """Free at least NUM_PAGES pages (if possible) from LRU unlocked leaves; return them."""
+        heap = [(n.last_access, id(n), n) for n in self._nodes() if n.is_leaf and n.lock_ref == 0]
+        heapq.heapify(heap)
+        freed: list[int] = []
+        while heap and len(freed) < num_pages:
+            _, _, node = heapq.heappop(heap)
+            freed.extend(node.pages)
+            self.num_pages -= len(node.pages)
+            parent = node.parent
+            assert parent is not None
+            del parent.children[self._first(node.key)]
+            if parent is not self.root and parent.is_leaf and parent.lock_ref == 0:
+                heapq.heappush(heap, (parent.last_access, id(parent), parent))
+        return freed
+
+    def _nodes(self) -> list[Node]:
+        out, stack = [], list(self.root.children.values())
+        while stack:
+            n = stack.pop()
+            out.append(n)
+            stack.extend(n.children.values())
+        return out
+
+    def all_pages(self) -> list[int]:
+        """Every page the tree owns."""
+        return [p for n in self._nodes() for p in n.pages]
+
+    def reset(self) -> list[int]:
+        """Drop every unlocked entry; return the freed pages."""
+        return self.evict(self.num_pages)

@@ -1,0 +1,67 @@
+"""Run the model over a paged batch, computing logits only where they are needed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import mlx.core as mx
+
+from cache.paged_kv import PagedKVStore
+from worker.attention import PagedBatch
+
+# Architectures whose Model.__call__ is exactly `head(model(inputs, cache))`: for these the head
+# runs on the last position only, and not at all for prompt chunks that need no logits.
+_PLAIN_HEAD = {"llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe"}
+
+
+def _split(model: Any) -> tuple[Any, Callable[[mx.array], mx.array]] | None:
+    args = getattr(model, "args", None)
+    inner = getattr(model, "model", None)
+    if getattr(model, "model_type", getattr(args, "model_type", None)) not in _PLAIN_HEAD:
+        return None
+    if inner is None or args is None:
+        return None
+    if getattr(args, "tie_word_embeddings", False):
+        return inner, inner.embed_tokens.as_linear
+    head = getattr(model, "lm_head", None)
+    return (inner, head) if head is not None else None
+
+
+class Forward:
+    """Calls the model for one group of rows and materializes the page writes at once.
+
+    Evaluating each call's writes before the next call is built keeps every page-array update
+    in place: two pending graphs over the same page array would force MLX to copy it.
+    """
+
+    def __init__(self, model: Any, store: PagedKVStore, dtype: mx.Dtype) -> None:
+        self.model = model
+        self.store = store
+        self.dtype = dtype
+        self.split = _split(model)
+
+    def __call__(self, rows: list[list[int]], block_tables: list[list[int]], starts: list[int],
+                 want_logits: bool) -> mx.array | None:
+        """Feed each row's tokens at its start; return each row's last logits (B, V) if wanted."""
+        lengths = [len(r) for r in rows]
+        n = max(lengths)
+        tokens = mx.array([r + [0] * (n - len(r)) for r in rows])
+        batch = PagedBatch(self.store, block_tables, starts, lengths, self.dtype)
+        cache = batch.views()
+        last = mx.array(lengths) - 1
+        out: mx.array | None
+        if self.split is not None:
+            inner, head = self.split
+            hidden = inner(tokens, cache)
+            out = head(_at(hidden, last)) if want_logits else None
+        else:
+            logits = self.model(tokens, cache=cache)
+            out = _at(logits, last) if want_logits else None
+        mx.eval(out, self.store.arrays()) if out is not None else mx.eval(self.store.arrays())
+        return out
+
+
+def _at(x: mx.array, positions: mx.array) -> mx.array:
+    """x[b, positions[b], :] for every row b."""
+    return mx.take_along_axis(x, positions[:, None, None], axis=1)[:, 0, :]
