@@ -14,11 +14,15 @@ from starlette.middleware import Middleware
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gateway.admin import AdminEndpoints
+from gateway.aliases import detect_into
 from gateway.chat import ChatEndpoint
 from gateway.completions import CompletionsEndpoint
 from gateway.config import GatewayConfig
+from gateway.curve import CurveServer
 from gateway.errors import APIError, handle_api_error, handle_http_error, handle_unexpected
-from gateway.hub import Hub
+from gateway.health import HealthEndpoints
+from gateway.hub import AliasState, Hub
 from gateway.info import InfoEndpoints
 from gateway.supervisor import Supervisor, WorkerSpec
 from gateway.workers_api import WorkersEndpoints
@@ -43,7 +47,10 @@ class ApiKeyMiddleware:
         self.keys = set(keys)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.keys or scope["path"] in OPEN_PATHS:
+        path = scope.get("path", "")
+        # admin endpoints check their own key
+        if (scope["type"] != "http" or not self.keys or path in OPEN_PATHS
+                or path.startswith(("/admin/", "/v1/health/"))):
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
@@ -61,13 +68,27 @@ def build_app(config: GatewayConfig) -> Starlette:
     """The gateway application for CONFIG."""
     served = {s.alias: s for s in config.served}
     address, private_dir = config.resolve_address()
-    hub = Hub(address, hang_timeout=config.hang_timeout)
+    curve = CurveServer(config.curve_dir) if config.curve_dir else None
+    hub = Hub(address, hang_timeout=config.hang_timeout, swap_wait=config.swap_wait,
+              external=not config.spawn_workers, curve=curve)
     for s in config.served:
         hub.add_alias(s.alias, s.model)
-    supervisor = Supervisor(hub, [WorkerSpec(s.alias, s.model, list(config.worker_args))
-                                  for s in config.served]) if config.spawn_workers else None
+    supervisor = Supervisor(
+        hub, [WorkerSpec(s.alias, s.model, list(config.worker_args)) for s in config.served],
+        max_start_crashes=config.max_start_crashes, backoff=config.restart_backoff,
+    ) if config.spawn_workers else None
     info = InfoEndpoints(hub, served, _version())
+
+    def on_ready(st: AliasState) -> None:
+        """An alias's worker is up: learn its parsers from the model when no alias gave them."""
+        if st.facts is not None and st.alias in served:
+            detect_into(served[st.alias], st.facts.chat_template, st.facts.special_tokens,
+                        st.facts.model_type)
+
+    hub.on_ready = on_ready
+    health = HealthEndpoints(hub)
     workers = WorkersEndpoints(hub)
+    admin = AdminEndpoints(hub, supervisor, config.admin_key, config.swap_drain_timeout)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -87,8 +108,13 @@ def build_app(config: GatewayConfig) -> Starlette:
         Route("/v1/models", info.models, methods=["GET"]),
         Route("/v1/chat/completions", ChatEndpoint(hub, served).handle, methods=["POST"]),
         Route("/v1/completions", CompletionsEndpoint(hub).handle, methods=["POST"]),
-        Route("/v1/health", info.health, methods=["GET"]),
-        Route("/health", info.health, methods=["GET"]),
+        Route("/v1/health", health.health, methods=["GET"]),
+        Route("/v1/health/{alias}", health.health_one, methods=["GET"]),
+        Route("/health", health.health, methods=["GET"]),
+        Route("/livez", health.livez, methods=["GET"]),
+        Route("/readyz", health.readyz, methods=["GET"]),
+        Route("/metrics", health.metrics, methods=["GET"]),
+        Route("/admin/swap/{alias}", admin.swap, methods=["POST"]),
         Route("/v1/workers", workers.list, methods=["GET"]),
         Route("/v1/workers/{alias}", workers.one, methods=["GET"]),
         Route("/openapi.json", info.openapi, methods=["GET"]),

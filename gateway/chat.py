@@ -22,6 +22,7 @@ from gateway.relay import abort_all, error_for, peek_first
 from gateway.schemas import ChatCompletionRequest
 from gateway.served import ServedModel
 from gateway.streaming import DONE, SSE_HEADERS, merged, sse
+from parsers.forcing import forced_prefix
 from protocol.messages import Generate
 
 
@@ -42,23 +43,31 @@ def _messages(req: ChatCompletionRequest) -> list[dict[str, Any]]:
     return out
 
 
-def _tools(req: ChatCompletionRequest) -> tuple[list[dict[str, Any]] | None, bool]:
-    """The tools to render and whether tool calls are parsed, following tool_choice."""
+def _tools(req: ChatCompletionRequest, tool_parser: str | None
+           ) -> tuple[list[dict[str, Any]] | None, bool, str]:
+    """The tools to render, whether tool calls are parsed, and the forced assistant prefix.
+
+    `none` renders no tools and parses none; `required` and a named function start the answer
+    with the family's tool-call opening (and the name) where the parser family has one.
+    """
     if not req.tools:
         if req.tool_choice not in (None, "none", "auto"):
             raise bad_request("tool_choice requires tools.", param="tool_choice")
-        return None, False
+        return None, False, ""
     tools = [msgspec.to_builtins(t) for t in req.tools]
     choice = req.tool_choice
     if choice == "none":
-        return None, False
-    if choice is not None and not isinstance(choice, str):
-        name = choice.function.name
-        tools = [t for t in tools if t["function"]["name"] == name]
-        if not tools:
-            raise bad_request(f"tool_choice names '{name}', which is not among tools.",
-                              param="tool_choice")
-    return tools, True
+        return None, False, ""
+    if choice is None or choice == "auto":
+        return tools, True, ""
+    if choice == "required":
+        return tools, True, forced_prefix(tool_parser, None)
+    name = choice.function.name
+    tools = [t for t in tools if t["function"]["name"] == name]
+    if not tools:
+        raise bad_request(f"tool_choice names '{name}', which is not among tools.",
+                          param="tool_choice")
+    return tools, True, forced_prefix(tool_parser, name)
 
 
 class ChatEndpoint:
@@ -74,9 +83,10 @@ class ChatEndpoint:
             req = msgspec.json.decode(await request.body(), type=ChatCompletionRequest)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             raise from_validation(exc) from exc
-        self.hub.require_ready(req.model)
-        params = chat_params(req)
-        tools, parse_tools = _tools(req)
+        await self.hub.wait_ready(req.model)
+        served = self.served[req.model]
+        params = chat_params(req, served.sampling)
+        tools, parse_tools, prefix = _tools(req, served.tool_call_parser)
         kwargs = dict(req.chat_template_kwargs or {})
         if req.reasoning_effort is not None:
             kwargs.setdefault("reasoning_effort", req.reasoning_effort)
@@ -85,7 +95,7 @@ class ChatEndpoint:
         streams = [
             self.hub.submit(req.model, Generate(
                 request_id=f"{cid}-{i}", params=params, messages=messages, tools=tools,
-                chat_template_kwargs=kwargs))
+                chat_template_kwargs=kwargs, assistant_prefix=prefix))
             for i in range(req.n)
         ]
         try:
@@ -93,11 +103,11 @@ class ChatEndpoint:
         except BaseException:
             abort_all(self.hub, streams)
             raise
-        served = self.served[req.model]
         asms = [
             ChoiceAssembler(i, tool_parser=served.tool_call_parser,
                             reasoning_parser=served.reasoning_parser, tools=tools,
-                            parse_tools=parse_tools, think_opened=firsts[i].think_opened)
+                            parse_tools=parse_tools, think_opened=firsts[i].think_opened,
+                            prefix=prefix)
             for i in range(req.n)
         ]
         created = int(time.time())

@@ -24,8 +24,10 @@ class ChoiceAssembler:
     """Feeds a choice's text through the alias's parsers and keeps the running totals."""
 
     def __init__(self, index: int, *, tool_parser: str | None, reasoning_parser: str | None,
-                 tools: list[dict[str, Any]] | None, parse_tools: bool, think_opened: bool) -> None:
+                 tools: list[dict[str, Any]] | None, parse_tools: bool, think_opened: bool,
+                 prefix: str = "") -> None:
         self.index = index
+        self.prefix = prefix  # forced start of the answer, part of the model's output
         self.parser: Any = None
         if tool_parser or reasoning_parser:
             from parsers.pipeline import OutputParser
@@ -56,6 +58,7 @@ class ChoiceAssembler:
         return delta
 
     def _parse(self, text: str, final: bool) -> Delta:
+        text, self.prefix = self.prefix + text, ""
         if self.parser is None:
             self.content += text
             return Delta(content=text)

@@ -56,7 +56,7 @@ class CompletionsEndpoint:
             req = msgspec.json.decode(await request.body(), type=CompletionRequest)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             raise from_validation(exc) from exc
-        self.hub.require_ready(req.model)
+        await self.hub.wait_ready(req.model)
         if req.suffix:
             raise bad_request("suffix is not supported.", param="suffix")
         params = completion_params(req)

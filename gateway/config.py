@@ -22,6 +22,13 @@ class GatewayConfig:
     api_keys: list[str] = field(default_factory=list)
     hang_timeout: float = 30.0
     log_level: str = "info"
+    shutdown_timeout: float = 30.0  # SIGTERM: how long running requests may finish
+    swap_wait: float = 30.0  # how long a request waits for a restarting/swapping worker
+    swap_drain_timeout: float = 30.0  # hot swap: how long running requests may finish
+    max_start_crashes: int = 5
+    restart_backoff: float = 0.5
+    admin_key: str | None = None
+    curve_dir: str | None = None  # CURVE keys: server.key_secret and clients/*.key
 
     def resolve_address(self) -> tuple[str, str | None]:
         """The worker address to bind, and the private directory created for it (if any)."""

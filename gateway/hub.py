@@ -8,66 +8,38 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import zmq
 import zmq.asyncio
 
+from gateway.adopt import on_stranger
+from gateway.curve import CurveServer
 from gateway.errors import APIError, unavailable
+from gateway.metrics import Metrics
+from gateway.state import AliasState, Stream, Terminal
 from protocol import messages as m
 
+__all__ = ["AliasState", "Hub", "Stream", "Terminal"]  # the state types are re-exported
+
 log = logging.getLogger("rapid_mlx.gateway")
-
-
-@dataclass
-class Terminal:
-    """The end of a request that did not come from the worker (worker died, hung, drained)."""
-
-    message: str
-    code: str = "worker_failed"
-
-
-@dataclass
-class Stream:
-    """The outputs of one request, in order, ending with a finish or a Terminal."""
-
-    request_id: str
-    alias: str
-    boot_id: str
-    queue: asyncio.Queue[m.RequestOutput | Terminal] = field(default_factory=asyncio.Queue)
-    done: bool = False
-
-
-@dataclass
-class AliasState:
-    """What the gateway knows about one alias and its current worker."""
-
-    alias: str
-    model: str
-    state: str = "starting"  # starting, ready, draining, stopped, failed
-    boot_id: str | None = None
-    identity: bytes | None = None
-    pid: int | None = None
-    facts: m.ModelFacts | None = None
-    ready_at: float | None = None
-    last_seen: float = 0.0
-    last_step: int = -1
-    last_progress: float = 0.0
-    restarts: int = 0
-    last_exit: str | None = None
-    heartbeat: m.Heartbeat | None = None
-    streams: dict[str, Stream] = field(default_factory=dict)
-    ready_event: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class Hub:
     """Binds the worker socket, routes jobs to workers and events back to request streams."""
 
-    def __init__(self, address: str, *, hang_timeout: float = 30.0) -> None:
+    def __init__(self, address: str, *, hang_timeout: float = 30.0, swap_wait: float = 30.0,
+                 external: bool = False, curve: CurveServer | None = None) -> None:
         self.address = address
         self.hang_timeout = hang_timeout
+        self.swap_wait = swap_wait
+        self.external = external  # workers are started by someone else (--no-spawn-workers)
         self.aliases: dict[str, AliasState] = {}
+        self.metrics = Metrics(lambda: list(self.aliases.values()))
+        self.draining = False
+        self.started_up = False  # every alias has been ready at once (latched)
+        self.retired: set[str] = set()  # boot ids declared gone; never accepted again
+        self.nudged: dict[str, float] = {}
         self.ctx = zmq.asyncio.Context()
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -76,17 +48,24 @@ class Hub:
         self._status_waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self.on_hung: Callable[[str], None] | None = None
         self.on_ready: Callable[[AliasState], None] | None = None
+        self.curve = curve
 
     # ---- lifecycle ----------------------------------------------------------------------
 
-    def add_alias(self, alias: str, model: str) -> AliasState:
+    def add_alias(self, alias: str, model: str, revision: str | None = None) -> AliasState:
         """Register an alias the gateway serves."""
-        state = AliasState(alias=alias, model=model)
+        state = AliasState(alias=alias, model=model, revision=revision)
         self.aliases[alias] = state
+        self.metrics.declare(alias)
         return state
 
     def start(self) -> None:
         """Bind and start reading events."""
+        if self.curve is not None:
+            self.curve.apply(self.ctx, self.sock)
+        elif self.address.startswith("tcp://"):
+            log.warning("workers connect over %s without CURVE: anyone who can reach it can "
+                        "join; see --curve-dir", self.address)
         self.sock.bind(self.address)
         self._tasks.append(asyncio.create_task(self._reader(), name="hub-reader"))
         self._tasks.append(asyncio.create_task(self._watchdog(), name="hub-watchdog"))
@@ -98,20 +77,71 @@ class Hub:
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
+        if self.curve is not None:
+            self.curve.stop()
         self.sock.close(0)
         self.ctx.term()
 
+    def start_drain(self) -> None:
+        """Stop admitting requests: every alias turns `draining`, new requests get 503."""
+        self.draining = True
+        for st in self.aliases.values():
+            if st.state not in ("failed", "stopped"):
+                st.state = "draining"
+
+    def count_restart(self, alias: str) -> None:
+        """Record one restart of the alias's worker."""
+        self.aliases[alias].restarts += 1
+        self.metrics.restarted(alias)
+
     # ---- requests -----------------------------------------------------------------------
 
-    def require_ready(self, alias: str) -> AliasState:
-        """Return the alias state or raise 404 (unknown) / 503 (not ready)."""
+    def lookup(self, alias: str) -> AliasState:
+        """The alias state, or a 404 naming the served models."""
         st = self.aliases.get(alias)
         if st is None:
             names = ", ".join(sorted(self.aliases)) or "none"
             raise APIError(404, f"The model '{alias}' does not exist. Available models: {names}.",
                            param="model", code="model_not_found")
-        if st.state != "ready" or st.identity is None:
-            raise unavailable(f"The model '{alias}' is not ready (state: {st.state}). Retry soon.")
+        return st
+
+    def serving(self, st: AliasState) -> bool:
+        """True when the alias takes new requests now."""
+        return st.state == "ready" and st.identity is not None and not self.draining
+
+    def _not_ready(self, st: AliasState) -> APIError:
+        if self.draining:
+            self.metrics.rejected(st.alias, "server_shutting_down")
+            return unavailable("The server is shutting down and takes no new requests.",
+                               retry_after=5, code="server_shutting_down")
+        self.metrics.rejected(st.alias, "model_not_ready")
+        why = f" Last exit: {st.last_exit}." if st.state == "failed" and st.last_exit else ""
+        return unavailable(f"The model '{st.alias}' is not ready (state: {st.state}).{why} "
+                           "Retry soon.", retry_after=2 if st.state != "failed" else 10)
+
+    def require_ready(self, alias: str) -> AliasState:
+        """Return the alias state or raise 404 (unknown) / 503 (not ready)."""
+        st = self.lookup(alias)
+        if not self.serving(st):
+            raise self._not_ready(st)
+        return st
+
+    async def wait_ready(self, alias: str, timeout: float | None = None) -> AliasState:
+        """Like require_ready, but while the alias's worker is being replaced wait (bounded)."""
+        st = self.lookup(alias)
+        started = time.monotonic()
+        deadline = started + (self.swap_wait if timeout is None else timeout)
+        while not self.serving(st):
+            remaining = deadline - time.monotonic()
+            if (remaining <= 0 or not st.restarting or self.draining
+                    or st.state in ("failed", "stopped")):
+                raise self._not_ready(st)
+            if st.ready_event.is_set():
+                await asyncio.sleep(min(remaining, 0.05))
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(st.ready_event.wait(), min(remaining, 0.25))
+        self.metrics.queued(alias, time.monotonic() - started)
         return st
 
     def submit(self, alias: str, job: m.Generate) -> Stream:
@@ -119,6 +149,8 @@ class Hub:
         st = self.require_ready(alias)
         assert st.identity is not None and st.boot_id is not None
         stream = Stream(job.request_id, alias, st.boot_id)
+        if not st.streams:
+            st.busy_since = stream.submitted_at
         st.streams[job.request_id] = stream
         try:
             self.sock.send_multipart([st.identity, m.encode(job)], flags=zmq.NOBLOCK)
@@ -132,6 +164,7 @@ class Hub:
         st = self.aliases.get(stream.alias)
         if st is None or st.streams.pop(stream.request_id, None) is None:
             return
+        self.metrics.ended(stream, "abort", time.monotonic())
         if st.identity is not None and st.boot_id == stream.boot_id:
             with contextlib.suppress(zmq.ZMQError):
                 self.sock.send_multipart([st.identity, m.encode(m.Abort(request_ids=[stream.request_id]))],
@@ -157,11 +190,12 @@ class Hub:
     def send_shutdown(self, alias: str, reason: str) -> bool:
         """Ask the alias's worker to exit; False if it cannot be reached."""
         st = self.aliases.get(alias)
-        if st is None or st.identity is None:
-            return False
+        return st is not None and st.identity is not None and self.send_to(st.identity, m.Shutdown(reason=reason))
+
+    def send_to(self, identity: bytes, job: m.Job) -> bool:
+        """Send JOB to one worker identity without blocking; False when it cannot be routed."""
         try:
-            self.sock.send_multipart([st.identity, m.encode(m.Shutdown(reason=reason))],
-                                     flags=zmq.NOBLOCK)
+            self.sock.send_multipart([identity, m.encode(job)], flags=zmq.NOBLOCK)
             return True
         except zmq.ZMQError:
             return False
@@ -173,6 +207,14 @@ class Hub:
         st = self.aliases.get(alias)
         if st is None or (boot_id is not None and st.boot_id not in (None, boot_id)):
             return
+        if boot_id is not None and boot_id in self.retired:  # known gone: add how it ended
+            if st.last_exit and reason not in st.last_exit:
+                st.last_exit = f"{st.last_exit}, then {reason}"
+            return
+        if boot_id is not None:
+            self.retired.add(boot_id)
+        if st.identity is not None:
+            st.restarting = True
         st.identity = None
         st.last_exit = reason
         st.ready_event.clear()
@@ -183,8 +225,10 @@ class Hub:
     def fail_streams(self, st: AliasState, terminal: Terminal) -> None:
         """End every in-flight request of the alias with a terminal error."""
         streams, st.streams = st.streams, {}
+        now = time.monotonic()
         for s in streams.values():
             s.queue.put_nowait(terminal)
+            self.metrics.ended(s, terminal.code, now)
 
     # ---- event side ---------------------------------------------------------------------
 
@@ -209,11 +253,13 @@ class Hub:
             return
         now = time.monotonic()
         if isinstance(ev, m.Ready):
-            self._on_ready(st, identity, ev, now)
+            self.accept_ready(st, identity, ev, now)
             return
-        if ev.boot_id != st.boot_id:
-            if isinstance(ev, m.Dead):
-                log.info("stale worker %s of %s died: %s", ev.boot_id, alias, ev.reason)
+        if isinstance(ev, m.Dead) and ev.boot_id == st.boot_id:
+            self.worker_gone(alias, ev.boot_id, ev.reason)
+            return
+        if ev.boot_id != st.boot_id or st.identity is None:
+            on_stranger(self, st, identity, ev, now)
             return
         st.last_seen = now
         if isinstance(ev, m.StepOutputs):
@@ -226,24 +272,27 @@ class Hub:
             fut = self._status_waiters.get(ev.query_id)
             if fut is not None and not fut.done():
                 fut.set_result(ev.body)
-        elif isinstance(ev, m.Dead):
-            self.worker_gone(alias, ev.boot_id, ev.reason)
 
-    def _on_ready(self, st: AliasState, identity: bytes, ev: m.Ready, now: float) -> None:
-        if ev.protocol_version != m.PROTOCOL_VERSION:
-            log.error("worker %s speaks protocol %d, gateway %d: refused", ev.boot_id,
-                      ev.protocol_version, m.PROTOCOL_VERSION)
-            with contextlib.suppress(zmq.ZMQError):
-                self.sock.send_multipart([identity, m.encode(m.Shutdown(reason="protocol mismatch"))])
+    def accept_ready(self, st: AliasState, identity: bytes, ev: m.Ready, now: float) -> None:
+        if ev.protocol_version != m.PROTOCOL_VERSION or ev.boot_id in self.retired:
+            log.error("worker %s of %s refused (protocol %d, gateway %d; retired: %s)", ev.boot_id,
+                      st.alias, ev.protocol_version, m.PROTOCOL_VERSION, ev.boot_id in self.retired)
+            self.send_to(identity, m.Shutdown(reason="refused by the gateway"))
             return
         if st.boot_id is not None and st.boot_id != ev.boot_id and st.streams:
             self.fail_streams(st, Terminal(f"The worker serving '{st.alias}' was replaced"))
+        if self.external and st.ready_at is not None and st.boot_id != ev.boot_id:
+            self.count_restart(st.alias)
         st.identity, st.boot_id, st.pid, st.facts = identity, ev.boot_id, ev.pid, ev.facts
         st.last_seen = st.last_progress = st.ready_at = now
         st.last_step = -1
+        st.restarting = False
+        if self.external:
+            st.model = ev.facts.model or st.model
         if st.state != "draining":
             st.state = "ready"
         st.ready_event.set()
+        self.started_up = self.started_up or all(map(self.serving, self.aliases.values()))
         log.info("worker for %s ready (pid %d, boot %s)", st.alias, ev.pid, ev.boot_id)
         if self.on_ready is not None:
             self.on_ready(st)
@@ -255,19 +304,22 @@ class Hub:
             if stream is None:
                 continue
             stream.queue.put_nowait(out)
+            self.metrics.output(stream, out, now)
             if out.finish_reason is not None:
                 st.streams.pop(out.request_id, None)
 
     async def _watchdog(self) -> None:
         while True:
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.25)
             now = time.monotonic()
             for st in self.aliases.values():
                 if st.identity is None or not st.streams:
                     continue
-                if now - st.last_seen > self.hang_timeout:
-                    log.error("worker of %s silent for %.1fs with work: hung", st.alias,
-                              now - st.last_seen)
-                    self.worker_gone(st.alias, st.boot_id, "hung (no progress)")
+                stalled = now - max(st.last_progress, st.busy_since)
+                if stalled > self.hang_timeout:
+                    log.error("worker of %s made no progress for %.1fs with work: hung", st.alias,
+                              stalled)
+                    self.send_to(st.identity, m.Shutdown(reason="hung"))
+                    self.worker_gone(st.alias, st.boot_id, f"hung (no progress for {stalled:.1f}s)")
                     if self.on_hung is not None:
                         self.on_hung(st.alias)

@@ -1,9 +1,6 @@
-"""GET /v1/models, /v1/health, /openapi.json and /docs."""
+"""GET /v1/models, /openapi.json and /docs."""
 
 from __future__ import annotations
-
-import time
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -22,7 +19,6 @@ class InfoEndpoints:
         self.served = served
         self.spec = build_openapi(version)
         self.docs_html = render_docs(self.spec)
-        self.started = time.time()
 
     async def models(self, request: Request) -> Response:
         """The OpenAI model list, with our parser and capability fields."""
@@ -34,26 +30,9 @@ class InfoEndpoints:
                          "owned_by": "rapid-mlx", "tool_call_parser": s.tool_call_parser,
                          "reasoning_parser": s.reasoning_parser, "is_hybrid": s.is_hybrid,
                          "is_moe": s.is_moe, "supports_spec_decode": s.supports_spec_decode,
-                         "context_length": ctx, "state": st.state, "model": s.model})
+                         "context_length": ctx, "state": st.state, "model": st.model,
+                         "revision": st.revision, "boot_id": st.boot_id})
         return JSONResponse({"object": "list", "data": data})
-
-    def health_body(self) -> dict[str, Any]:
-        """Overall and per-alias health."""
-        models = {}
-        for alias, st in self.hub.aliases.items():
-            models[alias] = {"state": st.state, "boot_id": st.boot_id, "pid": st.pid,
-                             "restarts": st.restarts, "last_exit": st.last_exit,
-                             "in_flight": len(st.streams)}
-        states = [m["state"] for m in models.values()]
-        status = "ok" if states and all(s == "ready" for s in states) else (
-            "degraded" if "ready" in states else "unavailable")
-        return {"status": status, "uptime_s": round(time.time() - self.started, 3),
-                "models": models}
-
-    async def health(self, request: Request) -> Response:
-        """200 while at least one alias serves, 503 otherwise."""
-        body = self.health_body()
-        return JSONResponse(body, status_code=200 if body["status"] != "unavailable" else 503)
 
     async def openapi(self, request: Request) -> Response:
         """The OpenAPI document."""

@@ -9,9 +9,19 @@ from gateway.schemas import ChatCompletionRequest, CompletionRequest
 from protocol.messages import SamplingParams
 
 
+def _pick(value: Any, defaults: dict[str, Any] | None, name: str, fallback: Any) -> Any:
+    """The request's value, else the model's recommended default, else OpenAI's."""
+    if value is not None:
+        return value
+    if defaults and defaults.get(name) is not None:
+        return defaults[name]
+    return fallback
+
+
 def sampling_params(req: ChatCompletionRequest | CompletionRequest, max_tokens: int | None,
-                    logprobs: bool, top_logprobs: int) -> SamplingParams:
-    """Translate OpenAI sampling fields to the wire's SamplingParams (OpenAI defaults)."""
+                    logprobs: bool, top_logprobs: int,
+                    defaults: dict[str, Any] | None = None) -> SamplingParams:
+    """Translate OpenAI sampling fields to the wire's SamplingParams (model, then OpenAI defaults)."""
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     if len(stop) > 16:
         raise bad_request("At most 16 stop sequences are allowed.", param="stop")
@@ -19,13 +29,13 @@ def sampling_params(req: ChatCompletionRequest | CompletionRequest, max_tokens: 
         raise bad_request("Stop sequences must be non-empty strings.", param="stop")
     return SamplingParams(
         max_tokens=max_tokens or 0,
-        temperature=1.0 if req.temperature is None else req.temperature,
-        top_p=1.0 if req.top_p is None else req.top_p,
-        top_k=max(req.top_k or 0, 0),
-        min_p=req.min_p or 0.0,
+        temperature=_pick(req.temperature, defaults, "temperature", 1.0),
+        top_p=_pick(req.top_p, defaults, "top_p", 1.0),
+        top_k=max(_pick(req.top_k, defaults, "top_k", 0), 0),
+        min_p=_pick(req.min_p, defaults, "min_p", 0.0),
         seed=req.seed,
-        repetition_penalty=req.repetition_penalty or 1.0,
-        presence_penalty=req.presence_penalty or 0.0,
+        repetition_penalty=_pick(req.repetition_penalty, defaults, "repetition_penalty", 1.0),
+        presence_penalty=_pick(req.presence_penalty, defaults, "presence_penalty", 0.0),
         frequency_penalty=req.frequency_penalty or 0.0,
         stop=stop,
         ignore_eos=req.ignore_eos,
@@ -34,18 +44,20 @@ def sampling_params(req: ChatCompletionRequest | CompletionRequest, max_tokens: 
     )
 
 
-def chat_params(req: ChatCompletionRequest) -> SamplingParams:
+def chat_params(req: ChatCompletionRequest, defaults: dict[str, Any] | None = None
+                ) -> SamplingParams:
     """Sampling parameters of a chat request."""
     if req.top_logprobs and not req.logprobs:
         raise bad_request("top_logprobs requires logprobs to be true.", param="top_logprobs")
     return sampling_params(req, req.max_completion_tokens or req.max_tokens, req.logprobs,
-                           req.top_logprobs or 0)
+                           req.top_logprobs or 0, defaults)
 
 
-def completion_params(req: CompletionRequest) -> SamplingParams:
+def completion_params(req: CompletionRequest, defaults: dict[str, Any] | None = None
+                      ) -> SamplingParams:
     """Sampling parameters of a text-completion request."""
     lp = req.logprobs
-    return sampling_params(req, req.max_tokens, lp is not None, lp or 0)
+    return sampling_params(req, req.max_tokens, lp is not None, lp or 0, defaults)
 
 
 def completion_prompts(req: CompletionRequest) -> list[dict[str, Any]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -18,4 +19,8 @@ class ServedModel:
     is_moe: bool = False
     supports_spec_decode: bool = False
     context_length: int | None = None
+    sampling: dict[str, Any] = field(default_factory=dict)
     created: int = field(default_factory=lambda: int(time.time()))
+
+    def __post_init__(self) -> None:
+        self.parsers_given = bool(self.tool_call_parser or self.reasoning_parser)

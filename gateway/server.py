@@ -1,9 +1,10 @@
-"""Run the gateway under uvicorn and announce readiness."""
+"""Run the gateway under uvicorn, announce readiness, and drain on SIGTERM."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import sys
 from types import FrameType
 
@@ -11,18 +12,32 @@ import uvicorn
 
 from gateway.app import build_app
 from gateway.config import GatewayConfig
+from gateway.drain import Drainer
 from gateway.hub import Hub
 
 log = logging.getLogger("rapid_mlx.gateway")
 
 
 class _Server(uvicorn.Server):
-    """uvicorn re-raises SIGINT/SIGTERM after a graceful shutdown; a supervised server should
-    instead exit 0 once it has stopped cleanly."""
+    """The first SIGTERM drains (running requests get up to `shutdown_timeout`), SIGINT ends
+    running requests at once; either way the server then stops its workers and exits 0 (uvicorn
+    would re-raise the signal)."""
+
+    drainer: Drainer | None = None
+    loop: asyncio.AbstractEventLoop | None = None
+    shutdown_timeout: float = 30.0
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.drainer is not None and self.loop is not None and not self.should_exit:
+            timeout = self.shutdown_timeout if sig == signal.SIGTERM else 0.0
+            self.loop.call_soon_threadsafe(self.drainer.begin, timeout)
+            return
         super().handle_exit(sig, frame)
         self._captured_signals.clear()
+
+    def drained(self) -> None:
+        """The drain finished: let uvicorn shut down (the lifespan stops the workers)."""
+        self.should_exit = True
 
 
 async def _announce(server: uvicorn.Server, config: GatewayConfig, hub: Hub) -> None:
@@ -39,6 +54,9 @@ async def serve(config: GatewayConfig) -> None:
     uv = uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level,
                         lifespan="on", timeout_graceful_shutdown=5)
     server = _Server(uv)
+    server.loop = asyncio.get_running_loop()
+    server.shutdown_timeout = config.shutdown_timeout
+    server.drainer = Drainer(app.state.hub, server.drained)
     announcer = asyncio.create_task(_announce(server, config, app.state.hub))
     try:
         await server.serve()

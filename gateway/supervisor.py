@@ -1,4 +1,4 @@
-"""Start one worker process per alias, restart it with backoff when it dies, stop it cleanly."""
+"""Start one worker process per alias, restart it with backoff when it dies, swap it, stop it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from gateway.hub import Hub
+from gateway.drain import settle
+from gateway.errors import APIError
+from gateway.hub import Hub, Terminal
 
 log = logging.getLogger("rapid_mlx.gateway")
 
@@ -24,6 +26,7 @@ class WorkerSpec:
     alias: str
     model: str
     extra_args: list[str] = field(default_factory=list)
+    revision: str | None = None
 
 
 @dataclass
@@ -33,6 +36,8 @@ class _Proc:
     boot_id: str | None = None
     started_at: float = 0.0
     crashes_at_start: int = 0
+    swapping: bool = False
+    swap_exit: bool = False
     task: asyncio.Task[None] | None = None
     restart_now: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -41,10 +46,11 @@ class Supervisor:
     """Owns worker processes for a Hub; restarts crashed ones with exponential backoff."""
 
     def __init__(self, hub: Hub, specs: list[WorkerSpec], *, max_start_crashes: int = 5,
-                 backoff_max: float = 30.0, stop_timeout: float = 10.0) -> None:
+                 backoff: float = 0.5, backoff_max: float = 30.0, stop_timeout: float = 5.0) -> None:
         self.hub = hub
         self.procs = {s.alias: _Proc(s) for s in specs}
         self.max_start_crashes = max_start_crashes
+        self.backoff = backoff
         self.backoff_max = backoff_max
         self.stop_timeout = stop_timeout
         self.stopping = False
@@ -68,40 +74,85 @@ class Supervisor:
             with contextlib.suppress(ProcessLookupError):
                 p.proc.kill()
 
+    async def swap(self, alias: str, model: str | None, revision: str | None,
+                   drain_timeout: float) -> None:
+        """Restart ALIAS's worker (optionally on another MODEL) once its requests drained."""
+        p = self.procs[alias]
+        if self.stopping or self.hub.draining:
+            raise APIError(503, "The server is shutting down.", type="server_error",
+                           code="server_shutting_down")
+        if p.swapping:
+            raise APIError(409, f"A swap of '{alias}' is already in progress.", code="swap_in_progress")
+        st = self.hub.aliases[alias]
+        p.swapping = True
+        try:
+            if model:
+                p.spec.model, p.spec.revision = model, revision
+            st.restarting = True
+            proc = p.proc
+            if proc is None or proc.returncode is not None:  # failed or between restarts
+                st.state = "starting"
+                p.restart_now.set()
+                return
+            st.state = "draining"
+            st.ready_event.clear()
+            left = await settle([st], drain_timeout)
+            if left:
+                self.hub.fail_streams(st, Terminal(
+                    f"The model '{alias}' is being swapped; this request was ended after "
+                    f"{drain_timeout:g}s.", code="model_swapped"))
+            p.swap_exit = True
+            if not self.hub.send_shutdown(alias, "swap"):
+                with contextlib.suppress(ProcessLookupError):
+                    proc.terminate()  # still loading: it cannot read a Shutdown yet
+            await _terminate(proc, self.stop_timeout)
+        finally:
+            p.swapping = False
+
     def _command(self, p: _Proc) -> list[str]:
-        return [sys.executable, "-m", "worker", "--alias", p.spec.alias, "--model", p.spec.model,
-                "--connect", self.hub.address, "--boot-id", p.boot_id or "",
-                "--parent-pid", str(os.getpid()), *p.spec.extra_args]
+        cmd = [sys.executable, "-m", "worker", "--alias", p.spec.alias, "--model", p.spec.model,
+               "--connect", self.hub.address, "--boot-id", p.boot_id or "",
+               "--parent-pid", str(os.getpid()), *p.spec.extra_args]
+        return cmd + (["--revision", p.spec.revision] if p.spec.revision else [])
 
     async def _run(self, p: _Proc) -> None:
-        st = self.hub.aliases[p.spec.alias]
-        delay = 0.5
+        alias = p.spec.alias
+        st = self.hub.aliases[alias]
+        delay = self.backoff
         while not self.stopping:
             p.boot_id = uuid.uuid4().hex
-            st.boot_id = p.boot_id
-            if st.state != "draining":
+            st.boot_id, st.model, st.revision = p.boot_id, p.spec.model, p.spec.revision
+            if not self.hub.draining:
                 st.state = "starting"
             p.started_at = time.monotonic()
             p.proc = await asyncio.create_subprocess_exec(*self._command(p), stdin=asyncio.subprocess.DEVNULL)
             st.pid = p.proc.pid
             code = await p.proc.wait()
             reason = f"exit code {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}"
-            self.hub.worker_gone(p.spec.alias, p.boot_id, reason)
+            swapped, p.swap_exit = p.swap_exit, False
+            self.hub.worker_gone(alias, p.boot_id, f"swapped ({reason})" if swapped else reason)
             if self.stopping:
                 break
             was_ready = st.ready_at is not None and st.ready_at >= p.started_at
+            if swapped:
+                p.crashes_at_start, delay = 0, self.backoff
+                self.hub.count_restart(alias)
+                continue
             p.crashes_at_start = 0 if was_ready else p.crashes_at_start + 1
+            if not was_ready:
+                st.restarting = False  # it never came up: do not make clients wait for it
             if p.crashes_at_start >= self.max_start_crashes:
                 st.state = "failed"
                 log.error("worker for %s failed %d times at start-up: giving up (%s)",
-                          p.spec.alias, p.crashes_at_start, reason)
+                          alias, p.crashes_at_start, reason)
                 await p.restart_now.wait()
                 p.restart_now.clear()
                 p.crashes_at_start = 0
+                self.hub.count_restart(alias)
                 continue
-            delay = 0.5 if was_ready else min(delay * 2, self.backoff_max)
-            st.restarts += 1
-            log.warning("worker for %s exited (%s); restarting in %.1fs", p.spec.alias, reason, delay)
+            delay = self.backoff if was_ready else min(delay * 2, self.backoff_max)
+            self.hub.count_restart(alias)
+            log.warning("worker for %s exited (%s); restarting in %.1fs", alias, reason, delay)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(p.restart_now.wait(), delay)
             p.restart_now.clear()
@@ -112,21 +163,22 @@ class Supervisor:
         for alias in self.procs:
             self.hub.send_shutdown(alias, "gateway stopping")
         procs = [p.proc for p in self.procs.values() if p.proc and p.proc.returncode is None]
-        deadline = time.monotonic() + self.stop_timeout
-        for sig_step in ("wait", "term", "kill"):
-            for proc in procs:
-                if proc.returncode is None and sig_step != "wait":
-                    with contextlib.suppress(ProcessLookupError):
-                        proc.send_signal(signal.SIGTERM if sig_step == "term" else signal.SIGKILL)
-            pending = [asyncio.create_task(pr.wait()) for pr in procs if pr.returncode is None]
-            if not pending:
-                break
-            timeout = max(0.1, min(deadline - time.monotonic(), 3.0))
-            _, still = await asyncio.wait(pending, timeout=timeout)
-            for t in still:
-                t.cancel()
+        await asyncio.gather(*(_terminate(pr, self.stop_timeout) for pr in procs))
         for p in self.procs.values():
+            self.hub.aliases[p.spec.alias].state = "stopped"
             if p.task:
                 p.task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await p.task
+
+
+async def _terminate(proc: asyncio.subprocess.Process, timeout: float) -> None:
+    """Wait for PROC to exit (it was asked to); SIGTERM after TIMEOUT, then SIGKILL after 3 s."""
+    for sig, wait in ((None, timeout), (signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
+        if proc.returncode is not None:
+            return
+        if sig is not None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(sig)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(proc.wait()), wait)

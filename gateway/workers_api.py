@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from gateway.errors import APIError
 from gateway.hub import AliasState, Hub
+
+
+def _rate(hits: Any, queries: Any) -> float | None:
+    return round(hits / queries, 4) if isinstance(queries, int | float) and queries else None
 
 
 class WorkersEndpoints:
@@ -18,29 +22,47 @@ class WorkersEndpoints:
     def __init__(self, hub: Hub) -> None:
         self.hub = hub
 
-    async def _describe(self, st: AliasState) -> dict[str, Any]:
+    async def describe(self, st: AliasState) -> dict[str, Any]:
+        """Everything known about ST's worker; live fields are None when it does not answer."""
         now = time.monotonic()
-        body: dict[str, Any] = {
-            "alias": st.alias, "model": st.model, "state": st.state, "pid": st.pid,
-            "boot_id": st.boot_id, "restarts": st.restarts, "last_exit": st.last_exit,
-            "in_flight": len(st.streams),
-            "uptime_s": round(now - st.ready_at, 3) if st.ready_at and st.identity else None,
-            "last_heartbeat_age_s": round(now - st.last_seen, 3) if st.last_seen else None,
-        }
         live = await self.hub.worker_status(st.alias) if st.identity is not None else None
-        body["live"] = live
-        return body
+        lv = live or {}
+        hb = st.heartbeat if st.identity is not None else None
+        prefix = self.hub.metrics.prefix.get(st.alias)
+        queries = lv.get("prefix_cache_queries", prefix.queries if prefix else None)
+        hits = lv.get("prefix_cache_hits", prefix.hits if prefix else None)
+        used, free = lv.get("kv_pages_used"), lv.get("kv_pages_free")
+        if used is None and hb is not None and hb.kv_total:
+            used, free = hb.kv_used, hb.kv_total - hb.kv_used
+        last_step_at = lv.get("last_step_at") or None
+        return {
+            "alias": st.alias, "model": st.model, "revision": st.revision or lv.get("revision"),
+            "path": lv.get("path"), "state": st.state, "pid": st.pid, "boot_id": st.boot_id,
+            "uptime_s": round(now - st.ready_at, 3) if st.ready_at and st.identity else None,
+            "restarts": st.restarts, "last_exit": st.last_exit,
+            "in_flight": len(st.streams),
+            "running": lv.get("running", hb.running if hb else 0),
+            "waiting": lv.get("waiting", hb.waiting if hb else 0),
+            "requests": lv.get("requests", []),
+            "kv_format": lv.get("kv_format", "none"),
+            "kv_pages_used": used, "kv_pages_free": free,
+            "kv_bytes_per_token": lv.get("kv_bytes_per_token"),
+            "prefix_cache_queries": queries, "prefix_cache_hits": hits,
+            "prefix_cache_hit_rate": _rate(hits, queries),
+            "prefill_tokens_per_s": lv.get("prefill_tokens_per_s"),
+            "decode_tokens_per_s": lv.get("decode_tokens_per_s"),
+            "last_step_at": last_step_at,
+            "last_step_age_s": round(time.time() - last_step_at, 3) if last_step_at else None,
+            "last_heartbeat_age_s": round(now - st.last_seen, 3) if st.last_seen else None,
+            "live": live,
+        }
 
     async def list(self, request: Request) -> Response:
         """Every alias's worker."""
-        return JSONResponse({"object": "list", "data": [
-            await self._describe(st) for st in self.hub.aliases.values()]})
+        data = await asyncio.gather(*(self.describe(st) for st in self.hub.aliases.values()))
+        return JSONResponse({"object": "list", "data": list(data)})
 
     async def one(self, request: Request) -> Response:
         """One alias's worker, or 404."""
-        alias = request.path_params["alias"]
-        st = self.hub.aliases.get(alias)
-        if st is None:
-            raise APIError(404, f"No worker for model '{alias}'.", param="alias",
-                           code="model_not_found")
-        return JSONResponse(await self._describe(st))
+        st = self.hub.lookup(request.path_params["alias"])
+        return JSONResponse(await self.describe(st))

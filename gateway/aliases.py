@@ -1,0 +1,107 @@
+"""Model aliases: the built-in table plus a user file, and parser detection for the rest."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from gateway.served import ServedModel
+
+BUILTIN = Path(__file__).resolve().parent / "data" / "aliases.toml"
+USER_DEFAULT = Path("~/.config/rapid-mlx/aliases.toml").expanduser()
+
+
+class Sampling(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """Recommended sampling defaults of a model."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    presence_penalty: float | None = None
+    repetition_penalty: float | None = None
+
+
+class AliasEntry(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """One alias: where the model is and how to parse its output."""
+
+    repo: str
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+    is_hybrid: bool = False
+    is_moe: bool = False
+    supports_spec_decode: bool = False
+    context_length: int | None = None
+    sampling: Sampling = msgspec.field(default_factory=Sampling)
+
+
+def _read(path: Path) -> dict[str, dict[str, Any]]:
+    try:
+        raw = msgspec.toml.decode(path.read_bytes())
+    except (OSError, msgspec.DecodeError) as exc:
+        raise ValueError(f"cannot read alias file {path}: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ValueError(f"alias file {path} must be a table of aliases")
+    return raw
+
+
+def user_alias_file(explicit: str | None = None) -> Path | None:
+    """The user alias file in use: --aliases, then RAPID_MLX_ALIASES, then ~/.config."""
+    for candidate in (explicit, os.environ.get("RAPID_MLX_ALIASES")):
+        if candidate:
+            return Path(candidate).expanduser()
+    return USER_DEFAULT if USER_DEFAULT.exists() else None
+
+
+def load_aliases(user_file: Path | None = None) -> dict[str, AliasEntry]:
+    """Built-in aliases overlaid field by field with the user's file."""
+    merged = _read(BUILTIN)
+    if user_file is not None:
+        for alias, fields in _read(user_file).items():
+            base = dict(merged.get(alias, {}))
+            base.update(fields)
+            merged[alias] = base
+    try:
+        return msgspec.convert(merged, type=dict[str, AliasEntry])
+    except msgspec.ValidationError as exc:
+        raise ValueError(f"invalid alias table: {exc}") from exc
+
+
+def served_model(model: str, alias: str | None, aliases: dict[str, AliasEntry],
+                 tool_parser: str | None, reasoning_parser: str | None) -> ServedModel:
+    """What to serve for a MODEL argument: an alias's entry, or a repo id / folder as given."""
+    entry = aliases.get(model)
+    if entry is None:
+        name = alias or model.rstrip("/").rsplit("/", 1)[-1]
+        return ServedModel(name, model, tool_call_parser=tool_parser,
+                           reasoning_parser=reasoning_parser)
+    return ServedModel(
+        alias or model, entry.repo, tool_call_parser=tool_parser or entry.tool_call_parser,
+        reasoning_parser=reasoning_parser or entry.reasoning_parser, is_hybrid=entry.is_hybrid,
+        is_moe=entry.is_moe, supports_spec_decode=entry.supports_spec_decode,
+        context_length=entry.context_length, sampling=msgspec.to_builtins(entry.sampling))
+
+
+def detect_into(served: ServedModel, chat_template: str | None, special_tokens: list[str],
+                model_type: str) -> None:
+    """Fill parsers the alias table did not give from the loaded tokenizer and template."""
+    if served.parsers_given:
+        return
+    from parsers.detect import detect_parsers
+
+    tool, reasoning = detect_parsers(chat_template, special_tokens, model_type)
+    served.tool_call_parser = served.tool_call_parser or tool
+    served.reasoning_parser = served.reasoning_parser or reasoning
+
+
+def format_table(aliases: dict[str, AliasEntry]) -> str:
+    """`rapid-mlx models` output: one alias a line."""
+    head = f"{'ALIAS':<34} {'TOOLS':<16} {'REASONING':<12} {'MOE':<4} {'CTX':>7}  REPO"
+    lines = [head]
+    for name, e in sorted(aliases.items()):
+        lines.append(f"{name:<34} {e.tool_call_parser or '-':<16} {e.reasoning_parser or '-':<12} "
+                     f"{'yes' if e.is_moe else 'no':<4} {e.context_length or 0:>7}  {e.repo}")
+    return "\n".join(lines)
