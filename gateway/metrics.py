@@ -99,8 +99,12 @@ class Metrics:
                              "Histogram of end to end request latency in seconds.", _L,
                              buckets=_E2E, registry=r)
         self.queue = Histogram("rapid_mlx_request_queue_time_seconds",
-                               "Histogram of time spent waiting for a ready worker in seconds.",
-                               _L, buckets=_E2E, registry=r)
+                               "Histogram of time requests spent in the engine's wait queue "
+                               "in seconds.", _L, buckets=_E2E, registry=r)
+        self.gateway_wait = Histogram("rapid_mlx_request_gateway_wait_seconds",
+                                      "Histogram of time spent waiting for a ready worker "
+                                      "(restart or swap) in seconds.", _L, buckets=_E2E,
+                                      registry=r)
         self.prefix_queries = Counter("rapid_mlx_prefix_cache_queries",
                                       "Prefix-cache queries, in prompt tokens.", _L, registry=r)
         self.prefix_hits = Counter("rapid_mlx_prefix_cache_hits",
@@ -113,7 +117,8 @@ class Metrics:
     def declare(self, alias: str) -> None:
         """Create the alias's series at zero so they exist before the first request."""
         for c in (self.prompt_tokens, self.generation_tokens, self.ttft, self.itl, self.e2e,
-                  self.queue, self.prefix_queries, self.prefix_hits, self.restarts):
+                  self.queue, self.gateway_wait, self.prefix_queries, self.prefix_hits,
+                  self.restarts):
             c.labels(alias)
         self.prefix.setdefault(alias, PrefixTotals())
 
@@ -123,7 +128,7 @@ class Metrics:
 
     def queued(self, alias: str, seconds: float) -> None:
         """A request waited SECONDS for a ready worker before it was submitted."""
-        self.queue.labels(alias).observe(seconds)
+        self.gateway_wait.labels(alias).observe(seconds)
 
     def rejected(self, alias: str, code: str) -> None:
         """A request was refused before reaching a worker."""
@@ -152,6 +157,7 @@ class Metrics:
             if s.first_token_at is None:
                 s.first_token_at = now
                 self.ttft.labels(alias).observe(now - s.submitted_at)
+                self.queue.labels(alias).observe(out.queue_s)
             else:
                 gap = (now - s.last_token_at) / n
                 for _ in range(n):

@@ -127,6 +127,7 @@ class RequestOutput(msgspec.Struct, array_like=True, omit_defaults=True, kw_only
     think_opened: bool = False
     error: str | None = None
     error_code: str | None = None
+    queue_s: float = 0.0  # on a request's first output: seconds it waited in the engine queue
 
 
 class StepOutputs(_Msg, tag="step"):

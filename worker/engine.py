@@ -33,6 +33,7 @@ class Request:
     cached_tokens: int = 0
     arrival: float = field(default_factory=time.monotonic)
     first_token_at: float | None = None
+    scheduled_at: float | None = None
     finish_reason: str | None = None
     think_opened: bool = False
     preemptions: int = 0
@@ -183,6 +184,8 @@ class Engine:
             if self.kv.available() < self.kv.pages_for(min(r.need, self.prefill_budget)) + 1:
                 break
             self.running.append(self.waiting.popleft())
+            if r.scheduled_at is None:
+                r.scheduled_at = time.monotonic()
 
     def _reserve(self, rows: list[tuple[Request, int]]) -> list[Request]:
         """Give each row pages for its next N tokens, preempting the newest requests if short."""
@@ -264,7 +267,8 @@ class Engine:
         return RequestOutput(
             request_id=r.id, token_ids=[tok], text=text, logprobs=[lp] if lp is not None else [],
             finish_reason=finish, prompt_tokens=r.prompt_len, completion_tokens=r.generated,
-            cached_tokens=r.cached_tokens, think_opened=r.think_opened and r.generated == 1)
+            cached_tokens=r.cached_tokens, think_opened=r.think_opened and r.generated == 1,
+            queue_s=(r.scheduled_at or now) - r.arrival if r.generated == 1 else 0.0)
 
     def _logprob(self, r: Request, tok: int, row: mx.array) -> TokenLogprob:
         top: list[tuple[str, int, float]] = []

@@ -110,3 +110,16 @@ def test_n_choices(server: Server, n: int) -> None:
     client = openai.OpenAI(base_url=server.url, api_key="x")
     out = client.chat.completions.create(model="default", messages=MSG, max_tokens=4, n=n)
     assert [c.index for c in out.choices] == list(range(n))
+
+
+def test_metrics_count_engine_queue_time(server: Server) -> None:
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    client = openai.OpenAI(base_url=server.url, api_key="x")
+    client.chat.completions.create(model="default", messages=MSG, max_tokens=2)
+    text = httpx.get(f"{server.base}/metrics").text
+    samples = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if s.labels.get("model_name") == "default"}
+    assert samples["rapid_mlx_request_queue_time_seconds_count"] >= 1
+    assert samples["rapid_mlx_generation_tokens_total"] >= 1
