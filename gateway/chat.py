@@ -14,7 +14,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from gateway.choice import ChoiceAssembler
 from gateway.disconnect import until_disconnected
-from gateway.errors import bad_request, from_validation
+from gateway.errors import bad_request, read_body
 from gateway.hub import Hub, Terminal
 from gateway.jobs import chat_params
 from gateway.logprobs import chat_logprobs
@@ -79,10 +79,7 @@ class ChatEndpoint:
 
     async def handle(self, request: Request) -> Response:
         """Handle one POST /v1/chat/completions."""
-        try:
-            req = msgspec.json.decode(await request.body(), type=ChatCompletionRequest)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            raise from_validation(exc) from exc
+        req = await read_body(request, ChatCompletionRequest)
         await self.hub.wait_ready(req.model)
         served = self.served[req.model]
         params = chat_params(req, served.sampling)

@@ -7,12 +7,11 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from gateway.disconnect import until_disconnected
-from gateway.errors import bad_request, from_validation
+from gateway.errors import bad_request, read_body
 from gateway.hub import Hub, Stream, Terminal
 from gateway.jobs import completion_params, completion_prompts
 from gateway.logprobs import completion_logprobs
@@ -52,10 +51,7 @@ class CompletionsEndpoint:
 
     async def handle(self, request: Request) -> Response:
         """Handle one POST /v1/completions."""
-        try:
-            req = msgspec.json.decode(await request.body(), type=CompletionRequest)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            raise from_validation(exc) from exc
+        req = await read_body(request, CompletionRequest)
         await self.hub.wait_ready(req.model)
         if req.suffix:
             raise bad_request("suffix is not supported.", param="suffix")

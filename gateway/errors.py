@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from starlette.requests import Request
@@ -67,6 +67,17 @@ def from_validation(exc: msgspec.ValidationError | msgspec.DecodeError) -> APIEr
                            code="invalid_value")
     return bad_request(f"We could not parse the JSON body of your request: {text}",
                        code="invalid_json")
+
+
+T = TypeVar("T")
+
+
+async def read_body(request: Request, type_: type[T]) -> T:
+    """Decode and validate a JSON request body, or raise the matching 400."""
+    try:
+        return msgspec.json.decode(await request.body(), type=type_)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise from_validation(exc) from exc
 
 
 async def handle_api_error(request: Request, exc: Exception) -> Response:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import enum
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from parsers.buffer import TextBuffer
 from parsers.calls import CallCounter
 from parsers.channel import TextChannel
 from parsers.jsonutil import dumps_canonical
@@ -76,6 +79,36 @@ class ToolParser(ABC):
         for name, text in encoded:
             self.emit_call(out, name, text)
         return True
+
+
+Handler = Callable[[ParseDelta, bool], bool]
+
+
+class StateMachineToolParser(ToolParser):
+    """A tool parser run as a state machine over a resumable buffer.
+
+    Each state's handler consumes what it can decide and returns True to run again (usually
+    in a new state) or False to wait for more text; ``final`` is True once the text has ended.
+    """
+
+    _state: enum.Enum
+    _buf: TextBuffer
+
+    @abstractmethod
+    def _handlers(self) -> Mapping[enum.Enum, Handler]:
+        """The handler of each state."""
+
+    def _feed(self, text: str, out: ParseDelta) -> None:
+        self._buf.append(text)
+        self._run(out, final=False)
+
+    def _finish(self, out: ParseDelta) -> None:
+        self._run(out, final=True)
+
+    def _run(self, out: ParseDelta, final: bool) -> None:
+        handlers = self._handlers()
+        while handlers[self._state](out, final):
+            pass
 
 
 class ReasoningParser(ABC):

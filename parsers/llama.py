@@ -6,7 +6,7 @@ import enum
 import re
 from typing import Any
 
-from parsers.base import ToolParser
+from parsers.base import Handler, StateMachineToolParser
 from parsers.buffer import MarkerSet, TextBuffer
 from parsers.jsoncalls import call_from_json
 from parsers.jsonutil import loads_strict
@@ -64,7 +64,7 @@ class _State(enum.Enum):
     CONTENT = 2
 
 
-class LlamaToolParser(ToolParser):
+class LlamaToolParser(StateMachineToolParser):
     """Llama tool calls at the start of the output, after ``<|python_tag|>`` or between calls.
 
     Text that merely starts with ``{`` or ``[`` but is not a call comes back as content.
@@ -81,23 +81,12 @@ class LlamaToolParser(ToolParser):
         self._head_ok = False
         self._scanner = BracketScanner(0, python=False)
 
-    def _feed(self, text: str, out: ParseDelta) -> None:
-        self._buf.append(text)
-        self._run(out, final=False)
-
-    def _finish(self, out: ParseDelta) -> None:
-        self._run(out, final=True)
-
-    def _run(self, out: ParseDelta, final: bool) -> None:
-        while True:
-            if self._state is _State.LEAD:
-                more = self._on_lead(out, final)
-            elif self._state is _State.CANDIDATE:
-                more = self._on_candidate(out, final)
-            else:
-                more = self._on_content(out, final)
-            if not more:
-                return
+    def _handlers(self) -> dict[enum.Enum, Handler]:
+        return {
+            _State.LEAD: self._on_lead,
+            _State.CANDIDATE: self._on_candidate,
+            _State.CONTENT: self._on_content,
+        }
 
     def _on_lead(self, out: ParseDelta, final: bool) -> bool:
         buf = self._buf

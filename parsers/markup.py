@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from typing import Any, ClassVar
 
-from parsers.base import ToolParser
+from parsers.base import Handler, StateMachineToolParser
 from parsers.buffer import MarkerSet, TextBuffer
 from parsers.jsonutil import dumps_canonical
 from parsers.types import ParseDelta
@@ -29,7 +29,7 @@ class _State(enum.Enum):
     BODY = 3
 
 
-class MarkupToolParser(ToolParser):
+class MarkupToolParser(StateMachineToolParser):
     """Base class for marker-delimited tool-call formats."""
 
     BLOCK_OPEN: ClassVar[tuple[str, ...]] = ()
@@ -67,26 +67,13 @@ class MarkupToolParser(ToolParser):
         return None
 
     # -- driver ------------------------------------------------------------------------
-    def _feed(self, text: str, out: ParseDelta) -> None:
-        self._buf.append(text)
-        self._run(out, final=False)
-
-    def _finish(self, out: ParseDelta) -> None:
-        self._run(out, final=True)
-
-    def _run(self, out: ParseDelta, final: bool) -> None:
-        while True:
-            state = self._state
-            if state is _State.TEXT:
-                more = self._on_text(out, final)
-            elif state is _State.BLOCK:
-                more = self._on_block(out, final)
-            elif state is _State.HEADER:
-                more = self._on_header(out, final)
-            else:
-                more = self._on_body(out, final)
-            if not more:
-                return
+    def _handlers(self) -> dict[enum.Enum, Handler]:
+        return {
+            _State.TEXT: self._on_text,
+            _State.BLOCK: self._on_block,
+            _State.HEADER: self._on_header,
+            _State.BODY: self._on_body,
+        }
 
     def _on_text(self, out: ParseDelta, final: bool) -> bool:
         buf = self._buf

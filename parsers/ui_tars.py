@@ -6,7 +6,7 @@ import enum
 import re
 from typing import Any
 
-from parsers.base import ToolParser
+from parsers.base import Handler, StateMachineToolParser
 from parsers.buffer import MarkerSet, TextBuffer
 from parsers.pyliteral import parse_call
 from parsers.scan import BracketScanner
@@ -52,7 +52,7 @@ class _State(enum.Enum):
     CANDIDATE = 2
 
 
-class UiTarsToolParser(ToolParser):
+class UiTarsToolParser(StateMachineToolParser):
     """Each action after a line-initial ``Action:`` becomes a tool call named by the action.
 
     The thought text stays content (verbatim, including its ``Thought:`` label).
@@ -68,23 +68,12 @@ class UiTarsToolParser(ToolParser):
         self._head_ok = False
         self._scanner = BracketScanner(0, python=True)
 
-    def _feed(self, text: str, out: ParseDelta) -> None:
-        self._buf.append(text)
-        self._run(out, final=False)
-
-    def _finish(self, out: ParseDelta) -> None:
-        self._run(out, final=True)
-
-    def _run(self, out: ParseDelta, final: bool) -> None:
-        while True:
-            if self._state is _State.TEXT:
-                more = self._on_text(out, final)
-            elif self._state is _State.LEAD:
-                more = self._on_lead(out, final)
-            else:
-                more = self._on_candidate(out, final)
-            if not more:
-                return
+    def _handlers(self) -> dict[enum.Enum, Handler]:
+        return {
+            _State.TEXT: self._on_text,
+            _State.LEAD: self._on_lead,
+            _State.CANDIDATE: self._on_candidate,
+        }
 
     def _enter(self, raw_from: int, pos: int) -> bool:
         self._raw_from = raw_from
