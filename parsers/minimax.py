@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from parsers.jsonutil import Finder
 from parsers.markup import BAD_HEADER, Header, MarkupToolParser
-from parsers.xmlargs import name_attribute
+from parsers.xmlargs import name_attribute, parameter_pairs
 
 _P_OPEN = "<parameter"
 _P_CLOSE = "</parameter>"
@@ -31,22 +30,6 @@ class MiniMaxToolParser(MarkupToolParser):
     def parse_args(self, name: str, body: str, closed: bool) -> dict[str, Any]:
         """``<parameter name="K">V</parameter>`` pairs (values stripped, then typed)."""
         args: dict[str, Any] = {}
-        find = Finder(body)
-        i = find.find(_P_OPEN, 0)
-        while i >= 0:
-            gt = body.find(">", i + len(_P_OPEN))
-            if gt < 0:
-                break
-            key = name_attribute(body[i + len(_P_OPEN) : gt])
-            close = find.find(_P_CLOSE, gt + 1)
-            nxt = find.find(_P_OPEN, gt + 1)
-            if close >= 0 and (nxt < 0 or close < nxt):
-                value, i = body[gt + 1 : close], find.find(_P_OPEN, close + len(_P_CLOSE))
-            elif closed:
-                stop = nxt if nxt >= 0 else len(body)
-                value, i = body[gt + 1 : stop], nxt
-            else:
-                break
-            if key:
-                args[key] = self.schemas.convert(name, key, value.strip())
+        for key, value in parameter_pairs(body, _P_OPEN, _P_CLOSE, name_attribute, closed):
+            args[key] = self.schemas.convert(name, key, value.strip())
         return args

@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from parsers.jsoncalls import calls_from_json_text
-from parsers.jsonutil import Finder
 from parsers.markup import BAD_HEADER, Header, MarkupToolParser
-from parsers.xmlargs import plain_name, strip_one_newline
+from parsers.xmlargs import parameter_pairs, plain_name, strip_one_newline
 
 _P_OPEN = "<parameter="
 _P_CLOSE = "</parameter>"
@@ -37,24 +36,8 @@ class Qwen3XmlToolParser(MarkupToolParser):
     def parse_args(self, name: str, body: str, closed: bool) -> dict[str, Any]:
         """``<parameter=K>V</parameter>`` pairs; an unterminated last value counts if closed."""
         args: dict[str, Any] = {}
-        find = Finder(body)
-        i = find.find(_P_OPEN, 0)
-        while i >= 0:
-            gt = body.find(">", i + len(_P_OPEN))
-            if gt < 0:
-                break
-            key = body[i + len(_P_OPEN) : gt].strip()
-            close = find.find(_P_CLOSE, gt + 1)
-            nxt = find.find(_P_OPEN, gt + 1)
-            if close >= 0 and (nxt < 0 or close < nxt):
-                value, i = body[gt + 1 : close], find.find(_P_OPEN, close + len(_P_CLOSE))
-            elif closed:
-                stop = nxt if nxt >= 0 else len(body)
-                value, i = body[gt + 1 : stop], nxt
-            else:
-                break
-            if key:
-                args[key] = self.schemas.convert(name, key, strip_one_newline(value))
+        for key, value in parameter_pairs(body, _P_OPEN, _P_CLOSE, lambda k: k.strip(), closed):
+            args[key] = self.schemas.convert(name, key, strip_one_newline(value))
         return args
 
     def parse_deferred(self, body: str) -> list[tuple[str, dict[str, Any]]] | None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
+
+from parsers.jsonutil import Finder
 
 _ATTR_RE = re.compile(r"""\s*name\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+))\s*/?\s*$""")
 
@@ -35,3 +38,30 @@ def plain_name(text: str) -> str | None:
     if not name or any(c.isspace() or c in "<>" for c in name):
         return None
     return name
+
+
+def parameter_pairs(body: str, open_tag: str, close_tag: str, key_of: Callable[[str], str | None],
+                    closed: bool) -> Iterator[tuple[str, str]]:
+    """(key, raw value) of each ``OPEN_TAG...>VALUE CLOSE_TAG`` in BODY, in order.
+
+    KEY_OF reads the key from the text between OPEN_TAG and ``>``. An unterminated value counts
+    (up to the next parameter or the end) only when the call itself is CLOSED.
+    """
+    find = Finder(body)
+    i = find.find(open_tag, 0)
+    while i >= 0:
+        gt = body.find(">", i + len(open_tag))
+        if gt < 0:
+            return
+        key = key_of(body[i + len(open_tag) : gt])
+        close = find.find(close_tag, gt + 1)
+        nxt = find.find(open_tag, gt + 1)
+        if close >= 0 and (nxt < 0 or close < nxt):
+            value, i = body[gt + 1 : close], find.find(open_tag, close + len(close_tag))
+        elif closed:
+            stop = nxt if nxt >= 0 else len(body)
+            value, i = body[gt + 1 : stop], nxt
+        else:
+            return
+        if key:
+            yield key, value
