@@ -4,7 +4,8 @@ from __future__ import annotations
 
 # family -> (prefix for "any tool", prefix for a named tool with {name})
 _PREFIXES: dict[str, tuple[str, str]] = {
-    "hermes": ("<tool_call>\n", '<tool_call>\n{{"name": "{name}", "arguments": '),
+    # no trailing space: the model's own next token (' {"') carries it, as in its training text
+    "hermes": ("<tool_call>\n", '<tool_call>\n{{"name": "{name}", "arguments":'),
     "qwen3_xml": ("<tool_call>\n<function=", "<tool_call>\n<function={name}>\n"),
     "qwen3_coder_xml": ("<tool_call>\n<function=", "<tool_call>\n<function={name}>\n"),
     "glm47": ("<tool_call>", "<tool_call>{name}\n"),

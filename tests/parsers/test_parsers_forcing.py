@@ -13,7 +13,7 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": 
     "type": "object", "properties": {"city": {"type": "string"}}}}}]
 
 COMPLETIONS = {
-    "hermes": ('{"city": "Paris"}}\n</tool_call>',
+    "hermes": (' {"city": "Paris"}}\n</tool_call>',
                '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'),
     "qwen3_xml": ("<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>",
                   "get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"),

@@ -1,0 +1,1 @@
+"""Tiny embedded demo model of rapid-mlx: synthetic data, tokenizer build and training."""
