@@ -5,26 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import mlx_lm
 import pytest
 
-pytest.importorskip("mlx.core")
-mlx_lm = pytest.importorskip("mlx_lm")
-
-from worker.embedded import embedded_model_path  # noqa: E402
-
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather in a given city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string", "description": "The city name, e.g. Paris"}},
-            "required": ["city"],
-        },
-    },
-}
-
+from worker.demo_model.evaluate import WEATHER_TOOL
+from worker.embedded import embedded_model_path
 
 _TOOL_RESULT_MESSAGES = [
     {"role": "user", "content": "What's the weather in Paris?"},
