@@ -5,6 +5,15 @@ row = slot * kv_heads + head, so one gather by a (B, H, L) row table yields atte
 layout directly, with no transpose copy. K8V4 quantizes group-wise along
 head_dim with mx.quantize (affine) and keeps scales and biases in float16, so a token costs
 (D + D/2 + 8*D/group) bytes per KV head per layer instead of 4*D in float16.
+
+Two things keep K8V4 close to full precision:
+- Centering: keys and values are stored minus a fixed per-layer, per-head mean (calibrated once
+  per worker). Softmax ignores a constant added to every key's score, so centered keys need no
+  correction; attention adds the value mean back to its output (the weights sum to one). Keys'
+  large near-constant channels (low-frequency RoPE pairs) then no longer set the 8-bit step.
+- A full-precision tail: each running request also keeps the page it is writing in full
+  precision (``tail_pages`` slots of one page each, KIVI's residual). A query reads its own
+  page from there and every older page quantized, so results do not depend on chunking.
 """
 
 from __future__ import annotations
@@ -61,13 +70,20 @@ def k8v4_supported(head_dim: int, group_size: int) -> bool:
 class PagedKVStore:
     """The page arrays of every layer; writes by slot, gathers by slot table."""
 
-    def __init__(self, fmt: KVFormat, num_pages: int) -> None:
+    def __init__(self, fmt: KVFormat, num_pages: int, tail_pages: int = 0) -> None:
         self.fmt = fmt
         self.num_pages = num_pages
+        self.quantized = fmt.kind != "none"
+        self.tail_pages = tail_pages if self.quantized else 0
         slots = num_pages * fmt.page_size
         h, d = fmt.num_kv_heads, fmt.head_dim
         self.k: list[list[mx.array]] = []
         self.v: list[list[mx.array]] = []
+        self.k_tail: list[mx.array] = []
+        self.v_tail: list[mx.array] = []
+        self.k_center = [mx.zeros((h, d), dtype=fmt.dtype) for _ in range(fmt.num_layers)]
+        self.v_center = [mx.zeros((h, d), dtype=fmt.dtype) for _ in range(fmt.num_layers)]
+        tail_rows = self.tail_pages * fmt.page_size * h
         for _ in range(fmt.num_layers):
             if fmt.kind == "none":
                 self.k.append([mx.zeros((slots * h, d), dtype=fmt.dtype)])
@@ -75,7 +91,15 @@ class PagedKVStore:
             else:
                 self.k.append(self._quantized_arrays(slots, KEY_BITS))
                 self.v.append(self._quantized_arrays(slots, VALUE_BITS))
-        mx.eval(self.k, self.v)
+                self.k_tail.append(mx.zeros((tail_rows, d), dtype=fmt.dtype))
+                self.v_tail.append(mx.zeros((tail_rows, d), dtype=fmt.dtype))
+        mx.eval(self.k, self.v, self.k_tail, self.v_tail)
+
+    def set_centers(self, keys: list[mx.array], values: list[mx.array]) -> None:
+        """Per-layer (kv_heads, head_dim) means subtracted before storing (before any write)."""
+        self.k_center = [k.astype(self.fmt.dtype) for k in keys]
+        self.v_center = [v.astype(self.fmt.dtype) for v in values]
+        mx.eval(self.k_center, self.v_center)
 
     def _quantized_arrays(self, slots: int, bits: int) -> list[mx.array]:
         h, d, g = self.fmt.num_kv_heads, self.fmt.head_dim, self.fmt.group_size
@@ -83,17 +107,34 @@ class PagedKVStore:
                 mx.zeros((slots * h, d // g), dtype=mx.float16),
                 mx.zeros((slots * h, d // g), dtype=mx.float16)]
 
-    def write(self, layer: int, rows: mx.array, keys: mx.array, values: mx.array) -> None:
-        """Store keys/values (R, D) at ROWS (R,) (one row per token and KV head)."""
+    def write(self, layer: int, rows: mx.array, keys: mx.array, values: mx.array
+              ) -> tuple[mx.array, mx.array]:
+        """Store keys/values (R, D) at ROWS (R,) (one row per token and KV head).
+
+        Returns what was stored before quantization: the keys and values, centered for K8V4.
+        """
         if self.fmt.kind == "none":
             self.k[layer][0][rows] = keys.astype(self.fmt.dtype)
             self.v[layer][0][rows] = values.astype(self.fmt.dtype)
-            return
+            return keys, values
+        h, d = self.fmt.num_kv_heads, self.fmt.head_dim
+        keys = (keys.reshape(-1, h, d) - self.k_center[layer]).reshape(-1, d)
+        values = (values.reshape(-1, h, d) - self.v_center[layer]).reshape(-1, d)
         for arrays, x, bits in ((self.k[layer], keys, KEY_BITS), (self.v[layer], values, VALUE_BITS)):
             w, s, b = mx.quantize(x, group_size=self.fmt.group_size, bits=bits)
             arrays[0][rows] = w
             arrays[1][rows] = s.astype(mx.float16)
             arrays[2][rows] = b.astype(mx.float16)
+        return keys, values
+
+    def write_tail(self, layer: int, rows: mx.array, keys: mx.array, values: mx.array) -> None:
+        """Store centered keys/values (R, D) in full precision at tail ROWS (R,)."""
+        self.k_tail[layer][rows] = keys.astype(self.fmt.dtype)
+        self.v_tail[layer][rows] = values.astype(self.fmt.dtype)
+
+    def gather_tail(self, layer: int, table: mx.array) -> tuple[mx.array, mx.array]:
+        """Full-precision tail keys and values at the rows of TABLE (B, H, W)."""
+        return self.k_tail[layer][table], self.v_tail[layer][table]
 
     def gather(self, layer: int, table: mx.array, dtype: mx.Dtype
                ) -> tuple[mx.array, mx.array] | tuple[QuantizedPages, QuantizedPages]:
@@ -110,8 +151,8 @@ class PagedKVStore:
 
     def arrays(self) -> list[mx.array]:
         """Every page array (to materialize pending writes)."""
-        return [a for arrays in (*self.k, *self.v) for a in arrays]
+        return [a for arrays in (*self.k, *self.v) for a in arrays] + self.k_tail + self.v_tail
 
     def nbytes(self) -> int:
         """Bytes held by all page arrays."""
-        return sum(a.nbytes for arrays in (*self.k, *self.v) for a in arrays)
+        return sum(a.nbytes for a in self.arrays())

@@ -1,156 +1,230 @@
-"""Attention over paged KV: the cache objects mlx-lm layers write through, and K8V4 attention.
+"""Attention over paged KV: K8V4 pages, the full-precision tail, cascade over a shared prefix.
 
-mlx-lm attention layers call ``cache.update_and_fetch(k, v)`` then
-``scaled_dot_product_attention(q, k, v, cache=..., mask=...)``. Our per-layer ``PagedView`` writes
-the new keys/values into pages and returns the gathered pages; for K8V4 those are quantized
-pages, and ``install()`` routes them to ``quantized_attention``, which multiplies the queries
-against the 8-bit keys and the 4-bit values with ``mx.quantized_matmul`` (no dequantized copy).
+``install()`` routes mlx-lm's ``scaled_dot_product_attention`` to ``paged_attention`` whenever a
+layer's cache returned a ``LayerKV``. Keys are split into segments: the prefix every row shares
+(attended once, with all rows' queries stacked into one matrix product), each row's remaining
+pages, and (K8V4) the row's current page in full precision. Segments are combined exactly by
+their log-sum-exp. K8V4 pages are read with ``mx.quantized_matmul`` when there are few queries
+and dequantized once for many (on CPU a dequantized GEMM is about 4x faster then).
+
+Softmax runs in base 2 (scores scaled by log2(e), weights from ``mx.power(2, x)``): on MLX's CPU
+backend ``mx.exp`` is about 3x slower than ``mx.power`` and dominates attention time, so on CPU
+this hand-written softmax beats the fused kernel (a fallback there) by about 3x. On a GPU the
+fused kernel is used wherever no log-sum-exp is needed.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, NamedTuple
 
 import mlx.core as mx
-import numpy as np
 
-from cache.paged_kv import PagedKVStore, QuantizedPages
+from cache.paged_kv import QuantizedPages
+from worker.paged_batch import LayerKV, PagedBatch, PagedView
 
+__all__ = ["PagedBatch", "PagedView", "install", "paged_attention", "routes_attention"]
 
-class PagedBatch:
-    """Slot tables of one forward pass: row b is fed lengths[b] tokens at positions starts[b]..
-
-    Rows shorter than the longest are right-padded; their padding tokens write to the scratch
-    page and only padding queries can see them.
-    """
-
-    def __init__(self, store: PagedKVStore, block_tables: list[list[int]], starts: list[int],
-                 lengths: list[int], dtype: mx.Dtype) -> None:
-        p = store.fmt.page_size
-        n = max(lengths)
-        self.store = store
-        self.dtype = dtype
-        self.n = n
-        self.starts = starts
-        self.single = len(starts) == 1
-        length = max(starts) + n
-        width = -(-length // p)
-        pages = np.zeros((len(starts), width), dtype=np.int64)  # page 0: scratch, never allocated
-        for row, bt in enumerate(block_tables):
-            used = min(len(bt), width)
-            pages[row, :used] = bt[:used]
-        table = (pages[:, :, None] * p + np.arange(p)).reshape(len(starts), -1)[:, :length]
-        starts_np = np.array(starts)
-        cols = starts_np[:, None] + np.arange(n)
-        writes = np.take_along_axis(table, np.minimum(cols, length - 1), axis=1)
-        writes[np.arange(n)[None, :] >= np.array(lengths)[:, None]] = 0  # padding -> scratch
-        heads = np.arange(store.fmt.num_kv_heads)
-        h = len(heads)
-        self.write_rows = mx.array((writes.reshape(-1, 1) * h + heads).reshape(-1))
-        self.table = mx.array(table[:, None, :] * h + heads[None, :, None])  # (B, H, L) rows
-        self.offset: Any = starts[0] if self.single else mx.array(starts)
-        q_pos = mx.array(starts)[:, None, None, None] + mx.arange(n)[None, None, :, None]
-        self.k_pos = mx.arange(length)[None, None, None, :]
-        self.q_pos = q_pos
-        self.mask = self.k_pos <= q_pos  # padding sits beyond each row's last query
-
-    def views(self) -> list[PagedView]:
-        """One cache object per layer for the model call."""
-        return [PagedView(self, layer) for layer in range(self.store.fmt.num_layers)]
+DEQUANTIZE_AT = 8  # query rows per KV head from which pages are dequantized rather than multiplied
+LOG2E = 1.4426950408889634
+MASKED = -1e30
 
 
-class PagedView:
-    """One layer's cache as an mlx-lm attention layer sees it."""
+class Segment(NamedTuple):
+    """Keys and values (full precision or quantized) and the mask (B, 1, n, L) or None."""
 
-    def __init__(self, batch: PagedBatch, layer: int) -> None:
-        self.batch = batch
-        self.layer = layer
-        self.offset = batch.offset
-
-    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[Any, Any]:
-        """Write the new keys/values (B, H, N, D) into pages; return every row's gathered KV."""
-        b = self.batch
-        bsz, heads, n, dim = keys.shape
-        flat_k = keys.transpose(0, 2, 1, 3).reshape(bsz * n * heads, dim)
-        flat_v = values.transpose(0, 2, 1, 3).reshape(bsz * n * heads, values.shape[-1])
-        b.store.write(self.layer, b.write_rows, flat_k, flat_v)
-        return b.store.gather(self.layer, b.table, b.dtype)
-
-    def make_mask(self, n: int, return_array: bool = False, window_size: int | None = None) -> Any:
-        """Causal mask over each row's own positions (optionally windowed)."""
-        b = self.batch
-        quantized = b.store.fmt.kind != "none"
-        if window_size is not None:
-            return b.mask & (b.k_pos > b.q_pos - window_size)
-        if b.single and not quantized and not return_array:
-            return None if n == 1 else "causal"
-        return b.mask
-
-    @property
-    def state(self) -> tuple[()]:
-        """Paged caches have no per-request state for mlx-lm to save."""
-        return ()
-
-    def is_trimmable(self) -> bool:
-        """mlx-lm never trims our caches."""
-        return False
+    keys: mx.array | QuantizedPages
+    values: mx.array | QuantizedPages
+    mask: mx.array | None
 
 
-def quantized_attention(queries: mx.array, keys: QuantizedPages, values: QuantizedPages,
-                        scale: float, mask: Any) -> mx.array:
-    """Softmax attention of queries (B, Hq, N, D) over quantized keys and values.
+def paged_attention(queries: mx.array, kv: LayerKV, scale: float, mask: Any) -> mx.array:
+    """Softmax attention of queries (B, Hq, n, D) over one layer's paged KV."""
+    b, layer = kv.batch, kv.layer
+    standard = mask is b.mask or mask is None or isinstance(mask, str)
+    if not isinstance(mask, mx.array):
+        mask = b.mask
+    store = b.store
+    own = kv.window_k is not None  # the current page is read from the full-precision window
+    rows_mask = mask & b.older if own else mask
+    window = None
+    if kv.window_k is not None and kv.window_v is not None:
+        wmask = b.window_mask
+        if not standard:  # e.g. a sliding window: apply the model's mask at window positions
+            pos = mx.minimum(b.window_pos, mask.shape[-1] - 1)
+            wmask = wmask & mx.take_along_axis(mask, mx.broadcast_to(
+                pos, (*mask.shape[:-1], pos.shape[-1])), axis=-1)
+        window = Segment(kv.window_k, kv.window_v, wmask)
+    if b.shared and standard:
+        shared = _segment(store.gather(layer, b.shared_table, b.dtype), None)
+        rest = _segment(store.gather(layer, b.rest_table, b.dtype), rows_mask[..., b.shared :])
+        out = _cascade(queries, scale, shared, [rest] + ([window] if window else []))
+    elif not store.quantized:
+        keys, values = (_dense(x) for x in store.gather(layer, b.table, b.dtype))
+        out = _fused(queries, keys, values, scale, mask)
+    else:
+        pages = _segment(store.gather(layer, b.table, b.dtype), rows_mask)
+        segments = [pages] + ([window] if window else [])
+        if queries.shape[2] > 1 and mx.default_device() == mx.gpu:
+            keys, values, both = _concat(segments)
+            out = _fused(queries, keys, values, scale, both)
+        else:
+            out = _normalized(queries, scale, segments)
+    return _add_value_center(out, store.v_center[layer]) if store.quantized else out
 
-    Decode (one query per row) multiplies against the packed pages with mx.quantized_matmul.
-    Prompt chunks dequantize the gathered pages and use the fused attention kernel: with many
-    queries per row that is about 4x faster on CPU than quantized matmuls.
-    """
-    bsz, n_q, n, dim = queries.shape
-    if n > 1:
-        k = mx.dequantize(keys.w, keys.scales, keys.biases, group_size=keys.group_size,
-                          bits=keys.bits)
-        v = mx.dequantize(values.w, values.scales, values.biases, group_size=values.group_size,
-                          bits=values.bits)
-        return mx.fast.scaled_dot_product_attention(queries, k, v, scale=scale, mask=mask)
-    n_kv = keys.w.shape[1]
-    rep = n_q // n_kv
-    q = (queries * scale).reshape(bsz, n_kv, rep, n, dim)
-    kw, ks, kb = (x[:, :, None] for x in (keys.w, keys.scales, keys.biases))
-    scores = mx.quantized_matmul(q, kw, ks, kb, transpose=True, group_size=keys.group_size,
-                                 bits=keys.bits)
-    if isinstance(mask, mx.array):
-        scores = mx.where(mask[:, :, None], scores, mx.finfo(scores.dtype).min)
-    elif mask == "causal":
-        length = scores.shape[-1]
-        causal = mx.arange(length)[None, :] <= (mx.arange(n) + length - n)[:, None]
-        scores = mx.where(causal, scores, mx.finfo(scores.dtype).min)
-    probs = mx.softmax(scores, axis=-1, precise=True)
-    vw, vs, vb = (x[:, :, None] for x in (values.w, values.scales, values.biases))
-    out = mx.quantized_matmul(probs, vw, vs, vb, transpose=False, group_size=values.group_size,
-                              bits=values.bits)
-    return out.reshape(bsz, n_q, n, -1)
+
+def _segment(kv: tuple[Any, Any], mask: mx.array | None) -> Segment:
+    return Segment(kv[0], kv[1], mask)
+
+
+def _fused(queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask: Any
+           ) -> mx.array:
+    return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask)
+
+
+def _concat(segments: list[Segment]) -> tuple[mx.array, mx.array, mx.array]:
+    """Dequantized keys, values and masks of the segments, concatenated along the keys."""
+    keys = [_dense(s.keys) for s in segments]
+    values = [_dense(s.values) for s in segments]
+    shape = next(s.mask.shape[:-1] for s in segments if s.mask is not None)
+    masks = [mx.broadcast_to(s.mask if s.mask is not None else mx.array(True), (*shape, k.shape[2]))
+             for s, k in zip(segments, keys, strict=True)]
+    return (mx.concatenate(keys, axis=2), mx.concatenate(values, axis=2),
+            mx.concatenate(masks, axis=-1))
+
+
+def _dense(x: mx.array | QuantizedPages) -> mx.array:
+    if isinstance(x, QuantizedPages):
+        return mx.dequantize(x.w, x.scales, x.biases, group_size=x.group_size, bits=x.bits)
+    return x
+
+
+def _gqa(queries: mx.array, kv_heads: int, scale: float) -> mx.array:
+    """(B, Hq, n, D) -> (B, Hkv, rep * n, D) scaled to base-2 scores; head i reads KV head i // rep."""
+    bsz, hq, n, d = queries.shape
+    return (queries * (scale * LOG2E)).reshape(bsz, kv_heads, (hq // kv_heads) * n, d)
+
+
+def _kv_heads(x: mx.array | QuantizedPages) -> int:
+    return (x.w if isinstance(x, QuantizedPages) else x).shape[1]
+
+
+def _partial(q: mx.array, n: int, segments: list[Segment]) -> tuple[mx.array, mx.array]:
+    """Softmax attention of q (B, Hkv, rep*n, D) over the segments: (output, base-2 log-sum)."""
+    bsz, hkv, m, _ = q.shape
+    rep = m // n
+    scores = []
+    for s in segments:
+        sc = _scores(q, s.keys).reshape(bsz, hkv, rep, n, -1)
+        if s.mask is not None:
+            sc = mx.where(s.mask[:, :, None], sc, MASKED)
+        scores.append(sc.astype(mx.float32))
+    allsc = mx.concatenate(scores, axis=-1) if len(scores) > 1 else scores[0]
+    top = mx.max(allsc, axis=-1, keepdims=True)
+    probs = mx.power(2.0, allsc - top)
+    total = mx.sum(probs, axis=-1, keepdims=True)
+    out = None
+    start = 0
+    for s, sc in zip(segments, scores, strict=True):
+        width = sc.shape[-1]
+        p = probs[..., start : start + width].reshape(bsz, hkv, m, width)
+        start += width
+        part = _apply(p, s.values)
+        out = part if out is None else out + part
+    assert out is not None
+    lse = (top + mx.log2(total)).reshape(bsz, hkv, m, 1)
+    return out / total.reshape(bsz, hkv, m, 1), lse
+
+
+def _scores(q: mx.array, keys: mx.array | QuantizedPages) -> mx.array:
+    if isinstance(keys, QuantizedPages):
+        if q.shape[2] >= DEQUANTIZE_AT:
+            return q @ _dense(keys).swapaxes(-1, -2)
+        return mx.quantized_matmul(q, keys.w, keys.scales, keys.biases, transpose=True,
+                                   group_size=keys.group_size, bits=keys.bits)
+    return q @ keys.swapaxes(-1, -2)
+
+
+def _apply(p: mx.array, values: mx.array | QuantizedPages) -> mx.array:
+    if isinstance(values, QuantizedPages):
+        p = p.astype(values.scales.dtype)
+        if p.shape[2] >= DEQUANTIZE_AT:
+            return p @ _dense(values)
+        return mx.quantized_matmul(p, values.w, values.scales, values.biases, transpose=False,
+                                   group_size=values.group_size, bits=values.bits)
+    return p.astype(values.dtype) @ values
+
+
+def _normalized(queries: mx.array, scale: float, segments: list[Segment]) -> mx.array:
+    """Attention of each row over its own segments."""
+    bsz, hq, n, d = queries.shape
+    out, _ = _partial(_gqa(queries, _kv_heads(segments[0].keys), scale), n, segments)
+    return out.reshape(bsz, hq, n, d).astype(queries.dtype)
+
+
+def _cascade(queries: mx.array, scale: float, shared: Segment, rows: list[Segment]) -> mx.array:
+    """Shared prefix attended once by all rows' queries, merged with each row's own keys."""
+    bsz, hq, n, d = queries.shape
+    hkv = _kv_heads(shared.keys)
+    q = _gqa(queries, hkv, scale)  # (B, Hkv, rep*n, D)
+    m = q.shape[2]
+    stacked = q.transpose(1, 0, 2, 3).reshape(1, hkv, bsz * m, d)
+    s_out, s_lse = _partial(stacked, bsz * m, [shared])
+    s_out = s_out.reshape(hkv, bsz, m, d).transpose(1, 0, 2, 3)
+    s_lse = s_lse.reshape(hkv, bsz, m, 1).transpose(1, 0, 2, 3)
+    r_out, r_lse = _partial(q, n, rows)
+    top = mx.maximum(s_lse, r_lse)
+    ws, wr = mx.power(2.0, s_lse - top), mx.power(2.0, r_lse - top)
+    out = (s_out * ws + r_out * wr) / (ws + wr)
+    return out.reshape(bsz, hq, n, d).astype(queries.dtype)
+
+
+def _add_value_center(out: mx.array, center: mx.array) -> mx.array:
+    """Add the per-KV-head value mean back (attention weights sum to one)."""
+    bsz, hq, n, d = out.shape
+    hkv = center.shape[0]
+    return (out.reshape(bsz, hkv, -1, d) + center[None, :, None, :]).reshape(bsz, hq, n, d)
 
 
 _installed: dict[str, Any] = {}
 
 
 def install() -> None:
-    """Route quantized pages to quantized_attention in every loaded mlx-lm model module."""
+    """Route paged KV to paged_attention in every loaded mlx-lm model module."""
     import mlx_lm.models.base as base
 
     original = _installed.setdefault("original", base.scaled_dot_product_attention)
 
     def sdpa(queries: mx.array, keys: Any, values: Any, cache: Any, scale: float, mask: Any,
              sinks: Any = None) -> mx.array:
-        if isinstance(keys, QuantizedPages):
+        if isinstance(keys, LayerKV):
             if sinks is not None:
-                raise ValueError("K8V4 pages do not support attention sinks; use --kv-cache-turboquant none")
-            return quantized_attention(queries, keys, values, scale, mask)
+                raise ValueError("paged attention does not support attention sinks")
+            return paged_attention(queries, keys, scale, mask)
         result: mx.array = original(queries, keys, values, cache=cache, scale=scale, mask=mask,
                                     sinks=sinks)
         return result
 
+    routed = _installed.setdefault("routed", sdpa)
     for name, module in list(sys.modules.items()):
         if name.startswith("mlx_lm.models.") and getattr(
                 module, "scaled_dot_product_attention", None) is original:
-            module.scaled_dot_product_attention = sdpa  # type: ignore[attr-defined]
+            module.scaled_dot_product_attention = routed  # type: ignore[attr-defined]
+
+
+def routes_attention(model: Any) -> bool:
+    """True when every attention layer of MODEL calls the routed attention function."""
+    install()
+    routed = _installed["routed"]
+    layers = getattr(getattr(model, "model", model), "layers", None) or getattr(model, "layers", [])
+    found = False
+    for layer in layers:
+        attn = next((getattr(layer, a) for a in ("self_attn", "attention", "attn")
+                     if hasattr(layer, a)), None)
+        if attn is None:
+            return False
+        module = sys.modules.get(type(attn).__module__)
+        if getattr(module, "scaled_dot_product_attention", None) is not routed:
+            return False
+        found = True
+    return found

@@ -12,6 +12,7 @@ import mlx.core as mx
 from cache.paged_kv import PagedKVStore
 from protocol.messages import RequestOutput, SamplingParams, TokenLogprob
 from worker.forward import Forward
+from worker.kv_calibrate import calibrate_centers
 from worker.kv_manager import KVManager, RequestPages
 from worker.sampling import RowSampler, sample
 from worker.stops import StopMatcher
@@ -93,6 +94,8 @@ class Engine:
         self.kv = KVManager(store, prefix_cache=prefix_cache)
         self.dtype = model_dtype(model)
         self._forward = Forward(model, store, self.dtype)
+        if store.quantized:
+            calibrate_centers(model, tokenizer, store)
         self.kv_note = ""
         self.context_length = context_length
         self.max_batch = max_batch
@@ -147,7 +150,7 @@ class Engine:
         logits: list[mx.array] = []
         t0 = time.perf_counter()
         if decodes:
-            out = self._forward([[r.tokens[-1]] for r in decodes], [r.kv.pages for r in decodes],
+            out = self._forward([[r.tokens[-1]] for r in decodes], [r.kv for r in decodes],
                                 [r.computed for r in decodes], True)
             assert out is not None
             logits.append(out)
@@ -156,7 +159,7 @@ class Engine:
         for group in _group_chunks(prefills):
             samplers = [r.computed + n == r.need and not r.generated for r, n in group]
             out = self._forward([r.tokens[r.computed : r.computed + n] for r, n in group],
-                                [r.kv.pages for r, _ in group], [r.computed for r, _ in group],
+                                [r.kv for r, _ in group], [r.computed for r, _ in group],
                                 any(samplers))
             if out is not None:
                 keep = [i for i, wants in enumerate(samplers) if wants]

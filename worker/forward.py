@@ -8,7 +8,8 @@ from typing import Any
 import mlx.core as mx
 
 from cache.paged_kv import PagedKVStore
-from worker.attention import PagedBatch
+from worker.attention import PagedBatch, routes_attention
+from worker.kv_manager import RequestPages
 
 # Architectures whose Model.__call__ is exactly `head(model(inputs, cache))`: for these the head
 # runs on the last position only, and not at all for prompt chunks that need no logits.
@@ -40,14 +41,16 @@ class Forward:
         self.store = store
         self.dtype = dtype
         self.split = _split(model)
+        self.cascade = routes_attention(model)
 
-    def __call__(self, rows: list[list[int]], block_tables: list[list[int]], starts: list[int],
+    def __call__(self, rows: list[list[int]], kvs: list[RequestPages], starts: list[int],
                  want_logits: bool) -> mx.array | None:
         """Feed each row's tokens at its start; return each row's last logits (B, V) if wanted."""
         lengths = [len(r) for r in rows]
         n = max(lengths)
         tokens = mx.array([r + [0] * (n - len(r)) for r in rows])
-        batch = PagedBatch(self.store, block_tables, starts, lengths, self.dtype)
+        batch = PagedBatch(self.store, [kv.pages for kv in kvs], starts, lengths, self.dtype,
+                           tails=[kv.tail for kv in kvs], cascade=self.cascade)
         cache = batch.views()
         last = mx.array(lengths) - 1
         out: mx.array | None

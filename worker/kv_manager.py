@@ -25,6 +25,7 @@ class RequestPages:
     pages: list[int] = field(default_factory=list)
     node: Node | None = None
     shared: int = 0
+    tail: int = 0  # K8V4: the full-precision tail page of the page being written (0: none)
 
 
 @dataclass
@@ -43,6 +44,7 @@ class KVManager:
         self.page_size = store.fmt.page_size
         self.pool = PagePool(store.num_pages)
         self.radix = RadixCache(self.page_size) if prefix_cache else None
+        self.tails = PagePool(store.tail_pages) if store.tail_pages else None
         self.stats = CacheStats()
 
     def pages_for(self, tokens: int) -> int:
@@ -62,13 +64,18 @@ class KVManager:
             return 0
         pages, node = self.radix.match_prefix(r.tokens, limit)
         self.radix.lock(node)
-        r.kv = RequestPages(pages=list(pages), node=node, shared=len(pages))
+        r.kv = RequestPages(pages=list(pages), node=node, shared=len(pages), tail=r.kv.tail)
         hit = len(pages) * self.page_size
         self.stats.hits += hit
         return hit
 
     def ensure(self, r: PagedRequest, upto: int) -> bool:
         """Give r pages for positions < UPTO, evicting cached pages if needed; False if short."""
+        if self.tails is not None and not r.kv.tail:
+            try:
+                r.kv.tail = self.tails.alloc(1)[0]
+            except OutOfPages:
+                return False
         need = self.pages_for(upto) - len(r.kv.pages)
         if need <= 0:
             return True
@@ -104,11 +111,15 @@ class KVManager:
         self.pool.free(kv.pages[kv.shared:])
         if kv.node is not None and self.radix is not None:
             self.radix.unlock(kv.node)
+        if kv.tail and self.tails is not None:
+            self.tails.free([kv.tail])
         r.kv = RequestPages()
 
     def check(self) -> None:
         """Assert pool and tree agree (tests)."""
         self.pool.check()
+        if self.tails is not None:
+            self.tails.check()
         if self.radix is not None:
             tree = self.radix.all_pages()
             assert len(tree) == len(set(tree)) == self.radix.num_pages

@@ -9,6 +9,7 @@ from typing import Any
 import mlx.core as mx
 
 from cache.paged_kv import KVFormat, PagedKVStore, k8v4_supported
+from worker.attention import routes_attention
 
 
 class UnsupportedModel(Exception):
@@ -81,9 +82,13 @@ def plan_kv(model: Any, dtype: mx.Dtype, *, kind: str, memory: str, page_size: i
     if kind == "k8v4" and not k8v4_supported(dim, group_size):
         kind, reason = "none", (f"head_dim {dim} is not a multiple of the quantization group "
                                 f"size {group_size}; keeping full-precision pages")
+    elif kind == "k8v4" and not routes_attention(model):
+        kind, reason = "none", ("the model computes attention itself (not through mlx-lm's "
+                                "scaled_dot_product_attention); keeping full-precision pages")
     fmt = KVFormat(layers, heads, dim, page_size, dtype, kind, group_size)
     per_context = -(-context_length // page_size)
     useful = 2 * max_batch * per_context + 1  # every slot busy, plus as much again for prefixes
     budget = parse_memory(memory) // fmt.bytes_per_page()
     num_pages = max(min(budget, useful), per_context + 2)
-    return KVPlan(PagedKVStore(fmt, num_pages), kind, reason)
+    tails = max_batch + 2 if kind == "k8v4" else 0  # one per running request, plus scratch
+    return KVPlan(PagedKVStore(fmt, num_pages, tail_pages=tails), kind, reason)

@@ -12,6 +12,7 @@ from mlx_lm import load
 from protocol.messages import SamplingParams
 from tests.conftest import shared_model
 from tests.worker.test_engine import PROMPTS, _reference, _run, make_engine
+from worker import attention
 from worker.attention import PagedBatch
 from worker.embedded import embedded_model_path
 
@@ -36,8 +37,12 @@ def _assert_idle_invariants(engine: Any) -> None:
             stack.extend(n.children.values())
 
 
-def test_prefix_hit_reuses_pages_and_keeps_output(model: tuple[Any, Any]) -> None:
+def test_prefix_hit_reuses_pages_and_keeps_output(model: tuple[Any, Any],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     mdl, tok = model
+    cascades: list[int] = []
+    original = attention._cascade
+    monkeypatch.setattr(attention, "_cascade", lambda *a: cascades.append(1) or original(*a))
     system = " ".join(PROMPTS)  # a long shared prefix
     prompts = {f"p{i}": tok.encode(system + " " + p) for i, p in enumerate(PROMPTS[:8])}
     ref = {rid: _reference(mdl, tok, ids, 20) for rid, ids in prompts.items()}
@@ -57,6 +62,7 @@ def test_prefix_hit_reuses_pages_and_keeps_output(model: tuple[Any, Any]) -> Non
     assert _run(engine, rest, GREEDY) == {rid: ref[rid] for rid in rest}
     computed = engine.stats.prompt_tokens_computed - before
     assert computed < 0.3 * sum(len(v) for v in rest.values())
+    assert cascades, "rows sharing the cached prefix were attended per row, not in cascade"
     _assert_idle_invariants(engine)
 
 
@@ -144,7 +150,8 @@ def _teacher_forced_logprobs(engine: Any, ids: list[int], chunk: int = 8) -> mx.
     rows = []
     for start in range(0, len(ids) - 1, chunk):
         piece = ids[start : min(start + chunk, len(ids) - 1)]
-        batch = PagedBatch(engine.kv.store, [r.kv.pages], [start], [len(piece)], engine.dtype)
+        batch = PagedBatch(engine.kv.store, [r.kv.pages], [start], [len(piece)], engine.dtype,
+                           tails=[r.kv.tail])
         logits = engine.model(mx.array([piece]), cache=batch.views())[0]
         rows.append(logits - mx.logsumexp(logits, axis=-1, keepdims=True))
     engine.kv.release(r)
@@ -169,11 +176,40 @@ def test_k8v4_matches_full_precision_on_hd32() -> None:
         nll_quant -= float(mx.take_along_axis(b, targets[:, None], axis=-1).sum().item())
     ppl_full, ppl_quant = math.exp(nll_full / total), math.exp(nll_quant / total)
     print(f"top-1 agreement {agree / total:.4f}, ppl {ppl_full:.4f} -> {ppl_quant:.4f}")
-    # Measured: 97.2% top-1 agreement and +0.4% perplexity. The issue's 99% agreement bar is not
-    # met on this model: most flips are near-ties (< 0.1 nats), and 8-bit keys alone already flip
-    # 1.2% of positions (fp16 pages flip 0.05%). The perplexity bar (<= 1%) holds.
-    assert agree / total >= 0.965
+    # Measured 99.4% and +0.08%. Plain K8V4 (no centering, no full-precision tail page) gave
+    # 97.2%; most flips are near-ties (< 0.1 nats) on this 260K-parameter model.
+    assert agree / total >= 0.99
     assert ppl_quant <= ppl_full * 1.01
+
+
+def test_k8v4_does_not_depend_on_chunking() -> None:
+    """A query reads its own page in full precision and older pages quantized, however fed."""
+    mdl, tok = load(str(shared_model("stories260K-hd32")))[:2]
+    quant = make_engine(mdl, tok, kind="k8v4", prefix_cache=False)
+    ids = _texts(mdl, tok, n=1)[0]
+    by8 = _teacher_forced_logprobs(quant, ids, chunk=8)
+    by3 = _teacher_forced_logprobs(quant, ids, chunk=3)
+    by1 = _teacher_forced_logprobs(quant, ids, chunk=1)
+    full = _teacher_forced_logprobs(make_engine(mdl, tok, prefix_cache=False), ids)
+    quant_error = mx.abs(by8 - full).max().item()
+    # Different chunkings round differently in float32, and a key or value near a quantization
+    # boundary can then land one level over (measured: 4e-3 worst vs 0.73 quantization error).
+    for other in (by3, by1):
+        assert mx.abs(by8 - other).max().item() < quant_error / 20
+
+
+def test_k8v4_greedy_is_the_same_alone_batched_and_after_a_prefix_hit() -> None:
+    mdl, tok = load(str(embedded_model_path()))[:2]
+    system = " ".join(PROMPTS)
+    prompts = {f"p{i}": tok.encode(system + " " + p) for i, p in enumerate(PROMPTS[:6])}
+    alone = {rid: _run(make_engine(mdl, tok, kind="k8v4", prefix_cache=False), {rid: ids},
+                       GREEDY)[rid] for rid, ids in prompts.items()}
+    engine = make_engine(mdl, tok, kind="k8v4", page_size=8)
+    assert engine.kv.store.fmt.kind == "k8v4"
+    assert _run(engine, {"p0": prompts["p0"]}, GREEDY)["p0"] == alone["p0"]
+    rest = {rid: ids for rid, ids in prompts.items() if rid != "p0"}
+    assert _run(engine, rest, GREEDY) == {rid: alone[rid] for rid in rest}
+    _assert_idle_invariants(engine)
 
 
 def test_k8v4_falls_back_when_head_dim_does_not_divide() -> None:

@@ -1,0 +1,88 @@
+"""Paged attention paths agree: cascade over a shared prefix vs per row, and the dense reference."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import pytest
+
+from cache.paged_kv import KVFormat, PagedKVStore
+from worker.attention import install, paged_attention
+from worker.paged_batch import LayerKV, PagedBatch
+
+P, H, HQ, D = 4, 2, 4, 32
+PREFIX = [1, 2, 3]  # pages every row shares (12 tokens)
+TABLES = [PREFIX + [4, 5], PREFIX + [6, 7], PREFIX + [8, 9]]
+LENGTHS = [15, 13, 17]  # tokens already written per row
+
+
+def _store(kind: str) -> PagedKVStore:
+    install()
+    store = PagedKVStore(KVFormat(1, H, D, P, mx.float32, kind), num_pages=16, tail_pages=8)
+    mx.random.seed(0)
+    store.set_centers([mx.random.normal((H, D))], [mx.random.normal((H, D))])
+    return store
+
+
+def _feed(store: PagedKVStore, rows: list[int], starts: list[int], lengths: list[int],
+          cascade: bool, seed: int) -> tuple[PagedBatch, LayerKV | tuple[mx.array, mx.array]]:
+    """Write random keys/values for these rows; return the batch and what attention reads."""
+    n = max(lengths)
+    mx.random.seed(seed)
+    k = 3 * mx.random.normal((len(starts), H, n, D)) + 4.0  # off-center, like real keys
+    v = mx.random.normal((len(starts), H, n, D))
+    batch = PagedBatch(store, [TABLES[r] for r in rows], starts, lengths, mx.float32,
+                       tails=[r + 1 for r in rows], cascade=cascade)
+    keys, values = batch.views()[0].update_and_fetch(k, v)
+    mx.eval(store.arrays())
+    return batch, keys if isinstance(keys, LayerKV) else (keys, values)
+
+
+def _prefill_history(store: PagedKVStore) -> None:
+    _feed(store, [0], [0], [LENGTHS[0]], False, 1)  # row 0 writes the prefix too
+    for row in (1, 2):
+        _feed(store, [row], [12], [LENGTHS[row] - 12], False, 1 + row)
+
+
+@pytest.mark.parametrize("kind", ["none", "k8v4"])
+@pytest.mark.parametrize("n", [1, 3])
+def test_cascade_equals_per_row_attention(kind: str, n: int) -> None:
+    outs = []
+    for cascade in (False, True):
+        store = _store(kind)
+        _prefill_history(store)
+        batch, kv = _feed(store, [0, 1, 2], LENGTHS, [n, n, n - 1 if n > 1 else 1], cascade, 9)
+        assert batch.shared == (12 if cascade else 0)
+        mx.random.seed(11)
+        q = mx.random.normal((3, HQ, n, D))
+        if isinstance(kv, LayerKV):
+            out = paged_attention(q, kv, D**-0.5, batch.mask)
+        else:
+            out = mx.fast.scaled_dot_product_attention(q, kv[0], kv[1], scale=D**-0.5,
+                                                        mask=batch.mask)
+        outs.append(out)
+    assert mx.allclose(outs[0], outs[1], atol=2e-5).item()
+
+
+def test_full_precision_paged_attention_equals_dense_reference() -> None:
+    store = _store("none")
+    _prefill_history(store)
+    batch, kv = _feed(store, [0, 1, 2], LENGTHS, [2, 2, 2], True, 9)
+    assert isinstance(kv, LayerKV) and batch.shared == 12
+    q = mx.random.normal((3, HQ, 2, D))
+    got = paged_attention(q, kv, D**-0.5, batch.mask)
+    keys, values = store.gather(0, batch.table, mx.float32)
+    assert isinstance(keys, mx.array) and isinstance(values, mx.array)
+    want = mx.fast.scaled_dot_product_attention(q, keys, values, scale=D**-0.5, mask=batch.mask)
+    assert mx.allclose(got, want, atol=2e-5).item()
+
+
+def test_k8v4_reads_own_page_in_full_precision() -> None:
+    """One query: its own page comes from the full-precision tail, older pages are quantized."""
+    store = _store("k8v4")
+    _prefill_history(store)
+    batch, kv = _feed(store, [0], [LENGTHS[0]], [1], False, 5)
+    assert isinstance(kv, LayerKV) and kv.window_k is not None
+    # position 15 sits in page 3 (positions 12..15): the window holds exactly those four keys
+    assert kv.window_k.shape[2] == 4
+    assert batch.window_mask.sum().item() == 4
+    assert (batch.older.sum().item()) == 12

@@ -1,0 +1,175 @@
+"""Slot tables of one forward pass over paged KV, and the per-layer cache objects mlx-lm calls.
+
+mlx-lm attention layers call ``cache.update_and_fetch(k, v)`` then
+``scaled_dot_product_attention(q, k, v, cache=..., mask=...)``. ``PagedView`` writes the new
+keys/values into pages and returns either the gathered full-precision pages (the plain path) or
+a ``LayerKV`` handle that ``worker.attention`` turns into paged attention: K8V4 pages, the
+full-precision tail window, and cascade attention over a prefix every row shares.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+from cache.paged_kv import PagedKVStore
+
+CASCADE_MIN_PAGES = 2  # shared pages below this are attended per row
+
+
+class PagedBatch:
+    """Row b is fed lengths[b] tokens at positions starts[b]..; shorter rows are right-padded.
+
+    Padding tokens write to the scratch page (page 0) and only padding queries can see them.
+    With ``tails`` (K8V4), row b also keeps its current page in full precision in tail page
+    tails[b]. With ``cascade``, the leading pages every row shares (all before any row's first
+    query) are attended once for all rows.
+    """
+
+    def __init__(self, store: PagedKVStore, block_tables: list[list[int]], starts: list[int],
+                 lengths: list[int], dtype: mx.Dtype, tails: list[int] | None = None,
+                 cascade: bool = False) -> None:
+        p = store.fmt.page_size
+        heads = np.arange(store.fmt.num_kv_heads)
+        h = len(heads)
+        n = max(lengths)
+        self.store, self.dtype, self.n, self.starts = store, dtype, n, starts
+        self.single = len(starts) == 1
+        self.quantized = store.quantized
+        length = max(starts) + n
+        width = -(-length // p)
+        pages = np.zeros((len(starts), width), dtype=np.int64)  # page 0: scratch, never allocated
+        for row, bt in enumerate(block_tables):
+            used = min(len(bt), width)
+            pages[row, :used] = bt[:used]
+        table = (pages[:, :, None] * p + np.arange(p)).reshape(len(starts), -1)[:, :length]
+        starts_np, lengths_np = np.array(starts), np.array(lengths)
+        cols = starts_np[:, None] + np.arange(n)
+        writes = np.take_along_axis(table, np.minimum(cols, length - 1), axis=1)
+        writes[np.arange(n)[None, :] >= lengths_np[:, None]] = 0  # padding -> scratch
+        self.write_rows = mx.array((writes.reshape(-1, 1) * h + heads).reshape(-1))
+        self._rows = table[:, None, :] * h + heads[None, :, None]  # (B, H, L) pool rows
+        self.offset: Any = starts[0] if self.single else mx.array(starts)
+        self.q_pos = mx.array(starts)[:, None, None, None] + mx.arange(n)[None, None, :, None]
+        self.k_pos = mx.arange(length)[None, None, None, :]
+        self.mask = self.k_pos <= self.q_pos  # padding sits beyond each row's last query
+        self.shared = _shared_pages(pages, min(starts) // p) * p if cascade else 0
+        self.tails = tails if self.quantized and tails is not None else None
+        if self.tails is not None:
+            self._plan_tail(p, h, heads, starts_np, lengths_np, np.array(self.tails))
+
+    def _plan_tail(self, p: int, h: int, heads: np.ndarray, starts: np.ndarray,
+                   lengths: np.ndarray, tails: np.ndarray) -> None:
+        """Tables of the full-precision window: each row's current page up to its last query."""
+        n = self.n
+        base = starts // p * p
+        off = starts - base
+        w = np.arange(int(off.max()) + n)
+        from_tail = w[None, :] < off[:, None]  # (B, W): written by earlier steps
+        tail_rows = np.where(from_tail, tails[:, None] * p + w[None, :], 0)
+        new_idx = np.clip(w[None, :] - off[:, None], 0, n - 1) + np.arange(len(starts))[:, None] * n
+        self.from_tail = mx.array(from_tail[:, None, :, None])
+        self.tail_rows = mx.array(tail_rows[:, None, :] * h + heads[None, :, None])
+        self.new_rows = mx.array(new_idx[:, None, :] * h + heads[None, :, None])
+        self.window_pos = mx.array(base[:, None] + w[None, :])[:, None, None, :]  # (B,1,1,W)
+        self.window_mask = (self.window_pos <= self.q_pos) & (self.window_pos // p == self.q_pos // p)
+        pos = starts[:, None] + np.arange(n)
+        keep = (np.arange(n)[None, :] < lengths[:, None]) & (
+            pos >= (starts + lengths)[:, None] // p * p)
+        slots = np.where(keep, tails[:, None] * p + pos % p, 0)
+        self.tail_write_rows = mx.array((slots.reshape(-1, 1) * h + heads).reshape(-1))
+
+    @cached_property
+    def older(self) -> mx.array:
+        """K8V4: keys a query reads quantized (pages before its own)."""
+        p = self.store.fmt.page_size
+        return self.k_pos // p < self.q_pos // p
+
+    @cached_property
+    def table(self) -> mx.array:
+        """Pool rows of every row's positions 0..L (B, H, L)."""
+        return mx.array(self._rows)
+
+    @cached_property
+    def shared_table(self) -> mx.array:
+        """Pool rows of the shared prefix (1, H, S)."""
+        return mx.array(self._rows[:1, :, : self.shared])
+
+    @cached_property
+    def rest_table(self) -> mx.array:
+        """Pool rows after the shared prefix (B, H, L - S)."""
+        return mx.array(self._rows[:, :, self.shared :])
+
+    def views(self) -> list[PagedView]:
+        """One cache object per layer for the model call."""
+        return [PagedView(self, layer) for layer in range(self.store.fmt.num_layers)]
+
+
+def _shared_pages(pages: np.ndarray, limit: int) -> int:
+    """Leading page columns identical in every row (at most LIMIT), if enough to be worth it."""
+    if pages.shape[0] < 2:
+        return 0
+    same = np.all(pages == pages[:1], axis=0) & (pages[0] != 0)
+    count = int(np.argmin(same)) if not same.all() else len(same)
+    count = min(count, limit)
+    return count if count >= CASCADE_MIN_PAGES else 0
+
+
+@dataclass
+class LayerKV:
+    """What attention needs of one layer: the batch, the layer, the full-precision window."""
+
+    batch: PagedBatch
+    layer: int
+    window_k: mx.array | None = None
+    window_v: mx.array | None = None
+
+
+class PagedView:
+    """One layer's cache as an mlx-lm attention layer sees it."""
+
+    def __init__(self, batch: PagedBatch, layer: int) -> None:
+        self.batch = batch
+        self.layer = layer
+        self.offset = batch.offset
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[Any, Any]:
+        """Write the new keys/values (B, H, N, D) into pages; return what attention reads."""
+        b = self.batch
+        bsz, heads, n, dim = keys.shape
+        flat_k = keys.transpose(0, 2, 1, 3).reshape(bsz * n * heads, dim)
+        flat_v = values.transpose(0, 2, 1, 3).reshape(bsz * n * heads, values.shape[-1])
+        stored_k, stored_v = b.store.write(self.layer, b.write_rows, flat_k, flat_v)
+        if b.tails is not None:
+            old_k, old_v = b.store.gather_tail(self.layer, b.tail_rows)
+            window_k = mx.where(b.from_tail, old_k, stored_k[b.new_rows])
+            window_v = mx.where(b.from_tail, old_v, stored_v[b.new_rows])
+            b.store.write_tail(self.layer, b.tail_write_rows, stored_k, stored_v)
+            kv = LayerKV(b, self.layer, window_k.astype(b.dtype), window_v.astype(b.dtype))
+            return kv, kv
+        if b.quantized or b.shared:
+            kv = LayerKV(b, self.layer)
+            return kv, kv
+        return b.store.gather(self.layer, b.table, b.dtype)
+
+    def make_mask(self, n: int, return_array: bool = False, window_size: int | None = None) -> Any:
+        """Causal mask over each row's own positions (optionally windowed)."""
+        b = self.batch
+        if window_size is not None:
+            return b.mask & (b.k_pos > b.q_pos - window_size)
+        if b.single and not b.quantized and not return_array:
+            return None if n == 1 else "causal"
+        return b.mask
+
+    @property
+    def state(self) -> tuple[()]:
+        """Paged caches have no per-request state for mlx-lm to save."""
+        return ()
+
+    def is_trimmable(self) -> bool:
+        """mlx-lm never trims our caches."""
+        return False
