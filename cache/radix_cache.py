@@ -14,6 +14,15 @@ from collections.abc import Sequence
 _clock = itertools.count()
 
 
+def common_pages(a: Sequence[int], b: Sequence[int], page_size: int) -> int:
+    """Length of the common prefix of A and B, rounded down to whole pages."""
+    n = 0
+    limit = min(len(a), len(b))
+    while n + page_size <= limit and tuple(a[n : n + page_size]) == tuple(b[n : n + page_size]):
+        n += page_size
+    return n
+
+
 class Node:
     """A tree node: a page-aligned key segment and the pages holding its KV."""
 
@@ -66,14 +75,24 @@ class RadixCache:
             node = child
         return pages, node
 
-    def _common(self, key: tuple[int, ...], tokens: Sequence[int]) -> int:
-        """Length of the common prefix of KEY and TOKENS, rounded down to whole pages."""
-        p = self.page_size
-        n = 0
-        limit = min(len(key), len(tokens))
-        while n + p <= limit and tuple(tokens[n : n + p]) == key[n : n + p]:
-            n += p
-        return n
+    def cached_length(self, tokens: Sequence[int], limit: int | None = None) -> int:
+        """Tokens of the longest cached full-page prefix of TOKENS, without touching the tree."""
+        n = len(tokens) if limit is None else min(limit, len(tokens))
+        n -= n % self.page_size
+        node, pos = self.root, 0
+        while pos < n:
+            child = node.children.get(tuple(tokens[pos : pos + self.page_size]))
+            if child is None:
+                break
+            common = self._common(child.key, tokens[pos:n])
+            pos += common
+            if common < len(child.key):
+                break
+            node = child
+        return pos
+
+    def _common(self, key: Sequence[int], tokens: Sequence[int]) -> int:
+        return common_pages(key, tokens, self.page_size)
 
     def _split(self, node: Node, at: int) -> Node:
         """Cut NODE after AT tokens; the new upper node keeps the first pages, NODE the rest."""

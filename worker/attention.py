@@ -25,7 +25,7 @@ from worker.paged_batch import LayerKV, PagedBatch, PagedView
 
 __all__ = ["PagedBatch", "PagedView", "install", "paged_attention", "routes_attention"]
 
-DEQUANTIZE_AT = 8  # query rows per KV head from which pages are dequantized rather than multiplied
+DEQUANTIZE_AT = 4  # query rows per KV head from which pages are dequantized rather than multiplied
 LOG2E = 1.4426950408889634
 MASKED = -1e30
 
@@ -120,9 +120,7 @@ def _partial(q: mx.array, n: int, segments: list[Segment]) -> tuple[mx.array, mx
             sc = mx.where(s.mask[:, :, None], sc, MASKED)
         scores.append(sc.astype(mx.float32))
     allsc = mx.concatenate(scores, axis=-1) if len(scores) > 1 else scores[0]
-    top = mx.max(allsc, axis=-1, keepdims=True)
-    probs = mx.power(2.0, allsc - top)
-    total = mx.sum(probs, axis=-1, keepdims=True)
+    probs, top, total = _exp2_normalizers(allsc)
     out = None
     start = 0
     for s, sc in zip(segments, scores, strict=True):
@@ -134,6 +132,13 @@ def _partial(q: mx.array, n: int, segments: list[Segment]) -> tuple[mx.array, mx
     assert out is not None
     lse = (top + mx.log2(total)).reshape(bsz, hkv, m, 1)
     return out / total.reshape(bsz, hkv, m, 1), lse
+
+
+def _exp2_normalizers(scores: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+    """2^(scores - max), the max and the sum along the last axis."""
+    top = mx.max(scores, axis=-1, keepdims=True)
+    probs = mx.power(2.0, scores - top)
+    return probs, top, mx.sum(probs, axis=-1, keepdims=True)
 
 
 def _scores(q: mx.array, keys: mx.array | QuantizedPages) -> mx.array:

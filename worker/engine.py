@@ -209,11 +209,15 @@ class Engine:
     def _plan_prefill(self) -> list[tuple[Request, int]]:
         budget = self.prefill_budget
         plan: list[tuple[Request, int]] = []
-        for r in [r for r in self.running if r.prefilling]:
+        prefilling = [r for r in self.running if r.prefilling]
+        for r in prefilling:
             if budget <= 0:
                 break
             if r.computed == 0 and not r.kv.pages:
                 limit = r.need - 1 if not r.generated else r.need
+                started = [q for q in prefilling if q is not r and q.kv.pages]
+                if self.kv.shares_inflight_prefix(r, started, limit):
+                    continue  # wait for those pages instead of computing them again
                 r.computed = self.kv.match(r, limit)
                 if not r.generated:
                     r.cached_tokens = r.computed

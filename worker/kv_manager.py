@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from cache.page_pool import OutOfPages, PagePool
 from cache.paged_kv import PagedKVStore
-from cache.radix_cache import Node, RadixCache
+from cache.radix_cache import Node, RadixCache, common_pages
 
 
 class PagedRequest(Protocol):
@@ -54,6 +55,22 @@ class KVManager:
     def available(self) -> int:
         """Pages that could be had now: free plus evictable."""
         return self.pool.num_free + (self.radix.evictable_pages() if self.radix else 0)
+
+    def shares_inflight_prefix(self, r: PagedRequest, others: Sequence[PagedRequest],
+                               limit: int) -> bool:
+        """True when one of OTHERS is still computing full pages r could reuse once published.
+
+        Requests that arrive together with a common prompt prefix (a system prompt after a
+        restart) then compute it once instead of each recomputing it.
+        """
+        if self.radix is None or not others:
+            return False
+        cached = self.radix.cached_length(r.tokens, limit)
+        for q in others:
+            common = common_pages(q.tokens, r.tokens[:limit], self.page_size)
+            if common - cached >= self.page_size and q.computed < common:
+                return True
+        return False
 
     def match(self, r: PagedRequest, limit: int) -> int:
         """Reuse cached pages for r's first tokens (at most LIMIT); return the tokens reused."""

@@ -117,6 +117,21 @@ def test_disabled_prefix_cache_reports_no_hits(model: tuple[Any, Any]) -> None:
     assert outs[-1].cached_tokens == 0 and engine.kv.pool.num_used == 0
 
 
+def test_a_burst_sharing_a_prefix_computes_it_once(model: tuple[Any, Any]) -> None:
+    """Requests arriving together wait for the pages another is computing, then reuse them."""
+    mdl, tok = model
+    system = " ".join(PROMPTS)
+    prompts = {f"b{i}": tok.encode(system + " " + p) for i, p in enumerate(PROMPTS[:4])}
+    shared = len(tok.encode(system)) // 8 * 8
+    # the budget ends the first request's prompt in its second step, leaving room for others
+    engine = make_engine(mdl, tok, page_size=8, prefill_budget=shared // 2 + 16)
+    got = _run(engine, prompts, GREEDY)
+    assert got == {rid: _reference(mdl, tok, ids, 20) for rid, ids in prompts.items()}
+    suffixes = sum(len(ids) - shared for ids in prompts.values())
+    assert engine.stats.prompt_tokens_computed <= shared + suffixes + 3 * 8
+    _assert_idle_invariants(engine)
+
+
 # ---- K8V4 quality ------------------------------------------------------------------------
 
 
