@@ -33,7 +33,7 @@ class _Recorder(KVCache):
 
 def calibrate_centers(model: Any, tokenizer: Any, store: PagedKVStore) -> None:
     """Run the calibration text once and set the store's per-layer key and value means."""
-    ids = list(tokenizer.encode(CALIBRATION_TEXT))[:256]
+    ids = list(tokenizer.encode(CALIBRATION_TEXT))[:256] or [0]
     caches = [_Recorder() for _ in range(store.fmt.num_layers)]  # type: ignore[no-untyped-call]
     model(mx.array([ids]), cache=caches)
     keys = [c.seen[0][0].astype(mx.float32).mean(axis=1) for c in caches]  # (H, D) per layer

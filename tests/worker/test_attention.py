@@ -86,3 +86,21 @@ def test_k8v4_reads_own_page_in_full_precision() -> None:
     assert kv.window_k.shape[2] == 4
     assert batch.window_mask.sum().item() == 4
     assert (batch.older.sum().item()) == 12
+
+
+def test_routes_attention_only_for_layers_using_mlx_lm_attention() -> None:
+    from tests.worker.test_architectures import _build
+    from worker.attention import routes_attention
+
+    assert routes_attention(_build("qwen3"))
+
+    class OwnAttention:  # a layer that computes attention itself
+        pass
+
+    class Layer:
+        self_attn = OwnAttention()
+
+    class Model:
+        layers = [Layer()]
+
+    assert not routes_attention(Model())
