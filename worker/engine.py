@@ -213,9 +213,11 @@ class Engine:
         for r in prefilling:
             if budget <= 0:
                 break
+            if r not in self.running:  # preempted by an earlier row's reservation this step
+                continue
             if r.computed == 0 and not r.kv.pages:
                 limit = r.need - 1 if not r.generated else r.need
-                started = [q for q in prefilling if q is not r and q.kv.pages]
+                started = [q for q in self.running if q is not r and q.prefilling and q.kv.pages]
                 if self.kv.shares_inflight_prefix(r, started, limit):
                     continue  # wait for those pages instead of computing them again
                 r.computed = self.kv.match(r, limit)

@@ -94,6 +94,22 @@ def test_preemption_under_page_pressure_keeps_outputs(model: tuple[Any, Any]) ->
     _assert_idle_invariants(engine)
 
 
+def test_preempting_requests_that_share_a_cached_prefix(model: tuple[Any, Any]) -> None:
+    """A row preempted by an earlier row's reservation is not matched while it waits.
+
+    (It used to take cache pages and a lock from the waiting queue and never be admitted again.)
+    """
+    mdl, tok = model
+    system = " ".join(PROMPTS)
+    prompts = {f"p{i}": tok.encode(system + " " + p) for i, p in enumerate(PROMPTS[:6])}
+    ref = {rid: _reference(mdl, tok, ids, 20) for rid, ids in prompts.items()}
+    engine = make_engine(mdl, tok, memory="1", page_size=8, max_batch=6)
+    engine.kv.pool.__init__(engine.kv.pages_for(max(map(len, prompts.values())) + 20) + 4)
+    assert _run(engine, prompts, GREEDY) == ref
+    assert engine.stats.preemptions > 0
+    _assert_idle_invariants(engine)
+
+
 def test_abort_frees_pages_within_a_step(model: tuple[Any, Any]) -> None:
     mdl, tok = model
     engine = make_engine(mdl, tok, prefix_cache=False)
@@ -225,6 +241,12 @@ def test_k8v4_greedy_is_the_same_alone_batched_and_after_a_prefix_hit() -> None:
     rest = {rid: ids for rid, ids in prompts.items() if rid != "p0"}
     assert _run(engine, rest, GREEDY) == {rid: alone[rid] for rid in rest}
     _assert_idle_invariants(engine)
+    # and under preemption: a pool far too small, requests recomputed from their cached pages
+    small = make_engine(mdl, tok, kind="k8v4", memory="1", page_size=8, max_batch=6)
+    small.kv.pool.__init__(small.kv.pages_for(len(prompts["p0"]) + 20) + 4)
+    assert _run(small, prompts, GREEDY) == alone
+    assert small.stats.preemptions > 0
+    _assert_idle_invariants(small)
 
 
 def test_k8v4_falls_back_when_head_dim_does_not_divide() -> None:
