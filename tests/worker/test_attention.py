@@ -104,3 +104,18 @@ def test_routes_attention_only_for_layers_using_mlx_lm_attention() -> None:
         layers = [Layer()]
 
     assert not routes_attention(Model())
+
+
+def test_numpy_exponentials_match_mlx() -> None:
+    """The CPU detour through numpy for large score arrays gives MLX's own numbers."""
+    from worker.attention import NUMPY_AT, _exp2_normalizers
+
+    mx.random.seed(3)
+    scores = mx.random.normal((2, 4, NUMPY_AT // 8 + 1)) * 8.0
+    scores = mx.where(mx.random.uniform(shape=scores.shape) < 0.1, -1e30, scores)  # masked keys
+    probs, top, total = _exp2_normalizers(scores)
+    want_top = mx.max(scores, axis=-1, keepdims=True)
+    want = mx.power(2.0, scores - want_top)
+    assert mx.array_equal(top, want_top).item()
+    assert mx.allclose(probs, want, rtol=1e-6, atol=1e-30).item()  # subnormals may differ
+    assert mx.allclose(total, want.sum(axis=-1, keepdims=True), rtol=1e-4).item()  # sum order
