@@ -7,10 +7,11 @@ pages, and (K8V4) the row's current page in full precision. Segments are combine
 their log-sum-exp. K8V4 pages are read with ``mx.quantized_matmul`` when there are few queries
 and dequantized once for many (on CPU a dequantized GEMM is about 4x faster then).
 
-Softmax runs in base 2 (scores scaled by log2(e), weights from ``mx.power(2, x)``): on MLX's CPU
-backend ``mx.exp`` is about 3x slower than ``mx.power`` and dominates attention time, so on CPU
-this hand-written softmax beats the fused kernel (a fallback there) by about 3x. On a GPU the
-fused kernel is used wherever no log-sum-exp is needed.
+Softmax runs in base 2 (scores scaled by log2(e), weights from ``mx.power(2, x)``, or numpy's
+``exp2`` for large arrays on CPU): on MLX's CPU backend ``mx.exp`` is about 3x slower than
+``mx.power`` and dominates attention time, so on CPU this hand-written softmax beats the fused
+kernel (a fallback there) by 3x or more. On a GPU the fused kernel is used wherever no
+log-sum-exp is needed.
 """
 
 from __future__ import annotations
