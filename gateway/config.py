@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from gateway.served import ServedModel
 
@@ -34,6 +36,37 @@ class GatewayConfig:
         """The worker address to bind, and the private directory created for it (if any)."""
         if self.worker_address:
             return self.worker_address, None
+        remove_stale_socket_dirs()
         directory = tempfile.mkdtemp(prefix="rmlx-")  # mode 0700
         os.chmod(directory, 0o700)
+        Path(directory, OWNER_FILE).write_text(str(os.getpid()))
         return f"ipc://{directory}/gw", directory
+
+
+OWNER_FILE = "gateway.pid"
+
+
+def remove_stale_socket_dirs(root: str | None = None) -> list[str]:
+    """Delete our rmlx-* socket directories whose gateway is gone (e.g. after a SIGKILL)."""
+    removed = []
+    for directory in Path(root or tempfile.gettempdir()).glob("rmlx-*"):
+        try:
+            if directory.stat().st_uid != os.getuid():
+                continue
+            pid = int((directory / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue  # not ours, or from a version that did not record its owner
+        if not _alive(pid):
+            shutil.rmtree(directory, ignore_errors=True)
+            removed.append(str(directory))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
