@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
 import mlx.core as mx
@@ -13,74 +12,12 @@ from cache.paged_kv import PagedKVStore
 from protocol.messages import RequestOutput, SamplingParams, TokenLogprob
 from worker.forward import Forward
 from worker.kv_calibrate import calibrate_centers
-from worker.kv_manager import KVManager, RequestPages
+from worker.kv_manager import KVManager
+from worker.request import EngineStats, Inflight, KVTooSmall, QueueFull, Request
 from worker.sampling import RowSampler, sample
 from worker.stops import StopMatcher
 
-
-@dataclass(eq=False)
-class Request:
-    """One generation in the engine (compared by identity)."""
-
-    id: str
-    prompt_len: int
-    tokens: list[int]  # prompt followed by generated tokens
-    params: SamplingParams
-    sampler: RowSampler
-    detok: Any
-    stop: StopMatcher
-    kv: RequestPages = field(default_factory=RequestPages)
-    computed: int = 0  # positions whose KV is in the pages
-    cached_tokens: int = 0
-    arrival: float = field(default_factory=time.monotonic)
-    first_token_at: float | None = None
-    scheduled_at: float | None = None
-    finish_reason: str | None = None
-    think_opened: bool = False
-    preemptions: int = 0
-
-    @property
-    def generated(self) -> int:
-        """Tokens generated so far."""
-        return len(self.tokens) - self.prompt_len
-
-    @property
-    def need(self) -> int:
-        """Positions that must have KV before the next token can be sampled or fed."""
-        return self.prompt_len if not self.generated else len(self.tokens) - 1
-
-    @property
-    def prefilling(self) -> bool:
-        """True while prompt (or, after preemption, recomputed) tokens remain."""
-        return self.computed < self.need
-
-    @property
-    def phase(self) -> str:
-        """Prefill or decode, for status reports."""
-        return "prefill" if self.prefilling else "decode"
-
-
-@dataclass
-class EngineStats:
-    """Counters the worker reports in heartbeats and status."""
-
-    steps: int = 0
-    prompt_tokens_computed: int = 0
-    generated_tokens: int = 0
-    decode_rows: int = 0
-    finished: int = 0
-    preemptions: int = 0
-    last_step_at: float = 0.0
-    prefill_seconds: float = 0.0
-    decode_seconds: float = 0.0
-
-
-class QueueFull(Exception):
-    """The wait queue is at its bound."""
-
-
-class KVTooSmall(ValueError):
-    """A request could never fit in the KV pool."""
+__all__ = ["Engine", "EngineStats", "KVTooSmall", "QueueFull", "Request", "model_dtype"]
 
 
 class Engine:
@@ -88,7 +25,7 @@ class Engine:
 
     def __init__(self, model: Any, tokenizer: Any, store: PagedKVStore, *, context_length: int,
                  max_batch: int = 32, prefill_budget: int = 512, max_waiting: int = 256,
-                 prefix_cache: bool = True) -> None:
+                 prefix_cache: bool = True, overlap: bool = True) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.kv = KVManager(store, prefix_cache=prefix_cache)
@@ -105,6 +42,8 @@ class Engine:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.stats = EngineStats()
+        self.overlap = overlap
+        self._inflight: Inflight | None = None
 
     # ---- intake -------------------------------------------------------------------------
 
@@ -133,13 +72,24 @@ class Engine:
 
     @property
     def has_work(self) -> bool:
-        """True when any request is queued or running."""
+        """True when any request is queued or running (pending tokens belong to running ones)."""
         return bool(self.waiting or self.running)
 
     # ---- the step -----------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
-        """Schedule, run the decode batch and the prefill chunks, sample, update; return news."""
+        """Schedule, run the decode batch and the prefill chunks, sample, update; return news.
+
+        While every running request is decoding (nothing waits, nothing prefills), steps overlap
+        like mlx-lm's generate loop: step t+1 is built on step t's unevaluated tokens and handed
+        to MLX before step t's tokens are read back and delivered (one step later).
+        """
+        if self._can_overlap():
+            return self._overlapped_step()
+        outputs = self._flush()
+        return outputs + self._synchronous_step()
+
+    def _synchronous_step(self) -> list[RequestOutput]:
         self._admit()
         decodes = self._reserve([(r, 1) for r in self.running if not r.prefilling])
         prefills = self._plan_prefill()
@@ -179,6 +129,62 @@ class Engine:
         self.stats.steps += 1
         self.stats.decode_rows += len(decodes)
         self.stats.last_step_at = time.time()
+        return outputs
+
+    def _can_overlap(self) -> bool:
+        if not self.overlap or self.waiting or not self.running:
+            return False
+        pending = set(map(id, self._inflight.rows)) if self._inflight else set()
+        for r in self.running:
+            ahead = 1 + (id(r) in pending)  # tokens sampled before this step's is read back
+            if (r.prefilling or r.sampler.penalized or r.generated + ahead >= r.params.max_tokens
+                    or len(r.tokens) + ahead >= self.context_length):
+                return False
+        return all(self.kv.ensure(r, r.computed + 1) for r in self.running)
+
+    def _overlapped_step(self) -> list[RequestOutput]:
+        t0 = time.perf_counter()
+        rows = list(self.running)
+        previous = self._inflight
+        index = {id(r): b for b, r in enumerate(previous.rows)} if previous else {}
+        inputs = mx.concatenate([
+            previous.tokens[index[id(r)] : index[id(r)] + 1] if previous and id(r) in index
+            else mx.array([r.tokens[-1]]) for r in rows])
+        logits = self._forward.decode_lazy(inputs, [r.kv for r in rows],
+                                           [r.computed for r in rows])
+        tokens, logprobs = sample(logits, [r.sampler for r in rows])
+        mx.async_eval(tokens, *([logprobs] if logprobs is not None else []),  # type: ignore[no-untyped-call]
+                      *self.kv.store.arrays())
+        for r in rows:
+            r.computed += 1  # this step's input is at r.computed (the pending token, if any)
+        self._inflight = Inflight(rows, tokens, logprobs)
+        outputs = self._deliver(previous) if previous else []
+        self._retire()
+        self.stats.steps += 1
+        self.stats.decode_rows += len(rows)
+        self.stats.decode_seconds += time.perf_counter() - t0
+        self.stats.last_step_at = time.time()
+        return outputs
+
+    def _flush(self) -> list[RequestOutput]:
+        """Deliver the tokens of the last overlapped step (before a synchronous step)."""
+        if self._inflight is None:
+            return []
+        outputs = self._deliver(self._inflight)
+        self._inflight = None
+        self._retire()
+        return outputs
+
+    def _deliver(self, batch: Inflight) -> list[RequestOutput]:
+        tokens: list[int] = batch.tokens.tolist()  # type: ignore[assignment]
+        now = time.monotonic()
+        outputs = []
+        for b, (r, tok) in enumerate(zip(batch.rows, tokens, strict=True)):
+            if r.finish_reason is not None or r not in self.running:
+                continue  # finished by the token before, or aborted: this one was never wanted
+            lp = (self._logprob(r, tok, batch.logprobs[b])
+                  if batch.logprobs is not None and r.params.logprobs else None)
+            outputs.append(self._update(r, int(tok), lp, now))
         return outputs
 
     def _admit(self) -> None:

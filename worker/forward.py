@@ -49,20 +49,31 @@ class Forward:
         lengths = [len(r) for r in rows]
         n = max(lengths)
         tokens = mx.array([r + [0] * (n - len(r)) for r in rows])
+        out = self._build(tokens, kvs, starts, lengths, want_logits)
+        mx.eval(out, self.store.arrays()) if out is not None else mx.eval(self.store.arrays())
+        return out
+
+    def decode_lazy(self, tokens: mx.array, kvs: list[RequestPages], starts: list[int]) -> mx.array:
+        """One token per row from an unevaluated (B,) array; the logits (B, V), not evaluated.
+
+        The caller evaluates them (with ``store.arrays()``) before building the next call.
+        """
+        out = self._build(tokens[:, None], kvs, starts, [1] * len(starts), True)
+        assert out is not None
+        return out
+
+    def _build(self, tokens: mx.array, kvs: list[RequestPages], starts: list[int],
+               lengths: list[int], want_logits: bool) -> mx.array | None:
         batch = PagedBatch(self.store, [kv.pages for kv in kvs], starts, lengths, self.dtype,
                            tails=[kv.tail for kv in kvs], cascade=self.cascade)
         cache = batch.views()
         last = mx.array(lengths) - 1
-        out: mx.array | None
         if self.split is not None:
             inner, head = self.split
             hidden = inner(tokens, cache)
-            out = head(_at(hidden, last)) if want_logits else None
-        else:
-            logits = self.model(tokens, cache=cache)
-            out = _at(logits, last) if want_logits else None
-        mx.eval(out, self.store.arrays()) if out is not None else mx.eval(self.store.arrays())
-        return out
+            return head(_at(hidden, last)) if want_logits else None
+        logits = self.model(tokens, cache=cache)
+        return _at(logits, last) if want_logits else None
 
 
 def _at(x: mx.array, positions: mx.array) -> mx.array:

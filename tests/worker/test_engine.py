@@ -148,3 +148,31 @@ def test_queue_bound(model: tuple[Any, Any]) -> None:
     engine.add("2", [1, 2], SamplingParams())
     with pytest.raises(QueueFull):
         engine.add("3", [1, 2], SamplingParams())
+
+
+def test_overlapped_decode_steps_deliver_the_same_tokens(model: tuple[Any, Any],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Steps built on the previous step's unevaluated tokens change nothing but timing."""
+    mdl, tok = model
+    prompts = {str(i): tok.encode(p) for i, p in enumerate(PROMPTS[:4])}
+    kinds = [SamplingParams(max_tokens=24, temperature=0.0),
+             SamplingParams(max_tokens=24, temperature=0.9, seed=5),
+             SamplingParams(max_tokens=24, temperature=0.0, logprobs=True, top_logprobs=2),
+             SamplingParams(max_tokens=24, temperature=0.7, top_p=0.9, seed=11)]
+    results = []
+    for overlap in (False, True):
+        engine = make_engine(mdl, tok, overlap=overlap)
+        overlapped: list[int] = []
+        original = engine._overlapped_step
+        monkeypatch.setattr(engine, "_overlapped_step",
+                            lambda o=overlapped, f=original: o.append(1) or f())
+        for (rid, ids), params in zip(prompts.items(), kinds, strict=True):
+            engine.add(rid, ids, params)
+        got: dict[str, list[Any]] = {rid: [] for rid in prompts}
+        while engine.has_work:
+            for out in engine.step():
+                got[out.request_id].append((out.token_ids, out.text, out.finish_reason,
+                                            [(lp.token_id, round(lp.logprob, 4)) for lp in out.logprobs]))
+        assert bool(overlapped) == overlap
+        results.append(got)
+    assert results[0] == results[1]

@@ -1,0 +1,88 @@
+"""What the engine keeps per request, its counters, and the errors it raises on intake."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import mlx.core as mx
+
+from protocol.messages import SamplingParams
+from worker.kv_manager import RequestPages
+from worker.sampling import RowSampler
+from worker.stops import StopMatcher
+
+
+@dataclass(eq=False)
+class Request:
+    """One generation in the engine (compared by identity)."""
+
+    id: str
+    prompt_len: int
+    tokens: list[int]  # prompt followed by generated tokens
+    params: SamplingParams
+    sampler: RowSampler
+    detok: Any
+    stop: StopMatcher
+    kv: RequestPages = field(default_factory=RequestPages)
+    computed: int = 0  # positions whose KV is in the pages
+    cached_tokens: int = 0
+    arrival: float = field(default_factory=time.monotonic)
+    first_token_at: float | None = None
+    scheduled_at: float | None = None
+    finish_reason: str | None = None
+    think_opened: bool = False
+    preemptions: int = 0
+
+    @property
+    def generated(self) -> int:
+        """Tokens generated so far."""
+        return len(self.tokens) - self.prompt_len
+
+    @property
+    def need(self) -> int:
+        """Positions that must have KV before the next token can be sampled or fed."""
+        return self.prompt_len if not self.generated else len(self.tokens) - 1
+
+    @property
+    def prefilling(self) -> bool:
+        """True while prompt (or, after preemption, recomputed) tokens remain."""
+        return self.computed < self.need
+
+    @property
+    def phase(self) -> str:
+        """Prefill or decode, for status reports."""
+        return "prefill" if self.prefilling else "decode"
+
+
+@dataclass
+class EngineStats:
+    """Counters the worker reports in heartbeats and status."""
+
+    steps: int = 0
+    prompt_tokens_computed: int = 0
+    generated_tokens: int = 0
+    decode_rows: int = 0
+    finished: int = 0
+    preemptions: int = 0
+    last_step_at: float = 0.0
+    prefill_seconds: float = 0.0
+    decode_seconds: float = 0.0
+
+
+@dataclass
+class Inflight:
+    """Tokens sampled by an overlapped step, not yet read back."""
+
+    rows: list[Request]
+    tokens: mx.array
+    logprobs: mx.array | None
+
+
+class QueueFull(Exception):
+    """The wait queue is at its bound."""
+
+
+class KVTooSmall(ValueError):
+    """A request could never fit in the KV pool."""
