@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 _clock = itertools.count()
 
@@ -58,38 +58,36 @@ class RadixCache:
         Returns the pages in order and the deepest node covering them (split so that it ends
         exactly at the match).
         """
-        n = len(tokens) if limit is None else min(limit, len(tokens))
-        n -= n % self.page_size
-        node, pos, pages = self.root, 0, []
+        node, pages = self.root, []
         node.last_access = next(_clock)
-        while pos < n:
-            child = node.children.get(tuple(tokens[pos : pos + self.page_size]))
-            if child is None:
-                break
-            common = self._common(child.key, tokens[pos:n])
+        for child, common in self._walk(tokens, limit):
             if common < len(child.key):
                 child = self._split(child, common)
             child.last_access = next(_clock)
             pages.extend(child.pages)
-            pos += len(child.key)
             node = child
         return pages, node
 
     def cached_length(self, tokens: Sequence[int], limit: int | None = None) -> int:
         """Tokens of the longest cached full-page prefix of TOKENS, without touching the tree."""
+        return sum(common for _, common in self._walk(tokens, limit))
+
+    def _walk(self, tokens: Sequence[int], limit: int | None) -> Iterator[tuple[Node, int]]:
+        """The nodes along TOKENS' cached full-page prefix, each with its matching token count."""
         n = len(tokens) if limit is None else min(limit, len(tokens))
         n -= n % self.page_size
         node, pos = self.root, 0
         while pos < n:
             child = node.children.get(tuple(tokens[pos : pos + self.page_size]))
             if child is None:
-                break
+                return
             common = self._common(child.key, tokens[pos:n])
+            partial = common < len(child.key)  # decided before the caller may split the node
+            yield child, common
+            if partial:
+                return
             pos += common
-            if common < len(child.key):
-                break
             node = child
-        return pos
 
     def _common(self, key: Sequence[int], tokens: Sequence[int]) -> int:
         return common_pages(key, tokens, self.page_size)
