@@ -84,7 +84,7 @@ class Engine:
         like mlx-lm's generate loop: step t+1 is built on step t's unevaluated tokens and handed
         to MLX before step t's tokens are read back and delivered (one step later).
         """
-        if self._can_overlap():
+        if self._reserve_overlapped():
             return self._overlapped_step()
         outputs = self._flush()
         return outputs + self._synchronous_step()
@@ -131,7 +131,12 @@ class Engine:
         self.stats.last_step_at = time.time()
         return outputs
 
-    def _can_overlap(self) -> bool:
+    def _reserve_overlapped(self) -> bool:
+        """True (with pages reserved) when the next step can be built on unread tokens.
+
+        That needs every running request decoding without penalties and short of its limits,
+        and a page for each next position without preempting anyone.
+        """
         if not self.overlap or self.waiting or not self.running:
             return False
         pending = set(map(id, self._inflight.rows)) if self._inflight else set()
@@ -146,10 +151,7 @@ class Engine:
         t0 = time.perf_counter()
         rows = list(self.running)
         previous = self._inflight
-        index = {id(r): b for b, r in enumerate(previous.rows)} if previous else {}
-        inputs = mx.concatenate([
-            previous.tokens[index[id(r)] : index[id(r)] + 1] if previous and id(r) in index
-            else mx.array([r.tokens[-1]]) for r in rows])
+        inputs = self._next_inputs(rows, previous)
         logits = self._forward.decode_lazy(inputs, [r.kv for r in rows],
                                            [r.computed for r in rows])
         tokens, logprobs = sample(logits, [r.sampler for r in rows])
@@ -165,6 +167,20 @@ class Engine:
         self.stats.decode_seconds += time.perf_counter() - t0
         self.stats.last_step_at = time.time()
         return outputs
+
+    @staticmethod
+    def _next_inputs(rows: list[Request], previous: Inflight | None) -> mx.array:
+        """Each row's next input: its unread token from the previous step, else its last one.
+
+        Requests join only through synchronous steps, so after an overlapped step every running
+        request is one of its rows.
+        """
+        if previous is None:
+            return mx.array([r.tokens[-1] for r in rows])
+        if rows == previous.rows:  # requests compare by identity
+            return previous.tokens
+        index = {id(r): b for b, r in enumerate(previous.rows)}
+        return previous.tokens[mx.array([index[id(r)] for r in rows])]
 
     def _flush(self) -> list[RequestOutput]:
         """Deliver the tokens of the last overlapped step (before a synchronous step)."""

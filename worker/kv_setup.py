@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import mlx.core as mx
@@ -89,7 +89,7 @@ def plan_kv(model: Any, dtype: mx.Dtype, *, kind: str, memory: str, page_size: i
     per_context = -(-context_length // page_size)
     useful = 2 * max_batch * per_context + 1  # every slot busy, plus as much again for prefixes
     tails = max_batch + 2 if kind == "k8v4" else 0  # one per running request, plus scratch
-    tail_bytes = tails * page_size * layers * 2 * heads * dim * dtype.size
+    tail_bytes = tails * replace(fmt, kind="none").bytes_per_page()  # full-precision pages
     budget = max(parse_memory(memory) - tail_bytes, 0) // fmt.bytes_per_page()
     num_pages = max(min(budget, useful), per_context + 2)
     return KVPlan(PagedKVStore(fmt, num_pages, tail_pages=tails), kind, reason)
