@@ -48,10 +48,9 @@ def paged_attention(queries: mx.array, kv: LayerKV, scale: float, mask: Any) -> 
     if not isinstance(mask, mx.array):
         mask = b.mask
     store = b.store
-    own = kv.window_k is not None  # the current page is read from the full-precision window
-    rows_mask = mask & b.older if own else mask
-    window = None
-    if kv.window_k is not None and kv.window_v is not None:
+    rows_mask, window = mask, None
+    if kv.window_k is not None and kv.window_v is not None:  # own page from the full-precision tail
+        rows_mask = mask & b.older
         wmask = b.window_mask
         if not standard:  # e.g. a sliding window: apply the model's mask at window positions
             pos = mx.minimum(b.window_pos, mask.shape[-1] - 1)
@@ -86,14 +85,13 @@ def _fused(queries: mx.array, keys: mx.array, values: mx.array, scale: float, ma
 
 
 def _concat(segments: list[Segment]) -> tuple[mx.array, mx.array, mx.array]:
-    """Dequantized keys, values and masks of the segments, concatenated along the keys."""
-    keys = [_dense(s.keys) for s in segments]
-    values = [_dense(s.values) for s in segments]
-    shape = next(s.mask.shape[:-1] for s in segments if s.mask is not None)
-    masks = [mx.broadcast_to(s.mask if s.mask is not None else mx.array(True), (*shape, k.shape[2]))
-             for s, k in zip(segments, keys, strict=True)]
-    return (mx.concatenate(keys, axis=2), mx.concatenate(values, axis=2),
-            mx.concatenate(masks, axis=-1))
+    """Dequantized keys, values and masks of masked segments, concatenated along the keys."""
+    masks = [s.mask for s in segments if s.mask is not None]
+    assert len(masks) == len(segments)
+    shape = masks[0].shape[:-1]
+    return (mx.concatenate([_dense(s.keys) for s in segments], axis=2),
+            mx.concatenate([_dense(s.values) for s in segments], axis=2),
+            mx.concatenate([mx.broadcast_to(m, (*shape, m.shape[-1])) for m in masks], axis=-1))
 
 
 def _dense(x: mx.array | QuantizedPages) -> mx.array:

@@ -37,7 +37,7 @@ class PagedBatch:
         heads = np.arange(store.fmt.num_kv_heads)
         h = len(heads)
         n = max(lengths)
-        self.store, self.dtype, self.n, self.starts = store, dtype, n, starts
+        self.store, self.dtype, self.n = store, dtype, n
         self.single = len(starts) == 1
         self.quantized = store.quantized
         length = max(starts) + n

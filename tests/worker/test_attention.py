@@ -119,3 +119,19 @@ def test_numpy_exponentials_match_mlx() -> None:
     assert mx.array_equal(top, want_top).item()
     assert mx.allclose(probs, want, rtol=1e-6, atol=1e-30).item()  # subnormals may differ
     assert mx.allclose(total, want.sum(axis=-1, keepdims=True), rtol=1e-4).item()  # sum order
+
+
+def test_gpu_fused_path_equals_the_hand_written_softmax() -> None:
+    """On a GPU, K8V4 prompt chunks concatenate pages and tail for the fused kernel."""
+    from worker.attention import Segment, _concat, _fused, _normalized
+
+    store = _store("k8v4")
+    _prefill_history(store)
+    batch, kv = _feed(store, [0, 1, 2], LENGTHS, [3, 3, 2], False, 9)
+    assert isinstance(kv, LayerKV) and kv.window_k is not None and kv.window_v is not None
+    pages = Segment(*store.gather(0, batch.table, mx.float32), batch.mask & batch.older)
+    window = Segment(kv.window_k, kv.window_v, batch.window_mask)
+    q = mx.random.normal((3, HQ, 3, D))
+    keys, values, mask = _concat([pages, window])
+    fused = _fused(q, keys, values, D**-0.5, mask)
+    assert mx.allclose(fused, _normalized(q, D**-0.5, [pages, window]), atol=2e-5).item()
