@@ -64,9 +64,9 @@ def remove_stale_socket_dirs(root: str | None = None) -> list[str]:
 
 def _alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # PermissionError: it exists, as someone else's process
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
     return True

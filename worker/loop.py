@@ -166,7 +166,7 @@ class WorkerLoop:
             "kv_bytes_per_token": fmt.bytes_per_token_per_layer() * fmt.num_layers,
             "kv_bytes_per_token_per_layer": fmt.bytes_per_token_per_layer(),
             "kv_bytes_total": e.kv.store.nbytes(),
-            "kv_full_precision_tail_pages": max(e.kv.store.tail_pages - 1, 0),
+            "kv_full_precision_tail_pages": e.kv.tails.total if e.kv.tails else 0,
             "prefix_cache": e.kv.radix is not None,
             "prefix_cache_pages": e.kv.radix.num_pages if e.kv.radix else 0,
             "prefix_cache_queries": e.kv.stats.queries, "prefix_cache_hits": e.kv.stats.hits,
