@@ -1,10 +1,8 @@
-"""Admin endpoints (hot swap), refused unless from loopback or, when configured, with the admin key."""
+"""Admin endpoints (hot swap): disabled without --admin-key; then same-origin, with the key."""
 
 from __future__ import annotations
 
 import asyncio
-import hmac
-import ipaddress
 import time
 from typing import Any
 
@@ -12,9 +10,12 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from gateway.auth import bearer, key_matches
+from gateway.edge import is_cross_origin
 from gateway.errors import APIError, from_validation
 from gateway.hub import Hub
 from gateway.supervisor import Supervisor
+from gateway.swap_targets import SwapTargets
 
 
 class SwapRequest(msgspec.Struct, forbid_unknown_fields=True):
@@ -28,30 +29,27 @@ class SwapRequest(msgspec.Struct, forbid_unknown_fields=True):
 
 
 def check_admin(request: Request, admin_key: str | None) -> None:
-    """Raise 401/403 unless the caller may use admin endpoints."""
-    if admin_key:
-        auth = request.headers.get("authorization", "")
-        given = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
-        if not hmac.compare_digest(given.encode(), admin_key.encode()):
-            raise APIError(401, "Admin endpoints need `Authorization: Bearer ADMIN_KEY`.",
-                           code="invalid_admin_key")
-        return
-    host = request.client.host if request.client else ""
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = host == "localhost"
-    if not loopback:
-        raise APIError(403, "Admin endpoints are only open to loopback clients unless the server "
-                       "runs with --admin-key.", code="admin_forbidden")
+    """Raise 403 (disabled, cross-origin) or 401 (wrong key) unless the caller may use admin."""
+    if not admin_key:
+        raise APIError(403, "Admin endpoints are disabled: start the server with --admin-key KEY "
+                       "(or RAPID_MLX_ADMIN_KEY) and send `Authorization: Bearer KEY`.",
+                       code="admin_disabled")
+    if is_cross_origin(request.scope, request.headers):
+        raise APIError(403, "Admin endpoints refuse cross-origin requests (browser pages of other "
+                       "origins); call them from a command line client.",
+                       code="cross_origin_forbidden")
+    if not key_matches(bearer(request.headers), [admin_key]):
+        raise APIError(401, "Admin endpoints need `Authorization: Bearer ADMIN_KEY`.",
+                       code="invalid_admin_key")
 
 
 class AdminEndpoints:
     """POST /admin/swap/{alias}: restart an alias's worker on the same or another model."""
 
     def __init__(self, hub: Hub, supervisor: Supervisor | None, admin_key: str | None,
-                 drain_timeout: float) -> None:
+                 drain_timeout: float, targets: SwapTargets) -> None:
         self.hub = hub
+        self.targets = targets
         self.supervisor = supervisor
         self.admin_key = admin_key
         self.drain_timeout = drain_timeout
@@ -66,6 +64,7 @@ class AdminEndpoints:
             req = msgspec.json.decode(raw, type=SwapRequest) if raw.strip() else SwapRequest()
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             raise from_validation(exc) from exc
+        model = self.targets.resolve(req.model) if req.model else None
         if self.supervisor is None:
             raise APIError(409, f"Workers are managed outside the gateway (--no-spawn-workers): "
                            f"restart the worker of '{st.alias}' with its supervisor, e.g. "
@@ -73,7 +72,7 @@ class AdminEndpoints:
         previous = st.boot_id
         drain = self.drain_timeout if req.drain_timeout is None else req.drain_timeout
         # the swap runs as its own task: a client that hangs up does not stop it half-way
-        task = asyncio.create_task(self.supervisor.swap(st.alias, req.model, req.revision, drain))
+        task = asyncio.create_task(self.supervisor.swap(st.alias, model, req.revision, drain))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         await asyncio.shield(task)

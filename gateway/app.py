@@ -1,4 +1,4 @@
-"""Assemble the Starlette app: routes, error handlers, auth, and the hub/supervisor lifespan."""
+"""Assemble the Starlette app: routes, error handlers, the edge and auth, and the lifespan."""
 
 from __future__ import annotations
 
@@ -12,56 +12,32 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.admin import AdminEndpoints
 from gateway.aliases import detect_into
+from gateway.auth import ApiKeyMiddleware, public_paths
 from gateway.chat import ChatEndpoint
 from gateway.completions import CompletionsEndpoint
 from gateway.config import GatewayConfig
+from gateway.cors import CorsPolicy
 from gateway.curve import CurveServer
+from gateway.edge import EdgeMiddleware
 from gateway.errors import APIError, handle_api_error, handle_http_error, handle_unexpected
 from gateway.health import HealthEndpoints
+from gateway.hosts import HostPolicy
 from gateway.hub import AliasState, Hub
 from gateway.info import InfoEndpoints
 from gateway.supervisor import Supervisor, WorkerSpec
+from gateway.swap_targets import SwapTargets
 from gateway.workers_api import WorkersEndpoints
 
 log = logging.getLogger("rapid_mlx.gateway")
-
-OPEN_PATHS = ("/v1/health", "/livez", "/readyz", "/docs", "/openapi.json", "/metrics")
-
 
 def _version() -> str:
     try:
         return version("rapid-mlx")
     except PackageNotFoundError:
         return "0.0.0"
-
-
-class ApiKeyMiddleware:
-    """Require `Authorization: Bearer KEY` with a configured key; open when none is configured."""
-
-    def __init__(self, app: ASGIApp, keys: list[str]) -> None:
-        self.app = app
-        self.keys = set(keys)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "")
-        # admin endpoints check their own key
-        if (scope["type"] != "http" or not self.keys or path in OPEN_PATHS
-                or path.startswith(("/admin/", "/v1/health/"))):
-            await self.app(scope, receive, send)
-            return
-        headers = dict(scope["headers"])
-        auth = headers.get(b"authorization", b"").decode(errors="replace")
-        key = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
-        if key not in self.keys:
-            err = APIError(401, "Incorrect API key provided.", type="invalid_request_error",
-                           code="invalid_api_key")
-            await err.response()(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
 
 
 def build_app(config: GatewayConfig) -> Starlette:
@@ -86,9 +62,11 @@ def build_app(config: GatewayConfig) -> Starlette:
                         st.facts.model_type)
 
     hub.on_ready = on_ready
-    health = HealthEndpoints(hub)
+    health = HealthEndpoints(hub, terse=bool(config.api_keys))
     workers = WorkersEndpoints(hub)
-    admin = AdminEndpoints(hub, supervisor, config.admin_key, config.swap_drain_timeout)
+    targets = SwapTargets(config.alias_models, [s.model for s in config.served],
+                          config.swap_allow_paths, config.swap_allow_repos)
+    admin = AdminEndpoints(hub, supervisor, config.admin_key, config.swap_drain_timeout, targets)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -106,6 +84,7 @@ def build_app(config: GatewayConfig) -> Starlette:
 
     routes = [
         Route("/v1/models", info.models, methods=["GET"]),
+        Route("/v1/models/{model:path}", info.model, methods=["GET"]),
         Route("/v1/chat/completions", ChatEndpoint(hub, served).handle, methods=["POST"]),
         Route("/v1/completions", CompletionsEndpoint(hub).handle, methods=["POST"]),
         Route("/v1/health", health.health, methods=["GET"]),
@@ -123,7 +102,12 @@ def build_app(config: GatewayConfig) -> Starlette:
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        middleware=[Middleware(ApiKeyMiddleware, keys=config.api_keys)],
+        middleware=[
+            Middleware(EdgeMiddleware, hosts=HostPolicy(config.host, config.allowed_hosts),
+                       cors=CorsPolicy(config.cors_allow_origins)),
+            Middleware(ApiKeyMiddleware, keys=config.api_keys, public=public_paths(
+                config.public_metrics, config.public_health, config.public_docs)),
+        ],
         exception_handlers={APIError: handle_api_error, HTTPException: handle_http_error,
                             Exception: handle_unexpected},
     )

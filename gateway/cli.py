@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -26,6 +28,38 @@ def _served(models: tuple[str, ...], names: tuple[str, ...], tool_parser: str | 
     if len({s.alias for s in out}) != len(out):
         raise click.UsageError("two models would share an alias; use --served-model-name")
     return out
+
+
+def _listed(values: tuple[str, ...]) -> list[str]:
+    """Repeatable options that also take comma-separated lists."""
+    return [v.strip() for value in values for v in value.split(",") if v.strip()]
+
+
+def _edge_options(f: Callable[..., None]) -> Callable[..., None]:
+    """The HTTP edge's options of `serve` (who may reach the server, and what stays public)."""
+    options = [
+        click.option("--allowed-hosts", multiple=True, help="Host names the server answers to "
+                     "besides localhost and --host (comma-separated or repeated; '*': any)"),
+        click.option("--cors-allow-origins", multiple=True, help="browser origins allowed to "
+                     "call the API, e.g. http://localhost:3000 (default: CORS off; '*': any)"),
+        click.option("--allow-unauthenticated", is_flag=True,
+                     help="start on a non-loopback --host without --api-key"),
+        click.option("--public-metrics", is_flag=True, help="with --api-key: /metrics needs none"),
+        click.option("--public-health", is_flag=True,
+                     help="with --api-key: /v1/health and /v1/health/ALIAS need none"),
+        click.option("--public-docs", is_flag=True,
+                     help="with --api-key: /docs and /openapi.json need none"),
+        click.option("--swap-allow-path", "swap_allow_paths", multiple=True,
+                     type=click.Path(file_okay=False),
+                     help="admin swaps may load model folders under this directory (repeatable)"),
+        click.option("--swap-allow-repos", is_flag=True,
+                     help="admin swaps may load (and download) any Hugging Face repo id"),
+        click.option("--header-timeout", default=15.0, show_default=True, type=float,
+                     help="seconds a connection may take to send its request headers"),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
 
 
 @click.group()
@@ -71,9 +105,10 @@ def main() -> None:
 @click.option("--restart-backoff", default=0.5, show_default=True, type=float,
               help="first restart delay; doubles after each crash at start-up")
 @click.option("--admin-key", default=None, envvar="RAPID_MLX_ADMIN_KEY",
-              help="admin endpoints need this bearer key (default: loopback clients only)")
+              help="enable admin endpoints (hot swap) with this bearer key (default: disabled)")
 @click.option("--curve-dir", default=None, type=click.Path(file_okay=False),
               help="CURVE keys (see `rapid-mlx keys`): only listed workers may join")
+@_edge_options
 def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
           api_keys: tuple[str, ...], tool_call_parser: str | None, reasoning_parser: str | None,
           aliases_file: str | None, kv_cache_turboquant: str, kv_cache_memory: str,
@@ -81,7 +116,7 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
           worker_address: str, hang_timeout: float, log_level: str, no_spawn_workers: bool,
           shutdown_timeout: float, swap_wait: float, swap_drain_timeout: float,
           max_start_crashes: int, restart_backoff: float, admin_key: str | None,
-          curve_dir: str | None) -> None:
+          curve_dir: str | None, **edge: Any) -> None:
     """Serve MODELS (aliases, Hugging Face repo ids or local folders); none: the embedded demo."""
     from gateway.server import run
 
@@ -96,6 +131,7 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
         worker_args.append("--disable-prefix-cache")
     if context_length:
         worker_args += ["--context-length", str(context_length)]
+    aliases = load_aliases(user_alias_file(aliases_file))
     config = GatewayConfig(
         served=_served(models, names, tool_call_parser, reasoning_parser, aliases_file),
         host=host, port=port,
@@ -104,7 +140,17 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
         spawn_workers=not no_spawn_workers, shutdown_timeout=shutdown_timeout,
         swap_wait=swap_wait, swap_drain_timeout=swap_drain_timeout,
         max_start_crashes=max_start_crashes, restart_backoff=restart_backoff,
-        admin_key=admin_key or None, curve_dir=curve_dir)
+        admin_key=admin_key or None, curve_dir=curve_dir,
+        allowed_hosts=_listed(edge["allowed_hosts"]),
+        cors_allow_origins=_listed(edge["cors_allow_origins"]),
+        allow_unauthenticated=edge["allow_unauthenticated"],
+        public_metrics=edge["public_metrics"], public_health=edge["public_health"],
+        public_docs=edge["public_docs"], swap_allow_paths=list(edge["swap_allow_paths"]),
+        swap_allow_repos=edge["swap_allow_repos"], header_timeout=edge["header_timeout"],
+        alias_models={name: entry.repo for name, entry in aliases.items()})
+    refusal = config.exposure_error()
+    if refusal:
+        raise click.ClickException(refusal)
     run(config)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shutil
 import tempfile
@@ -31,6 +32,25 @@ class GatewayConfig:
     restart_backoff: float = 0.5
     admin_key: str | None = None
     curve_dir: str | None = None  # CURVE keys: server.key_secret and clients/*.key
+    # the HTTP edge (gateway/edge.py, auth.py, swap_targets.py)
+    allowed_hosts: list[str] = field(default_factory=list)  # added to loopback names; "*": any
+    cors_allow_origins: list[str] = field(default_factory=list)  # none: CORS off
+    public_metrics: bool = False  # with API keys: /metrics open anyway
+    public_health: bool = False  # with API keys: /v1/health* open anyway
+    public_docs: bool = False  # with API keys: /docs and /openapi.json open anyway
+    allow_unauthenticated: bool = False  # a non-loopback --host without API keys may start
+    swap_allow_paths: list[str] = field(default_factory=list)  # folders swap targets may be in
+    swap_allow_repos: bool = False  # swap targets may be Hugging Face repo ids
+    alias_models: dict[str, str] = field(default_factory=dict)  # alias table: name -> repo
+    header_timeout: float = 15.0  # a connection must send its request headers within this
+
+    def exposure_error(self) -> str | None:
+        """Why this configuration must not start (a non-loopback host without keys), or None."""
+        if is_loopback(self.host) or self.api_keys or self.allow_unauthenticated:
+            return None
+        return (f"refusing to listen on {self.host} without --api-key: anyone who can reach "
+                f"this address could use the server; pass --api-key KEY, or "
+                f"--allow-unauthenticated if that is intended")
 
     def resolve_address(self) -> tuple[str, str | None]:
         """The worker address to bind, and the private directory created for it (if any)."""
@@ -44,6 +64,16 @@ class GatewayConfig:
 
 
 OWNER_FILE = "gateway.pid"
+
+
+def is_loopback(host: str) -> bool:
+    """True for localhost and loopback addresses (127.0.0.0/8, ::1)."""
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name other than localhost may resolve anywhere
 
 
 def remove_stale_socket_dirs(root: str | None = None) -> list[str]:

@@ -91,7 +91,8 @@ async def handle_http_error(request: Request, exc: Exception) -> Response:
     status = getattr(exc, "status_code", 500)
     detail = getattr(exc, "detail", "error")
     kind = "invalid_request_error" if status < 500 else "server_error"
-    return APIError(status, str(detail), type=kind, code=str(status)).response()
+    headers = dict(getattr(exc, "headers", None) or {})  # e.g. a 405's Allow
+    return APIError(status, str(detail), type=kind, code=str(status), headers=headers).response()
 
 
 async def handle_unexpected(request: Request, exc: Exception) -> Response:

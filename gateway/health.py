@@ -15,8 +15,9 @@ from gateway.metrics import CONTENT_TYPE
 class HealthEndpoints:
     """Probes for orchestrators and the Prometheus scrape endpoint."""
 
-    def __init__(self, hub: Hub) -> None:
+    def __init__(self, hub: Hub, terse: bool = False) -> None:
         self.hub = hub
+        self.terse = terse  # API keys configured: open probes say ok / not ok, nothing more
         self.started = time.time()
 
     def _alias(self, st: AliasState) -> dict[str, Any]:
@@ -59,11 +60,11 @@ class HealthEndpoints:
         Once started, a worker restart or swap does not flip readiness: requests for that alias
         wait for it, and other aliases keep serving (a load balancer should keep routing here).
         """
-        states = {a: st.state for a, st in self.hub.aliases.items()}
+        states = {} if self.terse else {"models": {a: st.state for a, st in self.hub.aliases.items()}}
         if not self.hub.draining and self.hub.started_up:
-            return JSONResponse({"status": "ready", "models": states})
+            return JSONResponse({"status": "ready", **states})
         status = "draining" if self.hub.draining else "not_ready"
-        return JSONResponse({"status": status, "models": states}, status_code=503,
+        return JSONResponse({"status": status, **states}, status_code=503,
                             headers={"Retry-After": "5" if self.hub.draining else "1"})
 
     async def metrics(self, request: Request) -> Response:

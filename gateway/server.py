@@ -13,6 +13,7 @@ import uvicorn
 from gateway.app import build_app
 from gateway.config import GatewayConfig
 from gateway.drain import Drainer
+from gateway.http_protocol import MAX_HEADER_BYTES, GuardedH11Protocol
 from gateway.hub import Hub
 
 log = logging.getLogger("rapid_mlx.gateway")
@@ -40,19 +41,29 @@ class _Server(uvicorn.Server):
         self.should_exit = True
 
 
+def bound_url(server: uvicorn.Server, fallback_host: str, fallback_port: int) -> str:
+    """The base URL of the address the listening socket really has (0.0.0.0 stays 0.0.0.0)."""
+    for srv in getattr(server, "servers", []):
+        for sock in srv.sockets or ():
+            host, port = sock.getsockname()[:2]
+            return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+    return f"http://{fallback_host}:{fallback_port}"
+
+
 async def _announce(server: uvicorn.Server, config: GatewayConfig, hub: Hub) -> None:
     while not server.started:
         await asyncio.sleep(0.05)
     await asyncio.gather(*(st.ready_event.wait() for st in hub.aliases.values()))
-    host = "127.0.0.1" if config.host in ("0.0.0.0", "::") else config.host
-    print(f"Ready: http://{host}:{config.port}/v1", flush=True)
+    print(f"Ready: {bound_url(server, config.host, config.port)}/v1", flush=True)
 
 
 async def serve(config: GatewayConfig) -> None:
     """Serve until SIGINT/SIGTERM; workers are stopped before returning."""
     app = build_app(config)
+    protocol = type("Protocol", (GuardedH11Protocol,), {"header_timeout": config.header_timeout})
     uv = uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level,
-                        lifespan="on", timeout_graceful_shutdown=5)
+                        lifespan="on", timeout_graceful_shutdown=5, http=protocol,
+                        h11_max_incomplete_event_size=MAX_HEADER_BYTES, timeout_keep_alive=5)
     server = _Server(uv)
     server.loop = asyncio.get_running_loop()
     server.shutdown_timeout = config.shutdown_timeout

@@ -1,0 +1,92 @@
+"""uvicorn's h11 protocol with a header read timeout and OpenAI-shaped answers to broken requests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+log = logging.getLogger("rapid_mlx.gateway")
+
+MAX_HEADER_BYTES = 64 * 1024  # request line + headers; a larger head gets 431
+HEADER_TIMEOUT = 15.0  # seconds a connection may take to send a complete request head
+LINGER = 2.0  # seconds a refused connection's remaining input is read and dropped
+
+
+def _error(status: int, reason: str, message: str, code: str) -> bytes:
+    body = json.dumps({"error": {"message": message, "type": "invalid_request_error",
+                                 "param": None, "code": code}}).encode()
+    head = (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n")
+    return head.encode() + body
+
+
+class GuardedH11Protocol(H11Protocol):
+    """Drop a connection whose request head is not complete within `header_timeout` seconds
+    (slowloris), and answer an oversized or malformed head in the OpenAI error shape."""
+
+    header_timeout: float = HEADER_TIMEOUT
+    _head_timer: asyncio.TimerHandle | None = None
+    _lingering = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        if self._lingering:
+            return  # the request was refused; its remaining bytes are dropped
+        super().data_received(data)
+        if self.conn.their_state is h11.IDLE:
+            self._arm()  # a new request head began (or continues): it keeps its first deadline
+        else:
+            self._disarm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._disarm()  # idle keep-alive connections are uvicorn's timeout_keep_alive's business
+
+    def _arm(self) -> None:
+        if self._head_timer is None and not self.transport.is_closing():
+            self._head_timer = self.loop.call_later(self.header_timeout, self._head_timed_out)
+
+    def _disarm(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            if not self.conn.trailing_data[0]:
+                self.transport.close()  # nothing sent at all: just hang up
+                return
+            self._linger(_error(408, "Request Timeout", "The request headers were not complete "
+                                f"within {self.header_timeout:g}s.", "header_timeout"))
+
+    def send_400_response(self, msg: str) -> None:
+        self._disarm()
+        if len(self.conn.trailing_data[0]) > MAX_HEADER_BYTES:
+            out = _error(431, "Request Header Fields Too Large", "The request line and headers "
+                         f"must fit in {MAX_HEADER_BYTES} bytes.", "headers_too_large")
+        else:
+            out = _error(400, "Bad Request", f"Malformed HTTP request: {msg}", "invalid_http")
+        self._linger(out)
+
+    def _linger(self, out: bytes) -> None:
+        """Answer, half-close, and read (and drop) what the client still sends for a moment:
+        closing with unread input would reset the connection and lose the answer."""
+        self._lingering = True
+        self.transport.write(out)
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+            self.loop.call_later(LINGER, self.transport.close)
+        else:
+            self.transport.close()
