@@ -56,7 +56,7 @@ class EdgeMiddleware:
             return APIError(403, "Cross-origin requests are refused; start the server with "
                             "--cors-allow-origins ORIGIN to let browser pages from ORIGIN call it.",
                             code="cross_origin_forbidden")
-        if not is_json(headers.get("content-type")):
+        if method == "POST" and not is_json(headers.get("content-type")):  # every POST is JSON
             got = headers.get("content-type") or "none"
             return APIError(415, f"Request bodies must be JSON: send `Content-Type: "
                             f"application/json` (got '{got}').", code="unsupported_media_type")
