@@ -11,6 +11,7 @@ from gateway import schemas as s
 # path, method, summary, request body type, response type, streams
 ROUTES: list[tuple[str, str, str, type | None, type | None, bool]] = [
     ("/v1/models", "get", "List the served models", None, s.ModelList, False),
+    ("/v1/models/{model}", "get", "One served model", None, s.ModelCard, False),
     ("/v1/chat/completions", "post", "Create a chat completion", s.ChatCompletionRequest,
      s.ChatCompletion, True),
     ("/v1/completions", "post", "Create a text completion", s.CompletionRequest, s.Completion,
@@ -23,12 +24,13 @@ ROUTES: list[tuple[str, str, str, type | None, type | None, bool]] = [
     ("/readyz", "get", "Readiness probe (503 until every alias is ready, and while draining)",
      None, None, False),
     ("/metrics", "get", "Prometheus metrics", None, None, False),
-    ("/admin/swap/{alias}", "post", "Hot-swap one alias's worker (loopback or admin key)", None,
+    ("/admin/swap/{alias}", "post", "Hot-swap one alias's worker (needs --admin-key)", None,
      None, False),
 ]
 
 ERROR_STATUSES = {"400": "Invalid request", "401": "Missing or wrong API key",
-                  "404": "Unknown model", "503": "Model not ready or busy (see Retry-After)"}
+                  "404": "Unknown model", "415": "The body is not `application/json`",
+                  "503": "Model not ready or busy (see Retry-After)"}
 
 
 def _ref(t: type) -> dict[str, str]:
@@ -53,14 +55,15 @@ def build_openapi(version: str) -> dict[str, Any]:
             "responses": {"200": {"description": "OK", "content": content}, **{
                 code: {"description": text, "content": {
                     "application/json": {"schema": _ref(s.ErrorResponse)}}}
-                for code, text in ERROR_STATUSES.items()}},
+                for code, text in ERROR_STATUSES.items() if code != "415" or method == "post"}},
         }
         if body is not None:
             op["requestBody"] = {"required": True, "content": {
                 "application/json": {"schema": _ref(body)}}}
-        if "{alias}" in path:
-            op["parameters"] = [{"name": "alias", "in": "path", "required": True,
-                                 "schema": {"type": "string"}}]
+        for name in ("alias", "model"):
+            if f"{{{name}}}" in path:
+                op["parameters"] = [{"name": name, "in": "path", "required": True,
+                                     "schema": {"type": "string"}}]
         paths.setdefault(path, {})[method] = op
     return {
         "openapi": "3.1.0",

@@ -99,7 +99,7 @@ def test_metrics_parse_with_every_family(srv: Server) -> None:
 def test_crash_loop_fails_alone(tmp_path) -> None:  # type: ignore[no-untyped-def]
     missing = str(tmp_path / "no-such-model")
     srv = Server(missing, DEMO, "--served-model-name", "bad", "--served-model-name", "good",
-                 "--max-start-crashes", "3", "--restart-backoff", "0.2")
+                 "--max-start-crashes", "3", "--restart-backoff", "0.2", "--admin-key", "adm")
     try:
         srv.wait_http()
         wait_for(lambda: httpx.get(f"{srv.url}/health").json()["models"]["good"]["ready"])
@@ -128,7 +128,8 @@ def test_crash_loop_fails_alone(tmp_path) -> None:  # type: ignore[no-untyped-de
         failed = ("rapid_mlx_worker_state", (("model_name", "bad"), ("state", "failed")))
         assert samples[failed] == 1
         # a swap to a model that exists revives the failed alias
-        r = httpx.post(f"{srv.base}/admin/swap/bad", json={"model": DEMO}, timeout=120)
+        r = httpx.post(f"{srv.base}/admin/swap/bad", json={"model": DEMO}, timeout=120,
+                       headers={"Authorization": "Bearer adm"})  # DEMO: served at start
         assert r.status_code == 200, r.text
         assert r.json()["state"] == "ready" and stream_chat(srv.url, "bad", 4).ok
         assert httpx.get(f"{srv.base}/readyz").status_code == 200

@@ -25,8 +25,15 @@ KEY = "admin-secret"
 
 
 @pytest.fixture(scope="module")
-def srv() -> Iterator[Server]:
-    s = pair("--admin-key", KEY, "--max-batch", "16").wait_ready()
+def allowed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder swaps may load new weights from (--swap-allow-path)."""
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="module")
+def srv(allowed: Path) -> Iterator[Server]:
+    s = pair("--admin-key", KEY, "--max-batch", "16", "--swap-allow-path", str(allowed)
+             ).wait_ready()
     yield s
     s.stop()
 
@@ -36,8 +43,8 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, timeout=180)
 
 
-def test_swap_under_load(srv: Server, tmp_path: Path) -> None:
-    new_model = str(tmp_path / "demo-copy")
+def test_swap_under_load(srv: Server, allowed: Path) -> None:
+    new_model = str(allowed / "demo-copy")
     shutil.copytree(DEMO, new_model)  # "new weights on disk": same files, another folder
     before = srv.worker("a")
     load_a = Load(srv.url, "a", 8).start()
@@ -90,25 +97,47 @@ def test_swap_ends_long_requests_after_drain_timeout(srv: Server) -> None:
 
 
 def test_admin_needs_the_key(srv: Server) -> None:
-    r = httpx.post(f"{srv.base}/admin/swap/b", timeout=10)
+    r = httpx.post(f"{srv.base}/admin/swap/b", json={}, timeout=10)
     assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_admin_key"
-    r = httpx.post(f"{srv.base}/admin/swap/b", headers={"Authorization": "Bearer nope"}, timeout=10)
+    r = httpx.post(f"{srv.base}/admin/swap/b", json={}, headers={"Authorization": "Bearer nope"},
+                   timeout=10)
     assert r.status_code == 401
     bad = _cli("swap", "b", "--url", srv.base)
     assert bad.returncode != 0 and "401" in bad.stderr
-    r = httpx.post(f"{srv.base}/admin/swap/zzz", headers={"Authorization": f"Bearer {KEY}"},
-                   timeout=10)
+    r = httpx.post(f"{srv.base}/admin/swap/zzz", json={},
+                   headers={"Authorization": f"Bearer {KEY}"}, timeout=10)
     assert r.status_code == 404
 
 
-def test_admin_refuses_non_loopback_without_key() -> None:
+def test_cli_swap_to_a_refused_target_leaves_the_alias_serving(srv: Server) -> None:
+    before = srv.worker("b")
+    bad = _cli("swap", "b", "/etc", "--url", srv.base, "--admin-key", KEY)
+    assert bad.returncode != 0 and "400" in bad.stderr and "not allowed or not found" in bad.stderr
+    after = srv.worker("b")
+    assert after["state"] == "ready" and after["boot_id"] == before["boot_id"]
+    assert stream_chat(srv.url, "b", 4).ok
+
+
+def _unstarted_app(admin_key: str | None) -> TestClient:
     # no lifespan: nothing is bound or started, only the routes answer
     app = build_app(GatewayConfig(served=[ServedModel("m", "x")], spawn_workers=False,
-                                  worker_address="inproc://admin-test"))
-    r = TestClient(app, client=("10.1.2.3", 5555)).post("/admin/swap/m")  # not loopback
-    assert r.status_code == 403 and r.json()["error"]["code"] == "admin_forbidden"
-    r = TestClient(app, client=("127.0.0.1", 5555)).post("/admin/swap/m")  # loopback
+                                  worker_address="inproc://admin-test", admin_key=admin_key))
     hub = app.state.hub
     hub.sock.close(0)  # never started: release the socket so the context can end
     hub.ctx.term()
+    return TestClient(app, base_url="http://localhost")
+
+
+def test_admin_rules_without_workers_to_swap() -> None:
+    r = _unstarted_app(None).post("/admin/swap/m", json={})  # even from loopback
+    assert r.status_code == 403 and r.json()["error"]["code"] == "admin_disabled"
+    client = _unstarted_app(KEY)
+    auth = {"Authorization": f"Bearer {KEY}"}
+    r = client.post("/admin/swap/m", content=b"{}", headers={**auth, "Content-Type": "text/plain"})
+    assert r.status_code == 415
+    r = client.post("/admin/swap/m", json={}, headers={**auth, "Origin": "http://evil.example"})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "cross_origin_forbidden"
+    r = client.post("/admin/swap/m", json={"model": "/etc"}, headers=auth)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "swap_target_not_allowed"
+    r = client.post("/admin/swap/m", json={}, headers=auth)
     assert r.status_code == 409 and r.json()["error"]["code"] == "external_workers"
