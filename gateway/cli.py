@@ -54,7 +54,8 @@ def _edge_options(f: Callable[..., None]) -> Callable[..., None]:
                      help="admin swaps may load model folders under this directory (repeatable)"),
         click.option("--swap-allow-repos", is_flag=True,
                      help="admin swaps may load (and download) any Hugging Face repo id"),
-        click.option("--header-timeout", default=15.0, show_default=True, type=float,
+        click.option("--header-timeout", default=15.0, show_default=True,
+                     type=click.FloatRange(min=0.5),
                      help="seconds a connection may take to send its request headers"),
     ]
     for option in reversed(options):
