@@ -33,6 +33,7 @@ from gateway.workers_api import WorkersEndpoints
 
 log = logging.getLogger("rapid_mlx.gateway")
 
+
 def _version() -> str:
     try:
         return version("rapid-mlx")
