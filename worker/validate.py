@@ -103,13 +103,46 @@ def check_size(job: Generate, context_length: int, chars_per_token: int) -> None
 
 
 def recover_request_id(frame: bytes) -> str | None:
-    """The request id of an undecodable Generate frame, when the frame is msgpack at all."""
+    """The request id of an undecodable Generate frame, when its head can be read at all."""
+    rid = _head_id(frame)
+    if rid is not None:
+        return rid
     try:
         raw = msgspec.msgpack.decode(frame)
     except Exception:  # not msgpack, too deep, ...: nothing to answer
         return None
-    if isinstance(raw, list) and len(raw) >= 2 and raw[0] == "gen" and isinstance(raw[1], str):
-        return raw[1]
     if isinstance(raw, dict) and raw.get("type") == "gen" and isinstance(raw.get("request_id"), str):
         return str(raw["request_id"])
     return None
+
+
+def _head_id(frame: bytes) -> str | None:
+    """Read just `["gen", request_id, ...` off the front of a msgpack array frame."""
+    pos = {0xDC: 3, 0xDD: 5}.get(frame[0], 1) if frame and (
+        0x92 <= frame[0] <= 0x9F or frame[0] in (0xDC, 0xDD)) else 0
+    if not pos:
+        return None
+    tag, pos = _str_at(frame, pos)
+    if tag != "gen":
+        return None
+    rid, _ = _str_at(frame, pos)
+    return rid
+
+
+def _str_at(frame: bytes, pos: int) -> tuple[str | None, int]:
+    if pos >= len(frame):
+        return None, pos
+    head = frame[pos]
+    if 0xA0 <= head <= 0xBF:
+        size, start = head & 0x1F, pos + 1
+    elif head in (0xD9, 0xDA, 0xDB):
+        width = {0xD9: 1, 0xDA: 2, 0xDB: 4}[head]
+        size, start = int.from_bytes(frame[pos + 1 : pos + 1 + width], "big"), pos + 1 + width
+    else:
+        return None, pos
+    if start + size > len(frame):
+        return None, pos
+    try:
+        return frame[start : start + size].decode(), start + size
+    except UnicodeDecodeError:
+        return None, pos

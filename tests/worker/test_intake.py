@@ -128,3 +128,8 @@ def test_request_id_is_recovered_from_undecodable_frames() -> None:
     assert recover_request_id(b"\xc1garbage") is None
     assert recover_request_id(msgspec.msgpack.encode(["abort", ["x"]])) is None
     assert recover_request_id(msgspec.msgpack.encode({"type": "gen", "request_id": "d"})) == "d"
+    long_id = "x" * 300
+    deep = b"\x93" + msgspec.msgpack.encode("gen") + msgspec.msgpack.encode(long_id) + b"\x91" * 10**5
+    assert recover_request_id(deep) == long_id
+    assert recover_request_id(b"\x93\xa3gen\xa5ab") is None  # truncated id
+    assert recover_request_id(b"") is None
