@@ -89,7 +89,8 @@ def _filter(logits: mx.array, rows: list[RowSampler]) -> mx.array:
         probs = mx.softmax(sorted_logits, axis=-1)
         ps = mx.array([r.params.top_p for r in rows])[:, None]
         cum = mx.cumsum(probs, axis=-1)
-        keep_sorted = keep_sorted & ((cum - probs) < ps)
+        first = mx.arange(vocab) == 0  # the most likely token always stays (top_p=0: greedy)
+        keep_sorted = keep_sorted & (((cum - probs) < ps) | first)
         inverse = mx.argsort(order, axis=-1)
         keep = mx.take_along_axis(keep_sorted, inverse, axis=-1)
         logits = mx.where(keep, logits, neg)

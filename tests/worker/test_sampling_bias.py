@@ -79,3 +79,11 @@ def test_bias_through_the_engine_next_to_an_unbiased_row(model: tuple[Any, Any],
     assert got["plain"] == ref
     assert got["forced"] == [forced] * 10
     assert len(got["banned"]) > 0 and not set(got["banned"]) & set(ref)
+
+
+def test_top_p_zero_keeps_the_most_likely_token() -> None:
+    logits = mx.array([[0.0, 3.0, 2.9, 1.0]] * 4)
+    rows = [RowSampler(SamplingParams(temperature=1.0, top_p=0.0, seed=s)) for s in range(4)]
+    for _ in range(10):
+        tokens, _ = sample(logits, rows)
+        assert tokens.tolist() == [1, 1, 1, 1]
