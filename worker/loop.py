@@ -167,6 +167,7 @@ class WorkerLoop:
             "model": self.loaded.facts.model, "path": str(self.loaded.path),
             "uptime_s": round(time.time() - self.started, 3), "dtype": self.loaded.facts.dtype,
             "running": len(e.running), "waiting": len(e.waiting), "requests": reqs,
+            "tokenizing": self.intake.pending, "failed_steps": e.failed_steps,
             "steps": e.stats.steps, "generated_tokens": e.stats.generated_tokens,
             "prompt_tokens_computed": e.stats.prompt_tokens_computed,
             "decode_rows": e.stats.decode_rows, "finished": e.stats.finished,
