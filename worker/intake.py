@@ -69,6 +69,10 @@ class Intake:
         self._done: deque[Prepared] = deque()
         self._live: dict[str, int] = {}  # request id -> seq of its job in intake (loop side only)
         self._seq = 0
+        try:  # any one-time tokenizer setup (truncation/padding reset) happens on this thread
+            tokenizer.encode("warm up")
+        except Exception as exc:
+            log.warning("tokenizer warm-up failed: %r", exc)
         self.fd, self._wake = os.pipe()
         os.set_blocking(self.fd, False)
         os.set_blocking(self._wake, False)
@@ -79,6 +83,11 @@ class Intake:
     def pending(self) -> int:
         """Jobs submitted and neither collected nor cancelled."""
         return len(self._live)
+
+    @property
+    def alive(self) -> bool:
+        """True while the intake thread runs."""
+        return self._thread.is_alive()
 
     def submit(self, job: Generate) -> None:
         """Queue JOB for preparation."""

@@ -60,6 +60,8 @@ class WorkerLoop:
                             else int(HEARTBEAT_INTERVAL * 1000))
                 for prepared in self.intake.ready():
                     self._admit(prepared)
+                if not self.intake.alive:  # its jobs would wait forever: let the supervisor restart
+                    raise RuntimeError("the intake thread died")
                 outputs = self._pending + (self.engine.step() if self.engine.has_work else [])
                 self._pending = []
                 if outputs:
