@@ -129,3 +129,28 @@ def test_a_huge_prompt_does_not_stall_decoding(loaded: LoadedModel) -> None:
         rig.send(m.Abort(request_ids=["long"]))
     finally:
         rig.close()
+
+
+def test_a_failing_step_answers_errors_and_the_loop_keeps_serving(loaded: LoadedModel) -> None:
+    from tests.worker.test_step_failure import _FailOnce
+
+    rig = LoopRig(loaded)
+    try:
+        tok = loaded.tokenizer
+        ids = tok.encode("One day, a big dog")
+        ref = _reference(loaded.model, tok, ids, 16)
+        flaky = _FailOnce(rig.engine, victim="victim")
+        rig.engine._forward = flaky  # type: ignore[assignment]  # the loop thread reads it next step
+        greedy = m.SamplingParams(max_tokens=16, temperature=0.0)
+        rig.send(_gen("victim", greedy, prompt_ids=ids))
+        assert rig.wait(lambda: rig.finished("victim"), 60)
+        assert rig.final("victim").error_code == "internal_error" and not rig.tokens("victim")
+        rig.send(_gen("next", greedy, prompt_ids=ids))
+        assert rig.wait(lambda: rig.finished("next"), 60)
+        assert rig.tokens("next") == ref and rig.thread.is_alive()
+        rig.send(m.StatusQuery(query_id="q"))
+        assert rig.wait(lambda: any(isinstance(e, m.Status) for e in rig.others), 10)
+        status = next(e for e in rig.others if isinstance(e, m.Status)).body
+        assert status["kv_pages_used"] == status["prefix_cache_pages"] and status["running"] == 0
+    finally:
+        rig.close()
