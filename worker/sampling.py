@@ -50,12 +50,13 @@ def seed_key(seed: int) -> int:
 
 def _apply_bias(logits: mx.array, rows: list[RowSampler]) -> mx.array:
     """Add each row's logit_bias to its logits with one scatter-add over the batch."""
-    biased = [(b, r) for b, r in enumerate(rows) if r.bias_ids is not None]
-    at = mx.concatenate([mx.full(r.bias_ids.shape, b, dtype=mx.int32)  # type: ignore[union-attr]
-                         for b, r in biased])
-    ids = mx.concatenate([r.bias_ids for _, r in biased])  # type: ignore[misc]
-    values = mx.concatenate([r.bias_values for _, r in biased])  # type: ignore[misc]
-    return logits.at[at, ids].add(values)
+    at, ids, values = [], [], []
+    for b, r in enumerate(rows):
+        if r.bias_ids is not None and r.bias_values is not None:
+            at.append(mx.full(r.bias_ids.shape, b, dtype=mx.int32))
+            ids.append(r.bias_ids)
+            values.append(r.bias_values)
+    return logits.at[mx.concatenate(at), mx.concatenate(ids)].add(mx.concatenate(values))
 
 
 def _apply_penalties(logits: mx.array, rows: list[RowSampler]) -> mx.array:
