@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from typing import Any
@@ -10,6 +11,7 @@ import mlx.core as mx
 
 from cache.paged_kv import PagedKVStore
 from protocol.messages import RequestOutput, SamplingParams, TokenLogprob
+from worker.failures import EngineBroken, discard, error_output, verify
 from worker.forward import Forward
 from worker.kv_calibrate import calibrate_centers
 from worker.kv_manager import KVManager
@@ -17,7 +19,12 @@ from worker.request import EngineStats, Inflight, KVTooSmall, QueueFull, Request
 from worker.sampling import RowSampler, sample
 from worker.stops import StopMatcher
 
-__all__ = ["Engine", "EngineStats", "KVTooSmall", "QueueFull", "Request", "model_dtype"]
+__all__ = ["Engine", "EngineBroken", "EngineStats", "KVTooSmall", "QueueFull", "Request",
+           "model_dtype"]
+
+log = logging.getLogger("rapid_mlx.worker")
+
+MAX_FAILED_STEPS = 16  # steps failing in a row with no good one between: the engine is broken
 
 
 class Engine:
@@ -44,6 +51,9 @@ class Engine:
         self.stats = EngineStats()
         self.overlap = overlap
         self._inflight: Inflight | None = None
+        self._touched: list[Request] = []  # rows the current step has put at risk
+        self._news: list[RequestOutput] = []  # outputs the current step has already made
+        self.failed_steps = 0  # in a row
 
     # ---- intake -------------------------------------------------------------------------
 
@@ -83,11 +93,46 @@ class Engine:
         While every running request is decoding (nothing waits, nothing prefills), steps overlap
         like mlx-lm's generate loop: step t+1 is built on step t's unevaluated tokens and handed
         to MLX before step t's tokens are read back and delivered (one step later).
+
+        An exception fails the rows the step had put at risk (a forward batch fails together)
+        and returns their pages; raises EngineBroken only when the books do not balance after.
         """
-        if self._reserve_overlapped():
-            return self._overlapped_step()
-        outputs = self._flush()
-        return outputs + self._synchronous_step()
+        self._touched, self._news = [], []
+        try:
+            if self._reserve_overlapped():
+                outputs = self._overlapped_step()
+            else:
+                self._news = self._flush()
+                outputs = self._news + self._synchronous_step()
+        except Exception as exc:
+            return self._recover(exc)
+        self.failed_steps = 0
+        return outputs
+
+    def _recover(self, exc: Exception) -> list[RequestOutput]:
+        """Fail the rows this step touched (and any with unread tokens); keep everyone else."""
+        self.failed_steps += 1
+        log.error("engine step failed (%d in a row): %r", self.failed_steps, exc, exc_info=exc)
+        running = {id(r) for r in self.running}  # the waiting hold no pages and no unread tokens
+        doomed = {id(r): r for r in self._touched if id(r) in running} or {
+            id(r): r for r in self.running}  # nothing was at risk yet: it may recur, so fail all
+        if self._inflight is not None:  # unread tokens cannot be trusted: their rows go too
+            doomed.update((id(r), r) for r in self._inflight.rows if id(r) in running)
+            self._inflight = None
+        self.running = [r for r in self.running if id(r) not in doomed]
+        doomed_ids = {r.id for r in doomed.values()}
+        outputs = [o for o in self._news if o.request_id not in doomed_ids]
+        for r in doomed.values():
+            discard(self.kv, r)
+            outputs.append(error_output(r))
+        verify(self.kv, self.running)
+        try:  # page writes the failed step left pending must still evaluate
+            mx.eval(self.kv.store.arrays())
+        except Exception as broken:
+            raise EngineBroken(f"the KV store cannot be evaluated: {broken}") from exc
+        if self.failed_steps >= MAX_FAILED_STEPS:
+            raise EngineBroken(f"{self.failed_steps} engine steps failed in a row") from exc
+        return outputs
 
     def _synchronous_step(self) -> list[RequestOutput]:
         self._admit()
@@ -99,7 +144,10 @@ class Engine:
         rows: list[Request] = []
         logits: list[mx.array] = []
         t0 = time.perf_counter()
+        # Until sampling, a failure leaves every row as it was before this step (KV rewritten
+        # at the same positions on retry), so only the rows of the failing call are at risk.
         if decodes:
+            self._touched = decodes
             out = self._forward([[r.tokens[-1]] for r in decodes], [r.kv for r in decodes],
                                 [r.computed for r in decodes], True)
             assert out is not None
@@ -108,6 +156,7 @@ class Engine:
         t1 = time.perf_counter()
         for group in _group_chunks(prefills):
             samplers = [r.computed + n == r.need and not r.generated for r, n in group]
+            self._touched = [r for r, _ in group]
             out = self._forward([r.tokens[r.computed : r.computed + n] for r, n in group],
                                 [r.kv for r, _ in group], [r.computed for r, _ in group],
                                 any(samplers))
@@ -116,6 +165,7 @@ class Engine:
                 logits.append(out[mx.array(keep)] if len(keep) < len(group) else out)
                 rows.extend(group[i][0] for i in keep)
         t2 = time.perf_counter()
+        self._touched = [*decodes, *(r for r, _ in prefills)]  # from here rows change state
         outputs = self._sample_and_update(rows, logits) if rows else []
         for r in decodes:
             r.computed += 1
@@ -151,6 +201,7 @@ class Engine:
         t0 = time.perf_counter()
         rows = list(self.running)
         previous = self._inflight
+        self._touched.extend(rows)
         inputs = self._next_inputs(rows, previous)
         logits = self._forward.decode_lazy(inputs, [r.kv for r in rows],
                                            [r.computed for r in rows])
@@ -186,9 +237,11 @@ class Engine:
         """Deliver the tokens of the last overlapped step (before a synchronous step)."""
         if self._inflight is None:
             return []
+        self._touched = list(self._inflight.rows)
         outputs = self._deliver(self._inflight)
         self._inflight = None
         self._retire()
+        self._touched = []  # delivered: these rows are whole again
         return outputs
 
     def _deliver(self, batch: Inflight) -> list[RequestOutput]:
@@ -198,9 +251,7 @@ class Engine:
         for b, (r, tok) in enumerate(zip(batch.rows, tokens, strict=True)):
             if r.finish_reason is not None or r not in self.running:
                 continue  # finished by the token before, or aborted: this one was never wanted
-            lp = (self._logprob(r, tok, batch.logprobs[b])
-                  if batch.logprobs is not None and r.params.logprobs else None)
-            outputs.append(self._update(r, int(tok), lp, now))
+            outputs.append(self._row_update(r, tok, batch.logprobs, b, now))
         return outputs
 
     def _admit(self) -> None:
@@ -237,6 +288,7 @@ class Engine:
                 break
             if r not in self.running:  # preempted by an earlier row's reservation this step
                 continue
+            self._touched = [r]
             if r.computed == 0 and not r.kv.pages:
                 limit = r.need - 1 if not r.generated else r.need
                 started = [q for q in self.running if q is not r and q.prefilling and q.kv.pages]
@@ -249,6 +301,7 @@ class Engine:
             if n > 0 and self._reserve([(r, n)]):
                 plan.append((r, n))
                 budget -= n
+        self._touched = []
         return [(r, n) for r, n in plan if r in self.running]
 
     def _retire(self) -> None:
@@ -266,9 +319,19 @@ class Engine:
         now = time.monotonic()
         outputs = []
         for b, (r, tok) in enumerate(zip(rows, token_list, strict=True)):
-            lp = self._logprob(r, tok, logprobs[b]) if logprobs is not None and r.params.logprobs else None
-            outputs.append(self._update(r, int(tok), lp, now))
+            outputs.append(self._row_update(r, tok, logprobs, b, now))
         return outputs
+
+    def _row_update(self, r: Request, tok: int, logprobs: mx.array | None, b: int,
+                    now: float) -> RequestOutput:
+        """Take row b's token; a failure here (detokenizing, logprobs) fails only this row."""
+        try:
+            lp = self._logprob(r, tok, logprobs[b]) if logprobs is not None and r.params.logprobs else None
+            return self._update(r, int(tok), lp, now)
+        except Exception as exc:
+            log.error("request %s failed on its token: %r", r.id, exc, exc_info=exc)
+            r.finish_reason = "error"  # retired (and its sound pages cached) with the others
+            return error_output(r)
 
     def _update(self, r: Request, tok: int, lp: TokenLogprob | None, now: float) -> RequestOutput:
         if r.first_token_at is None:

@@ -12,8 +12,9 @@ import zmq
 
 from protocol import messages as m
 from worker.engine import Engine, KVTooSmall, QueueFull
+from worker.intake import CHARS_PER_TOKEN, Intake, Prepared
 from worker.loader import LoadedModel
-from worker.prompt import PromptError, render
+from worker.validate import recover_request_id
 
 log = logging.getLogger("rapid_mlx.worker")
 
@@ -25,7 +26,7 @@ class WorkerLoop:
 
     def __init__(
         self, engine: Engine, loaded: LoadedModel, sock: zmq.Socket[bytes], alias: str, boot_id: str,
-        parent_pid: int | None = None,
+        parent_pid: int | None = None, chars_per_token: int = CHARS_PER_TOKEN,
     ) -> None:
         self.engine = engine
         self.loaded = loaded
@@ -37,6 +38,11 @@ class WorkerLoop:
         self.running = True
         self._last_beat = 0.0
         self._pending: list[m.RequestOutput] = []
+        self.intake = Intake(loaded.tokenizer, vocab_size(loaded), engine.context_length,
+                             chars_per_token)
+        self._poller = zmq.Poller()
+        self._poller.register(sock, zmq.POLLIN)
+        self._poller.register(self.intake.fd, zmq.POLLIN)
         self._dispatch: dict[type, Any] = {
             m.Generate: self._on_generate,
             m.Abort: self._on_abort,
@@ -48,14 +54,22 @@ class WorkerLoop:
         """Say ready, then loop: jobs in, one step, outputs out, heartbeat."""
         self._send(m.Ready(alias=self.alias, boot_id=self.boot_id, pid=os.getpid(),
                            protocol_version=m.PROTOCOL_VERSION, facts=self.loaded.facts))
-        while self.running:
-            self._drain(timeout_ms=0 if self.engine.has_work else int(HEARTBEAT_INTERVAL * 1000))
-            outputs = self._pending + (self.engine.step() if self.engine.has_work else [])
-            self._pending = []
-            if outputs:
-                self._send(m.StepOutputs(boot_id=self.boot_id, step=self.engine.stats.steps,
-                                         outputs=outputs))
-            self._maybe_heartbeat()
+        try:
+            while self.running:
+                self._drain(timeout_ms=0 if self.engine.has_work
+                            else int(HEARTBEAT_INTERVAL * 1000))
+                for prepared in self.intake.ready():
+                    self._admit(prepared)
+                if not self.intake.alive:  # its jobs would wait forever: let the supervisor restart
+                    raise RuntimeError("the intake thread died")
+                outputs = self._pending + (self.engine.step() if self.engine.has_work else [])
+                self._pending = []
+                if outputs:
+                    self._send(m.StepOutputs(boot_id=self.boot_id, step=self.engine.stats.steps,
+                                             outputs=outputs))
+                self._maybe_heartbeat()
+        finally:
+            self.intake.close()
 
     # ---- socket side --------------------------------------------------------------------
 
@@ -63,19 +77,34 @@ class WorkerLoop:
         self.sock.send(m.encode(msg), copy=False)
 
     def _drain(self, timeout_ms: int) -> None:
-        if not self.sock.poll(timeout_ms):
+        """Wait up to TIMEOUT_MS for a job or a prepared prompt; handle every job waiting."""
+        if not self._poller.poll(timeout_ms):
             return
         while self.running:
             try:
                 frame = self.sock.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            try:
-                job = m.decode_job(frame)
-            except Exception as exc:  # a malformed frame must never kill the worker
-                log.error("dropping undecodable job frame: %s", exc)
-                continue
+            self._on_frame(frame)
+
+    def _on_frame(self, frame: bytes) -> None:
+        """Handle one job frame; a bad one fails its own request (if it names one), nothing else."""
+        try:
+            job = m.decode_job(frame)
+        except Exception as exc:  # a malformed frame must never kill the worker
+            rid = recover_request_id(frame)
+            log.error("undecodable job frame (request %s): %s", rid or "unknown", exc)
+            if rid is not None:
+                self._fail(rid, f"the request could not be read by the worker: {exc}",
+                           "invalid_request_error")
+            return
+        try:
             self._dispatch[type(job)](job)
+        except Exception as exc:
+            log.exception("job %s failed", type(job).__name__)
+            if isinstance(job, m.Generate):
+                self._fail(job.request_id, f"the worker could not accept this request: {exc}",
+                           "internal_error")
 
     def _maybe_heartbeat(self) -> None:
         now = time.monotonic()
@@ -98,33 +127,27 @@ class WorkerLoop:
                                              error=message, error_code=code))
 
     def _on_generate(self, job: m.Generate) -> None:
-        try:
-            ids, think_opened = render(self.loaded.tokenizer, job)
-        except PromptError as exc:
-            self._fail(job.request_id, str(exc), "invalid_request_error")
-            return
-        ctx = self.engine.context_length
-        params = job.params
-        if params.max_tokens <= 0:
-            params.max_tokens = max(ctx - len(ids), 0)
-        if not ids or len(ids) + params.max_tokens > ctx or len(ids) >= ctx:
-            if not ids:
-                self._fail(job.request_id, "the prompt is empty", "invalid_request_error")
-                return
-            self._fail(job.request_id,
-                       f"This model's maximum context length is {ctx} tokens. However, you "
-                       f"requested {len(ids) + params.max_tokens} tokens ({len(ids)} in the "
-                       f"messages, {params.max_tokens} in the completion). Please reduce the "
-                       "length of the messages or completion.", "context_length_exceeded")
+        """Hand the job to intake: checks, template and tokenizer run off this loop."""
+        self.intake.submit(job)
+
+    def _admit(self, p: Prepared) -> None:
+        """Queue a prepared job in the engine, or answer its error."""
+        rid = p.job.request_id
+        if p.error is not None:
+            self._fail(rid, str(p.error), p.error.code)
             return
         try:
-            self.engine.add(job.request_id, ids, params, think_opened)
+            self.engine.add(rid, p.ids, p.job.params, p.think_opened)
         except QueueFull as exc:
-            self._fail(job.request_id, str(exc), "queue_full")
+            self._fail(rid, str(exc), "queue_full")
         except KVTooSmall as exc:
-            self._fail(job.request_id, str(exc), "context_length_exceeded")
+            self._fail(rid, str(exc), "context_length_exceeded")
+        except Exception as exc:  # admitting one request must not end the others
+            log.exception("request %s could not be admitted", rid)
+            self._fail(rid, f"the worker could not start this request: {exc}", "internal_error")
 
     def _on_abort(self, job: m.Abort) -> None:
+        self.intake.cancel(job.request_ids)
         self.engine.abort(job.request_ids)
 
     def _on_status(self, job: m.StatusQuery) -> None:
@@ -146,6 +169,7 @@ class WorkerLoop:
             "model": self.loaded.facts.model, "path": str(self.loaded.path),
             "uptime_s": round(time.time() - self.started, 3), "dtype": self.loaded.facts.dtype,
             "running": len(e.running), "waiting": len(e.waiting), "requests": reqs,
+            "tokenizing": self.intake.pending, "failed_steps": e.failed_steps,
             "steps": e.stats.steps, "generated_tokens": e.stats.generated_tokens,
             "prompt_tokens_computed": e.stats.prompt_tokens_computed,
             "decode_rows": e.stats.decode_rows, "finished": e.stats.finished,
@@ -177,3 +201,13 @@ class WorkerLoop:
             "decode_tokens_per_s": round(s.decode_rows / s.decode_seconds, 1)
             if s.decode_seconds else 0.0,
         }
+
+
+def vocab_size(loaded: LoadedModel) -> int:
+    """Rows of the model's embedding table: token ids at or beyond it would crash the forward."""
+    inner = getattr(loaded.model, "model", None)
+    embed = getattr(inner, "embed_tokens", None)
+    weight = getattr(embed, "weight", None)
+    rows = int(weight.shape[0]) if weight is not None and getattr(weight, "ndim", 0) == 2 else 0
+    facts = loaded.facts.vocab_size
+    return min(x for x in (rows, facts) if x > 0) if rows or facts else len(loaded.tokenizer)

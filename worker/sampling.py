@@ -16,10 +16,15 @@ class RowSampler:
     params: SamplingParams
     key: mx.array | None = None
     counts: dict[int, int] = field(default_factory=dict)
+    bias_ids: mx.array | None = None
+    bias_values: mx.array | None = None
 
     def __post_init__(self) -> None:
         if self.params.seed is not None:
-            self.key = mx.random.key(self.params.seed)
+            self.key = mx.random.key(seed_key(self.params.seed))
+        if self.params.logit_bias:
+            self.bias_ids = mx.array(list(self.params.logit_bias), dtype=mx.int32)
+            self.bias_values = mx.array(list(self.params.logit_bias.values()), dtype=mx.float32)
 
     @property
     def greedy(self) -> bool:
@@ -36,6 +41,22 @@ class RowSampler:
         """Count a generated token for the penalties."""
         if self.penalized:
             self.counts[token] = self.counts.get(token, 0) + 1
+
+
+def seed_key(seed: int) -> int:
+    """Map any int64 (or uint64) seed to the uint64 MLX's key takes; the same seed, the same key."""
+    return seed & 0xFFFF_FFFF_FFFF_FFFF
+
+
+def _apply_bias(logits: mx.array, rows: list[RowSampler]) -> mx.array:
+    """Add each row's logit_bias to its logits with one scatter-add over the batch."""
+    at, ids, values = [], [], []
+    for b, r in enumerate(rows):
+        if r.bias_ids is not None and r.bias_values is not None:
+            at.append(mx.full(r.bias_ids.shape, b, dtype=mx.int32))
+            ids.append(r.bias_ids)
+            values.append(r.bias_values)
+    return logits.at[mx.concatenate(at), mx.concatenate(ids)].add(mx.concatenate(values))
 
 
 def _apply_penalties(logits: mx.array, rows: list[RowSampler]) -> mx.array:
@@ -69,7 +90,8 @@ def _filter(logits: mx.array, rows: list[RowSampler]) -> mx.array:
         probs = mx.softmax(sorted_logits, axis=-1)
         ps = mx.array([r.params.top_p for r in rows])[:, None]
         cum = mx.cumsum(probs, axis=-1)
-        keep_sorted = keep_sorted & ((cum - probs) < ps)
+        first = mx.arange(vocab) == 0  # the most likely token always stays (top_p=0: greedy)
+        keep_sorted = keep_sorted & (((cum - probs) < ps) | first)
         inverse = mx.argsort(order, axis=-1)
         keep = mx.take_along_axis(keep_sorted, inverse, axis=-1)
         logits = mx.where(keep, logits, neg)
@@ -84,6 +106,8 @@ def _filter(logits: mx.array, rows: list[RowSampler]) -> mx.array:
 def sample(logits: mx.array, rows: list[RowSampler]) -> tuple[mx.array, mx.array | None]:
     """Pick one token per row from logits (B, V); also return log-probs when any row asks."""
     logits = logits.astype(mx.float32)
+    if any(r.bias_ids is not None for r in rows):
+        logits = _apply_bias(logits, rows)
     if any(r.penalized for r in rows):
         logits = _apply_penalties(logits, rows)
     logprobs = None

@@ -1,0 +1,109 @@
+"""A real WorkerLoop on a thread behind a real DEALER, driven by a plain ROUTER as the gateway."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import zmq
+
+from protocol import messages as m
+from worker.attention import install
+from worker.engine import Engine, model_dtype
+from worker.kv_setup import plan_kv
+from worker.loader import LoadedModel
+from worker.loop import WorkerLoop
+
+IDENTITY = b"worker"
+
+
+class LoopRig:
+    """Starts the loop, sends jobs and raw frames, and collects what comes back with arrival times."""
+
+    def __init__(self, loaded: LoadedModel, chars_per_token: int = 16, **engine_kw: Any) -> None:
+        install()
+        ctx_len = loaded.facts.context_length
+        plan = plan_kv(loaded.model, model_dtype(loaded.model), kind="none", memory="64MiB",
+                       page_size=16, group_size=32, max_batch=16, context_length=ctx_len)
+        self.engine = Engine(loaded.model, loaded.tokenizer, plan.store, context_length=ctx_len,
+                             max_batch=16, **engine_kw)
+        self.ctx = zmq.Context()
+        self.router = self.ctx.socket(zmq.ROUTER)
+        address = f"inproc://loop-{uuid.uuid4().hex}"
+        self.router.bind(address)
+        dealer = self.ctx.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.ROUTING_ID, IDENTITY)
+        dealer.connect(address)
+        self.loop = WorkerLoop(self.engine, loaded, dealer, "default", "boot-1",
+                               chars_per_token=chars_per_token)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="worker-loop", daemon=True)
+        self.thread.start()
+        self.outputs: dict[str, list[tuple[float, m.RequestOutput]]] = {}
+        self.others: list[m.Event] = []
+        ready = self.wait(lambda: any(isinstance(e, m.Ready) for e in self.others), 30)
+        assert ready, "no Ready from the loop"
+
+    def _run(self) -> None:
+        try:
+            self.loop.run()
+        except BaseException as exc:  # the test asserts on it
+            self.error = exc
+        finally:
+            self.loop.sock.close(linger=0)
+
+    def send(self, job: m.Generate | m.Abort | m.StatusQuery | m.Shutdown) -> None:
+        """Send one job as the gateway does."""
+        self.router.send_multipart([IDENTITY, m.encode(job)])
+
+    def send_raw(self, *frames: bytes) -> None:
+        """Send arbitrary frames to the worker."""
+        self.router.send_multipart([IDENTITY, *frames])
+
+    def pump(self, timeout: float = 0.05) -> None:
+        """Collect events that arrive within TIMEOUT seconds."""
+        if not self.router.poll(int(timeout * 1000)):
+            return
+        while True:
+            try:
+                _, frame = self.router.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            event = m.decode_event(frame)
+            now = time.monotonic()
+            if isinstance(event, m.StepOutputs):
+                for out in event.outputs:
+                    self.outputs.setdefault(out.request_id, []).append((now, out))
+            else:
+                self.others.append(event)
+
+    def wait(self, done: Callable[[], bool], timeout: float = 60.0) -> bool:
+        """Pump until DONE() holds; False on timeout."""
+        deadline = time.monotonic() + timeout
+        while not done():
+            if time.monotonic() > deadline:
+                return False
+            self.pump()
+        return True
+
+    def finished(self, rid: str) -> bool:
+        """True once RID has a terminal output."""
+        return any(o.finish_reason is not None for _, o in self.outputs.get(rid, []))
+
+    def final(self, rid: str) -> m.RequestOutput:
+        """RID's terminal output."""
+        return next(o for _, o in self.outputs[rid] if o.finish_reason is not None)
+
+    def tokens(self, rid: str) -> list[int]:
+        """Every token RID produced."""
+        return [t for _, o in self.outputs.get(rid, []) for t in o.token_ids]
+
+    def close(self) -> None:
+        """Shut the loop down and free the sockets."""
+        self.send(m.Shutdown(reason="test over"))
+        self.thread.join(timeout=30)
+        self.router.close(linger=0)
+        self.ctx.term()

@@ -1,0 +1,135 @@
+"""The worker's own checks of a Generate job, and the intake thread that runs them."""
+
+from __future__ import annotations
+
+import select
+import time
+from typing import Any
+
+import msgspec
+import pytest
+from mlx_lm import load
+
+from protocol import messages as m
+from worker.embedded import embedded_model_path
+from worker.intake import Intake, Prepared, prepare
+from worker.validate import JobError, recover_request_id
+
+VOCAB, CTX = 4096, 2048
+
+
+@pytest.fixture(scope="module")
+def tok() -> Any:
+    return load(str(embedded_model_path()))[1]
+
+
+def _gen(rid: str = "r", **kw: Any) -> m.Generate:
+    params = kw.pop("params", m.SamplingParams(max_tokens=8))
+    return m.Generate(request_id=rid, params=params, **kw)
+
+
+@pytest.mark.parametrize("ids", [[999_999_999, 5], [4_294_967_295], [18_446_744_073_709_551_615],
+                                 [VOCAB], [-1, 5], []])
+def test_prompt_ids_outside_the_vocabulary_are_refused(tok: Any, ids: list[int]) -> None:
+    with pytest.raises(JobError) as err:
+        prepare(tok, _gen(prompt_ids=ids), VOCAB, CTX)
+    assert err.value.code == "invalid_request_error"
+
+
+def test_valid_prompt_ids_pass_and_fill_max_tokens(tok: Any) -> None:
+    job = _gen(prompt_ids=[0, 5, VOCAB - 1], params=m.SamplingParams())
+    assert prepare(tok, job, VOCAB, CTX) == ([0, 5, VOCAB - 1], False)
+    assert job.params.max_tokens == CTX - 3
+
+
+@pytest.mark.parametrize("params", [
+    m.SamplingParams(temperature=float("nan")), m.SamplingParams(top_p=float("inf")),
+    m.SamplingParams(top_p=1.5), m.SamplingParams(min_p=-0.1),
+    m.SamplingParams(repetition_penalty=0.0), m.SamplingParams(presence_penalty=float("nan")),
+    m.SamplingParams(top_logprobs=10_000), m.SamplingParams(stop=["x"] * 17),
+    m.SamplingParams(stop=["x" * 513]), m.SamplingParams(stop_token_ids=[VOCAB]),
+    m.SamplingParams(stop_token_ids=[-1]), m.SamplingParams(logit_bias={VOCAB: 1.0}),
+    m.SamplingParams(logit_bias={-5: 1.0}), m.SamplingParams(logit_bias={5: 101.0}),
+    m.SamplingParams(logit_bias={5: float("nan")}),
+])
+def test_unsafe_sampling_params_are_refused(tok: Any, params: m.SamplingParams) -> None:
+    with pytest.raises(JobError):
+        prepare(tok, _gen(prompt="hi", params=params), VOCAB, CTX)
+
+
+def test_any_64_bit_seed_is_accepted(tok: Any) -> None:
+    for seed in (-1, -(2**63), 2**64 - 1):
+        prepare(tok, _gen(prompt="hi", params=m.SamplingParams(seed=seed, max_tokens=4)), VOCAB, CTX)
+
+
+def test_context_checks_before_and_after_tokenizing(tok: Any) -> None:
+    t0 = time.perf_counter()
+    with pytest.raises(JobError) as err:  # 5M characters: refused without tokenizing
+        prepare(tok, _gen(messages=[{"role": "user", "content": "a" * 5_000_000}]), VOCAB, CTX)
+    assert err.value.code == "context_length_exceeded" and time.perf_counter() - t0 < 0.5
+    with pytest.raises(JobError) as err:  # under the character cap, over the context in tokens
+        prepare(tok, _gen(prompt="Once upon a time. " * 500,
+                          params=m.SamplingParams(max_tokens=100)), VOCAB, 512)
+    assert err.value.code == "context_length_exceeded"
+    with pytest.raises(JobError) as err:
+        prepare(tok, _gen(prompt_ids=[5] * CTX), VOCAB, CTX)
+    assert err.value.code == "context_length_exceeded"
+
+
+def test_hostile_messages_become_request_errors(tok: Any) -> None:
+    intake = Intake(tok, VOCAB, CTX)
+    try:
+        bad = [
+            _gen("parts", messages=[{"role": "user", "content": [{"type": "text", "text": 5}]}]),
+            _gen("role", messages=[{"role": 7, "content": "x"}]),
+            _gen("none"),
+            _gen("ok", messages=[{"role": "user", "content": "hello"}]),
+        ]
+        for job in bad:
+            intake.submit(job)
+        got = _collect(intake, 4)
+        assert [p.job.request_id for p in got] == ["parts", "role", "none", "ok"]
+        assert got[0].error is not None and got[2].error is not None  # role 7 may render or not
+        assert got[3].error is None and got[3].ids
+    finally:
+        intake.close()
+
+
+def test_cancelled_jobs_never_come_out(tok: Any) -> None:
+    intake = Intake(tok, VOCAB, 1_000_000, chars_per_token=1_000_000)
+    try:
+        intake.submit(_gen("slow", prompt="Once upon a time. " * 20_000))
+        intake.submit(_gen("kept", prompt="hello"))
+        intake.cancel(["slow"])
+        assert intake.pending == 1
+        got = _collect(intake, 1)
+        assert [p.job.request_id for p in got] == ["kept"] and intake.pending == 0
+    finally:
+        intake.close()
+
+
+def _collect(intake: Intake, n: int, timeout: float = 30.0) -> list[Prepared]:
+    got: list[Prepared] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        select.select([intake.fd], [], [], 0.5)
+        got.extend(intake.ready())
+    return got
+
+
+def test_request_id_is_recovered_from_undecodable_frames() -> None:
+    good = m.encode(_gen("abc", prompt_ids=[1, 2]))
+    raw = msgspec.msgpack.decode(good)
+    raw[7] = [True, 5]  # prompt_ids with a bool: not a list[int]
+    frame = msgspec.msgpack.encode(raw)
+    with pytest.raises(msgspec.ValidationError):
+        m.decode_job(frame)
+    assert recover_request_id(frame) == "abc"
+    assert recover_request_id(b"\xc1garbage") is None
+    assert recover_request_id(msgspec.msgpack.encode(["abort", ["x"]])) is None
+    assert recover_request_id(msgspec.msgpack.encode({"type": "gen", "request_id": "d"})) == "d"
+    long_id = "x" * 300
+    deep = b"\x93" + msgspec.msgpack.encode("gen") + msgspec.msgpack.encode(long_id) + b"\x91" * 10**5
+    assert recover_request_id(deep) == long_id
+    assert recover_request_id(b"\x93\xa3gen\xa5ab") is None  # truncated id
+    assert recover_request_id(b"") is None

@@ -1,0 +1,142 @@
+"""Validate and tokenize Generate jobs on one thread, off the step loop, in arrival order."""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol.messages import Generate
+from worker.prompt import PromptError, render
+from worker.validate import JobError, check_params, check_prompt_ids, check_size
+
+log = logging.getLogger("rapid_mlx.worker")
+
+CHARS_PER_TOKEN = 16  # a prompt with more characters than context * this is refused untokenized
+
+
+@dataclass
+class Prepared:
+    """A job after intake: its prompt ids, or the error to answer it with."""
+
+    job: Generate
+    seq: int
+    ids: list[int] = field(default_factory=list)
+    think_opened: bool = False
+    error: JobError | None = None
+
+
+def prepare(tokenizer: Any, job: Generate, vocab: int, context_length: int,
+            chars_per_token: int = CHARS_PER_TOKEN) -> tuple[list[int], bool]:
+    """Check JOB, render and tokenize it; fill max_tokens; raise JobError when it cannot run."""
+    check_params(job.params, vocab)
+    if job.prompt_ids is not None:
+        check_prompt_ids(job.prompt_ids, vocab, context_length)
+    else:
+        check_size(job, context_length, chars_per_token)
+    try:
+        ids, think_opened = render(tokenizer, job)
+    except PromptError as exc:
+        raise JobError(str(exc)) from exc
+    if job.prompt_ids is None:
+        check_prompt_ids(ids, vocab, context_length)
+    params = job.params
+    if params.max_tokens <= 0:
+        params.max_tokens = context_length - len(ids)
+    if len(ids) + params.max_tokens > context_length:
+        raise JobError(
+            f"This model's maximum context length is {context_length} tokens. However, you "
+            f"requested {len(ids) + params.max_tokens} tokens ({len(ids)} in the messages, "
+            f"{params.max_tokens} in the completion). Please reduce the length of the messages or "
+            "completion.", "context_length_exceeded")
+    return ids, think_opened
+
+
+class Intake:
+    """One daemon thread preparing jobs; the loop polls ``fd`` and collects ``ready()`` ones."""
+
+    def __init__(self, tokenizer: Any, vocab: int, context_length: int,
+                 chars_per_token: int = CHARS_PER_TOKEN) -> None:
+        self.tokenizer = tokenizer
+        self.vocab = vocab
+        self.context_length = context_length
+        self.chars_per_token = chars_per_token
+        self._jobs: queue.SimpleQueue[tuple[int, Generate] | None] = queue.SimpleQueue()
+        self._done: deque[Prepared] = deque()
+        self._live: dict[str, int] = {}  # request id -> seq of its job in intake (loop side only)
+        self._seq = 0
+        try:  # any one-time tokenizer setup (truncation/padding reset) happens on this thread
+            tokenizer.encode("warm up")
+        except Exception as exc:
+            log.warning("tokenizer warm-up failed: %r", exc)
+        self.fd, self._wake = os.pipe()
+        os.set_blocking(self.fd, False)
+        os.set_blocking(self._wake, False)
+        self._thread = threading.Thread(target=self._run, name="intake", daemon=True)
+        self._thread.start()
+
+    @property
+    def pending(self) -> int:
+        """Jobs submitted and neither collected nor cancelled."""
+        return len(self._live)
+
+    @property
+    def alive(self) -> bool:
+        """True while the intake thread runs."""
+        return self._thread.is_alive()
+
+    def submit(self, job: Generate) -> None:
+        """Queue JOB for preparation."""
+        self._seq += 1
+        self._live[job.request_id] = self._seq
+        self._jobs.put((self._seq, job))
+
+    def cancel(self, request_ids: list[str]) -> None:
+        """Forget these requests: their prepared jobs are dropped when they come out."""
+        for rid in request_ids:
+            self._live.pop(rid, None)
+
+    def ready(self) -> list[Prepared]:
+        """Prepared jobs that are still wanted, in submission order."""
+        try:
+            while os.read(self.fd, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        out = []
+        while self._done:
+            p = self._done.popleft()
+            if self._live.get(p.job.request_id) == p.seq:
+                del self._live[p.job.request_id]
+                out.append(p)
+        return out
+
+    def close(self) -> None:
+        """Stop the thread (after the job it is on) and close the pipe."""
+        self._jobs.put(None)
+        self._thread.join(timeout=5.0)
+        if not self._thread.is_alive():  # else the thread may still write: leave the pipe open
+            os.close(self.fd)
+            os.close(self._wake)
+
+    def _run(self) -> None:
+        while (item := self._jobs.get()) is not None:
+            seq, job = item
+            p = Prepared(job=job, seq=seq)
+            try:
+                p.ids, p.think_opened = prepare(self.tokenizer, job, self.vocab,
+                                                self.context_length, self.chars_per_token)
+            except JobError as exc:
+                p.error = exc
+            except Exception as exc:  # rendering a hostile request must not end intake
+                log.warning("request %s could not be prepared: %r", job.request_id, exc)
+                p.error = JobError(f"the prompt could not be rendered or tokenized: {exc}")
+            self._done.append(p)
+            try:
+                os.write(self._wake, b"\0")
+            except BlockingIOError:  # the pipe is full of wake-ups already
+                pass
