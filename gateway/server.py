@@ -14,6 +14,7 @@ from gateway.app import build_app
 from gateway.config import GatewayConfig
 from gateway.drain import Drainer
 from gateway.hub import Hub
+from gateway.supervisor import EXIT_CANNOT_LOAD, Supervisor
 
 log = logging.getLogger("rapid_mlx.gateway")
 
@@ -58,12 +59,26 @@ async def serve(config: GatewayConfig) -> None:
     server.shutdown_timeout = config.shutdown_timeout
     server.drainer = Drainer(app.state.hub, server.drained)
     announcer = asyncio.create_task(_announce(server, config, app.state.hub))
+    supervisor = app.state.supervisor
+    if supervisor is not None:
+        supervisor.on_all_failed = server.drained  # nothing left to serve: exit
     try:
         await server.serve()
     finally:
         announcer.cancel()
+    if supervisor is not None and supervisor.gave_up:
+        _exit_nothing_to_serve(supervisor)
     if not server.started:
         sys.exit(1)
+
+
+def _exit_nothing_to_serve(supervisor: Supervisor) -> None:
+    """Every alias failed: say why, one line each, and exit non-zero for the process manager."""
+    failures = supervisor.final_failures
+    for alias, why, _ in failures:
+        print(f"error: cannot serve '{alias}': {why}", file=sys.stderr, flush=True)
+    deterministic = bool(failures) and all(cannot_load for _, _, cannot_load in failures)
+    sys.exit(EXIT_CANNOT_LOAD if deterministic else 1)
 
 
 def run(config: GatewayConfig) -> None:
