@@ -41,10 +41,19 @@ class _Server(uvicorn.Server):
         self.should_exit = True
 
 
+async def _settled(hub: Hub) -> None:
+    """Wait until every alias is ready or failed (one that cannot load must not hide the others),
+    and at least one is ready."""
+    states = hub.aliases.values()
+    while not (any(st.ready_event.is_set() for st in states)
+               and all(st.ready_event.is_set() or st.state == "failed" for st in states)):
+        await asyncio.sleep(0.1)
+
+
 async def _announce(server: uvicorn.Server, config: GatewayConfig, hub: Hub) -> None:
     while not server.started:
         await asyncio.sleep(0.05)
-    await asyncio.gather(*(st.ready_event.wait() for st in hub.aliases.values()))
+    await _settled(hub)
     host = "127.0.0.1" if config.host in ("0.0.0.0", "::") else config.host
     print(f"Ready: http://{host}:{config.port}/v1", flush=True)
 

@@ -109,18 +109,11 @@ def test_failed_models_leave_the_others_serving(tmp_path: Path) -> None:
                  "--served-model-name", "big", "--served-model-name", "repo",
                  env={**OFFLINE, "HF_HOME": str(tmp_path / "hf")})
     try:
-        srv.wait_http()
+        srv.wait_ready(120)  # "Ready" once every alias is ready or failed
         bad = ("arch", "big", "repo")
-
-        def settled() -> bool:
-            models = {m["id"]: m for m in httpx.get(f"{srv.url}/models").json()["data"]}
-            return models["good"]["state"] == "ready" and all(
-                models[a]["state"] == "failed" for a in bad)
-
-        deadline = time.monotonic() + 120
-        while not settled():
-            assert time.monotonic() < deadline, "".join(srv.lines[-40:])
-            time.sleep(0.2)
+        models = {m["id"]: m for m in httpx.get(f"{srv.url}/models").json()["data"]}
+        assert models["good"]["state"] == "ready", models
+        assert all(models[a]["state"] == "failed" for a in bad), models
         health = httpx.get(f"{srv.url}/health").json()
         assert health["status"] == "degraded"
         why = {a: health["models"][a]["last_exit"] for a in bad}
