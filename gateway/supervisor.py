@@ -62,7 +62,7 @@ class Supervisor:
         self.backoff_max = backoff_max
         self.stop_timeout = stop_timeout
         self.stopping = False
-        self.gave_up = False  # every alias failed: the server should exit (see on_all_failed)
+        self.gave_up = False  # every alias failed to start: the server should exit (on_all_failed)
         self.final_failures: list[tuple[str, str, bool]] = []  # failures() when it gave up
         self.on_all_failed: Callable[[], None] | None = None
         hub.on_hung = self.kill
@@ -187,9 +187,9 @@ class Supervisor:
             await asyncio.sleep(0.05)
 
     def _failed(self, p: _Proc, reason: str) -> None:
-        """P's alias is failed: say so once; when no alias is left to serve, give up altogether."""
+        """P's alias is failed: say so once; when no alias could start at all, give up."""
         alias = p.spec.alias
-        if self.all_failed:
+        if self.all_failed and not self.served_once:
             self.gave_up, self.final_failures = True, self.failures()
             if self.on_all_failed is not None:
                 self.on_all_failed()
@@ -200,6 +200,11 @@ class Supervisor:
         else:
             log.error("worker for %s failed %d times at start-up: giving up (%s)",
                       alias, p.crashes_at_start, reason)
+
+    @property
+    def served_once(self) -> bool:
+        """True once any alias has been ready: later failures (a bad swap) leave the server up."""
+        return any(self.hub.aliases[a].ready_at is not None for a in self.procs)
 
     @property
     def all_failed(self) -> bool:
