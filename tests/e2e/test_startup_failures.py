@@ -253,3 +253,16 @@ def test_worker_stopped_just_before_the_gateway_restarts_nothing() -> None:
     worker.wait(30)
     assert srv.stop() == 0
     _clean(srv.lines)
+
+
+def test_a_load_error_not_known_to_be_final_is_retried_then_serve_exits_1(tmp_path: Path) -> None:
+    model = _demo_copy(tmp_path / "corrupt")
+    (model / "model.safetensors").write_bytes(b"not safetensors")
+    srv = Server(str(model), "--max-start-crashes", "2", "--restart-backoff", "0.1")
+    assert _exit(srv) == 1
+    text = "".join(srv.lines)
+    assert "Traceback" not in text, text
+    assert sum("restarting in" in ln for ln in srv.lines) == 1, text  # retried once, with backoff
+    last = [ln for ln in srv.lines if ln.strip()][-1]
+    assert last.startswith("error: cannot serve 'corrupt': load failed: RuntimeError: "), text
+    assert "(--log-level debug shows the traceback)" in text
