@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ from gateway.served import ServedModel
 
 BUILTIN = Path(__file__).resolve().parent / "data" / "aliases.toml"
 USER_DEFAULT = Path("~/.config/rapid-mlx/aliases.toml").expanduser()
+_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 
 
 class Sampling(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -83,6 +86,29 @@ def served_model(model: str, alias: str | None, aliases: dict[str, AliasEntry],
         reasoning_parser=reasoning_parser or entry.reasoning_parser, is_hybrid=entry.is_hybrid,
         is_moe=entry.is_moe, supports_spec_decode=entry.supports_spec_decode,
         context_length=entry.context_length, sampling=msgspec.to_builtins(entry.sampling))
+
+
+def closest(name: str, aliases: dict[str, AliasEntry], n: int = 3) -> list[str]:
+    """The aliases nearest to NAME (a likely typo), best first: those it begins, then difflib's."""
+    key = name.lower()
+    starts = sorted(a for a in aliases if a.startswith(key))
+    near = difflib.get_close_matches(key, sorted(aliases), n=n, cutoff=0.6)
+    return list(dict.fromkeys(starts + near))[:n]
+
+
+def unknown_model(model: str, aliases: dict[str, AliasEntry]) -> str | None:
+    """Why `serve MODEL` cannot work (one line), or None for an alias, folder or repo id."""
+    if model in aliases or model.startswith("embedded://") or Path(model).expanduser().is_dir():
+        return None
+    if _REPO_ID.fullmatch(model):
+        return None  # org/name: the worker finds it in the cache or downloads it
+    if model.startswith((".", "/", "~")) or "/" in model or "\\" in model:
+        return (f"unknown model '{model}': no such folder. Check the path, or pass an alias "
+                "(see 'rapid-mlx models').")
+    near = closest(model, aliases)
+    hint = f" Did you mean: {', '.join(near)}?" if near else ""
+    return (f"unknown model '{model}': not an alias, a local folder or a Hugging Face repo id "
+            f"(org/name).{hint} See 'rapid-mlx models'.")
 
 
 def detect_into(served: ServedModel, chat_template: str | None, special_tokens: list[str],

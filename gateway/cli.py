@@ -10,17 +10,51 @@ from typing import Any
 
 import click
 
-from gateway.aliases import format_table, load_aliases, served_model, user_alias_file
+from gateway.aliases import (
+    AliasEntry,
+    format_table,
+    load_aliases,
+    served_model,
+    unknown_model,
+    user_alias_file,
+)
 from gateway.config import GatewayConfig
 from gateway.served import ServedModel
 
 DEFAULT_ALIAS = "default"  # the embedded demo model (gateway/data/aliases.toml)
 
 
+class OneLineError(click.ClickException):
+    """An error shown as one `error: ...` line (no usage text), with its own exit code."""
+
+    exit_code = 2
+
+    def show(self, file: Any = None) -> None:
+        """Print the one line to stderr."""
+        click.echo(f"error: {self.message}", err=True)
+
+
+class DownloadError(OneLineError):
+    """`pull` could not download the model."""
+
+    exit_code = 1
+
+
+def _aliases(aliases_file: str | None) -> dict[str, AliasEntry]:
+    try:
+        return load_aliases(user_alias_file(aliases_file))
+    except ValueError as exc:
+        raise OneLineError(str(exc)) from exc
+
+
 def _served(models: tuple[str, ...], names: tuple[str, ...], tool_parser: str | None,
             reasoning_parser: str | None, aliases_file: str | None) -> list[ServedModel]:
-    aliases = load_aliases(user_alias_file(aliases_file))
+    aliases = _aliases(aliases_file)
     models = models or (DEFAULT_ALIAS,)
+    for model in models:
+        problem = unknown_model(model, aliases)
+        if problem:
+            raise OneLineError(problem)
     if names and len(names) != len(models):
         raise click.UsageError("--served-model-name must be given once per MODEL")
     out = [served_model(model, names[i] if names else None, aliases, tool_parser,
@@ -63,7 +97,21 @@ def _edge_options(f: Callable[..., None]) -> Callable[..., None]:
     return f
 
 
+def _print_version(ctx: click.Context, _: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        click.echo(f"rapid-mlx {version('rapid-mlx')}")
+    except PackageNotFoundError:
+        click.echo("rapid-mlx (version unknown: the package is not installed)")
+    ctx.exit()
+
+
 @click.group()
+@click.option("--version", "-V", is_flag=True, expose_value=False, is_eager=True,
+              callback=_print_version, help="Print the version and exit.")
 def main() -> None:
     """rapid-mlx: an OpenAI-compatible inference server on MLX."""
 
@@ -119,8 +167,6 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
           max_start_crashes: int, restart_backoff: float, admin_key: str | None,
           curve_dir: str | None, **edge: Any) -> None:
     """Serve MODELS (aliases, Hugging Face repo ids or local folders); none: the embedded demo."""
-    from gateway.server import run
-
     if no_spawn_workers and not worker_address:
         raise click.UsageError("--no-spawn-workers needs --worker-address (where workers connect)")
 
@@ -152,7 +198,12 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
     refusal = config.exposure_error()
     if refusal:
         raise click.ClickException(refusal)
-    run(config)
+    from gateway.server import run
+
+    try:
+        run(config)
+    except KeyboardInterrupt:  # interrupted before the server could take over the signals
+        sys.exit(130)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
@@ -230,3 +281,32 @@ def models(aliases_file: str | None) -> None:
         click.echo(format_table(load_aliases(user_alias_file(aliases_file))))
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+@main.command()
+@click.argument("model")
+@click.option("--revision", default=None, help="branch, tag or commit (default: main)")
+@click.option("--aliases", "aliases_file", default=None, envvar="RAPID_MLX_ALIASES",
+              help="a TOML file of extra or overriding aliases")
+def pull(model: str, revision: str | None, aliases_file: str | None) -> None:
+    """Download MODEL (an alias or Hugging Face repo id) into the local cache, ahead of serving."""
+    aliases = _aliases(aliases_file)
+    problem = unknown_model(model, aliases)
+    if problem:
+        raise OneLineError(problem)
+    from worker.fetch import EMBEDDED_PREFIX, CannotLoad, download, local_folder
+
+    repo = aliases[model].repo if model in aliases else model
+    if repo.startswith(EMBEDDED_PREFIX):
+        click.echo(f"{model}: the embedded demo model ships with rapid-mlx; nothing to download")
+        return
+    folder = local_folder(repo)
+    if folder is not None:
+        click.echo(f"{model}: a local folder ({folder.resolve()}); nothing to download")
+        return
+    try:
+        path = download(repo, revision)
+    except CannotLoad as exc:
+        todo = "check the network and HF_HUB_OFFLINE, then try again" if exc.offline else exc.todo
+        raise DownloadError(f"cannot download '{repo}': {exc.why}; {todo}") from exc
+    click.echo(f"{model}: {repo} is in the local cache: {path}")

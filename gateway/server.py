@@ -15,6 +15,7 @@ from gateway.config import GatewayConfig
 from gateway.drain import Drainer
 from gateway.http_protocol import MAX_HEADER_BYTES, GuardedH11Protocol
 from gateway.hub import Hub
+from gateway.supervisor import EXIT_CANNOT_LOAD, Supervisor
 
 log = logging.getLogger("rapid_mlx.gateway")
 
@@ -50,10 +51,19 @@ def bound_url(server: uvicorn.Server, fallback_host: str, fallback_port: int) ->
     return f"http://{fallback_host}:{fallback_port}"
 
 
+async def _settled(hub: Hub) -> None:
+    """Wait until every alias is ready or failed (one that cannot load must not hide the others),
+    and at least one is ready."""
+    states = hub.aliases.values()
+    while not (any(st.ready_event.is_set() for st in states)
+               and all(st.ready_event.is_set() or st.state == "failed" for st in states)):
+        await asyncio.sleep(0.1)
+
+
 async def _announce(server: uvicorn.Server, config: GatewayConfig, hub: Hub) -> None:
     while not server.started:
         await asyncio.sleep(0.05)
-    await asyncio.gather(*(st.ready_event.wait() for st in hub.aliases.values()))
+    await _settled(hub)
     print(f"Ready: {bound_url(server, config.host, config.port)}/v1", flush=True)
 
 
@@ -69,12 +79,26 @@ async def serve(config: GatewayConfig) -> None:
     server.shutdown_timeout = config.shutdown_timeout
     server.drainer = Drainer(app.state.hub, server.drained)
     announcer = asyncio.create_task(_announce(server, config, app.state.hub))
+    supervisor = app.state.supervisor
+    if supervisor is not None:
+        supervisor.on_all_failed = server.drained  # nothing left to serve: exit
     try:
         await server.serve()
     finally:
         announcer.cancel()
+    if supervisor is not None and supervisor.gave_up:
+        _exit_nothing_to_serve(supervisor)
     if not server.started:
         sys.exit(1)
+
+
+def _exit_nothing_to_serve(supervisor: Supervisor) -> None:
+    """Every alias failed: say why, one line each, and exit non-zero for the process manager."""
+    failures = supervisor.final_failures
+    for alias, why, _ in failures:
+        print(f"error: cannot serve '{alias}': {why}", file=sys.stderr, flush=True)
+    deterministic = bool(failures) and all(cannot_load for _, _, cannot_load in failures)
+    sys.exit(EXIT_CANNOT_LOAD if deterministic else 1)
 
 
 def run(config: GatewayConfig) -> None:

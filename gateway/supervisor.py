@@ -10,13 +10,20 @@ import signal
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gateway.drain import settle
 from gateway.errors import APIError
-from gateway.hub import Hub, Terminal
+from gateway.hub import AliasState, Hub, Terminal
 
 log = logging.getLogger("rapid_mlx.gateway")
+
+# A worker exits with this code when its model cannot be loaded for a reason a restart will not
+# fix (worker/fetch.py has the same number): EX_CONFIG of sysexits.h. `serve` exits with it too
+# when no alias could load.
+EXIT_CANNOT_LOAD = 78
+_ASKED_TO_STOP = (0, -signal.SIGTERM, -signal.SIGINT)  # exits of a worker told to stop
 
 
 @dataclass
@@ -38,6 +45,7 @@ class _Proc:
     crashes_at_start: int = 0
     swapping: bool = False
     swap_exit: bool = False
+    cannot_load: bool = False  # the last exit said the model cannot be loaded (not restarted)
     task: asyncio.Task[None] | None = None
     restart_now: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -54,6 +62,9 @@ class Supervisor:
         self.backoff_max = backoff_max
         self.stop_timeout = stop_timeout
         self.stopping = False
+        self.gave_up = False  # every alias failed to start: the server should exit (on_all_failed)
+        self.final_failures: list[tuple[str, str, bool]] = []  # failures() when it gave up
+        self.on_all_failed: Callable[[], None] | None = None
         hub.on_hung = self.kill
 
     def start(self) -> None:
@@ -131,7 +142,9 @@ class Supervisor:
             reason = f"exit code {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}"
             swapped, p.swap_exit = p.swap_exit, False
             self.hub.worker_gone(alias, p.boot_id, f"swapped ({reason})" if swapped else reason)
-            if self.stopping:
+            if not swapped and code in _ASKED_TO_STOP:
+                await self._settle(1.0)  # a signal to our whole process group reaches us too
+            if self.stopping or self.hub.draining:
                 break
             was_ready = st.ready_at is not None and st.ready_at >= p.started_at
             if swapped:
@@ -141,13 +154,17 @@ class Supervisor:
             p.crashes_at_start = 0 if was_ready else p.crashes_at_start + 1
             if not was_ready:
                 st.restarting = False  # it never came up: do not make clients wait for it
-            if p.crashes_at_start >= self.max_start_crashes:
+            cannot_load = code == EXIT_CANNOT_LOAD
+            if cannot_load:
+                await self._await_dead(st, reason)
+                st.last_exit = _load_failure(st.last_exit, reason)
+            if cannot_load or p.crashes_at_start >= self.max_start_crashes:
                 st.state = "failed"
-                log.error("worker for %s failed %d times at start-up: giving up (%s)",
-                          alias, p.crashes_at_start, reason)
+                p.cannot_load = cannot_load
+                self._failed(p, reason)
                 await p.restart_now.wait()
                 p.restart_now.clear()
-                p.crashes_at_start = 0
+                p.crashes_at_start, p.cannot_load = 0, False
                 self.hub.count_restart(alias)
                 continue
             delay = self.backoff if was_ready else min(delay * 2, self.backoff_max)
@@ -157,11 +174,56 @@ class Supervisor:
                 await asyncio.wait_for(p.restart_now.wait(), delay)
             p.restart_now.clear()
 
+    async def _await_dead(self, st: AliasState, reason: str, timeout: float = 0.5) -> None:
+        """The exit may be seen before the worker's Dead message is read: wait for it a little."""
+        deadline = time.monotonic() + timeout
+        while st.last_exit == reason and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+
+    async def _settle(self, timeout: float) -> None:
+        """Give a gateway shutdown that is under way TIMEOUT seconds to show (stopping/draining)."""
+        deadline = time.monotonic() + timeout
+        while not (self.stopping or self.hub.draining) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+
+    def _failed(self, p: _Proc, reason: str) -> None:
+        """P's alias is failed: say so once; when no alias could start at all, give up."""
+        alias = p.spec.alias
+        if self.all_failed and not self.served_once:
+            self.gave_up, self.final_failures = True, self.failures()
+            if self.on_all_failed is not None:
+                self.on_all_failed()
+            return
+        if p.cannot_load:
+            log.error("%s is failed and not restarted (the other models keep serving): %s",
+                      alias, self.hub.aliases[alias].last_exit)
+        else:
+            log.error("worker for %s failed %d times at start-up: giving up (%s)",
+                      alias, p.crashes_at_start, reason)
+
+    @property
+    def served_once(self) -> bool:
+        """True once any alias has been ready: later failures (a bad swap) leave the server up."""
+        return any(self.hub.aliases[a].ready_at is not None for a in self.procs)
+
+    @property
+    def all_failed(self) -> bool:
+        """True when every alias is failed: nothing is left to serve."""
+        return all(self.hub.aliases[a].state == "failed" for a in self.procs)
+
+    def failures(self) -> list[tuple[str, str, bool]]:
+        """(alias, last exit, could not load) of every failed alias."""
+        return [(a, self.hub.aliases[a].last_exit or "unknown", p.cannot_load)
+                for a, p in self.procs.items() if self.hub.aliases[a].state == "failed"]
+
     async def stop(self) -> None:
         """Stop every worker: ask, then SIGTERM, then SIGKILL."""
         self.stopping = True
-        for alias in self.procs:
-            self.hub.send_shutdown(alias, "gateway stopping")
+        for alias, p in self.procs.items():
+            if not self.hub.send_shutdown(alias, "gateway stopping") and p.proc is not None \
+                    and p.proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    p.proc.terminate()  # still loading: it cannot read a Shutdown yet
         procs = [p.proc for p in self.procs.values() if p.proc and p.proc.returncode is None]
         await asyncio.gather(*(_terminate(pr, self.stop_timeout) for pr in procs))
         for p in self.procs.values():
@@ -170,6 +232,17 @@ class Supervisor:
                 p.task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await p.task
+
+
+def _load_failure(last_exit: str | None, reason: str) -> str:
+    """The worker's one-line reason (its Dead message) without the exit code, or a stand-in."""
+    last_exit = last_exit or ""
+    if last_exit.endswith(f", then {reason}"):
+        return last_exit[: -len(f", then {reason}")]
+    if last_exit.startswith(f"{reason}, then "):
+        return last_exit[len(f"{reason}, then "):]
+    return (f"{reason}: the model cannot be loaded (run with --log-level debug to see the "
+            "worker's reason)")
 
 
 async def _terminate(proc: asyncio.subprocess.Process, timeout: float) -> None:

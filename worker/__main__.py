@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
 import sys
 import uuid
+from typing import Any
 
 from worker.blas import reexec_with_openblas
 
@@ -44,10 +46,26 @@ def _raise_interrupt(*_: object) -> None:
     raise KeyboardInterrupt
 
 
+def _give_up(sock: Any, alias: str, boot_id: str, reason: str, code: int) -> int:
+    """Tell the gateway why this worker exits before serving, close the socket, return CODE."""
+    import zmq
+
+    from protocol import messages as m
+
+    sock.setsockopt(zmq.SNDTIMEO, 2000)
+    with contextlib.suppress(zmq.ZMQError):
+        sock.send(m.encode(m.Dead(alias=alias, boot_id=boot_id, reason=reason)))
+    sock.close()
+    sock.context.term()
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run a worker until shutdown; exit code 0 on a clean stop."""
     reexec_with_openblas()
+    signal.signal(signal.SIGTERM, _raise_interrupt)
     args = parse_args(argv)
+    debug = args.log_level.upper() == "DEBUG"
     logging.basicConfig(level=args.log_level.upper(),
                         format=f"%(asctime)s worker[{args.alias}] %(levelname)s %(message)s")
     from worker.lifetime import die_with_parent
@@ -58,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     from protocol import messages as m
     from worker.attention import install as install_paged_attention
     from worker.engine import Engine, model_dtype
+    from worker.fetch import EXIT_CANNOT_LOAD, CannotLoad
     from worker.kv_setup import UnsupportedModel, plan_kv
     from worker.loader import load_model
     from worker.loop import WorkerLoop
@@ -72,30 +91,32 @@ def main(argv: list[str] | None = None) -> int:
     configure_client(sock, args.curve_server_key, args.curve_secret_file)
     exit_when_refused(sock)
     sock.connect(args.connect)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         loaded = load_model(args.model, args.revision)
-    except Exception as exc:
-        logging.exception("could not load %s", args.model)
-        sock.send(m.encode(m.Dead(alias=args.alias, boot_id=boot_id, reason=f"load failed: {exc}")))
-        sock.close()
-        ctx.term()
-        return 3
-    context_length = loaded.facts.context_length
-    if args.context_length:
-        context_length = min(context_length, args.context_length)
-        loaded.facts.context_length = context_length
-    try:
+        context_length = loaded.facts.context_length
+        if args.context_length:
+            context_length = min(context_length, args.context_length)
+            loaded.facts.context_length = context_length
         plan = plan_kv(loaded.model, model_dtype(loaded.model), kind=args.kv_cache_turboquant,
                        memory=args.kv_cache_memory, page_size=args.kv_page_size,
                        group_size=args.kv_group_size, max_batch=args.max_batch,
                        context_length=context_length)
-    except UnsupportedModel as exc:
-        logging.error("%s", exc)
-        sock.send(m.encode(m.Dead(alias=args.alias, boot_id=boot_id, reason=str(exc))))
-        sock.close()
-        ctx.term()
-        return 3
+    except KeyboardInterrupt:  # stopped while loading: nothing to report
+        return _give_up(sock, args.alias, boot_id, "signal", 0)
+    except (CannotLoad, UnsupportedModel) as exc:  # a restart would not help
+        line = str(exc) if isinstance(exc, CannotLoad) else (
+            f"cannot serve '{args.model}': {exc}; pick a model with plain attention layers "
+            "(see 'rapid-mlx models')")
+        # a gateway that spawned us prints the line it gets in our Dead; alone, we print it
+        logging.log(logging.DEBUG if args.parent_pid else logging.ERROR, "%s", line)
+        logging.debug("details", exc_info=True)
+        return _give_up(sock, args.alias, boot_id, line, EXIT_CANNOT_LOAD)
+    except Exception as exc:  # maybe transient: the supervisor restarts us with backoff
+        why = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        logging.error("could not load %s: %s%s", args.model, why,
+                      "" if debug else " (--log-level debug shows the traceback)")
+        logging.debug("details", exc_info=True)
+        return _give_up(sock, args.alias, boot_id, f"load failed: {why}", 3)
     logging.info("KV cache: %s, %d pages of %d tokens (%s)", plan.kind, plan.store.num_pages,
                  args.kv_page_size, plan.reason)
     install_paged_attention()
@@ -123,4 +144,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # a signal before the worker could handle it: stop quietly
+        sys.exit(0)

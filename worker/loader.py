@@ -1,4 +1,4 @@
-"""Find a model (local folder or Hugging Face repo), load it with mlx-lm and pick its CPU dtype."""
+"""Load a model with mlx-lm (after checking it can be: architecture, memory) and pick its CPU dtype."""
 
 from __future__ import annotations
 
@@ -14,15 +14,10 @@ from mlx.utils import tree_flatten
 from mlx_lm import load as mlx_load
 
 from protocol.messages import ModelFacts
+from worker.fetch import CannotLoad, resolve
+from worker.preflight import check_architecture, check_memory
 
 log = logging.getLogger("rapid_mlx.worker")
-
-EMBEDDED_PREFIX = "embedded://"
-_PATTERNS = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "*.tiktoken", "*.py"]
-
-
-class ModelNotFound(Exception):
-    """The model is neither a local folder nor downloadable (nor cached)."""
 
 
 @dataclass
@@ -34,37 +29,6 @@ class LoadedModel:
     path: Path
     config: dict[str, Any]
     facts: ModelFacts
-
-
-def resolve(model: str, revision: str | None = None) -> Path:
-    """Return a local folder for MODEL: the path itself, or a hub snapshot (downloaded if needed)."""
-    if model.startswith(EMBEDDED_PREFIX):
-        from worker.embedded import embedded_model_path
-
-        return embedded_model_path()
-    local = Path(model).expanduser()
-    if local.is_dir():
-        if not (local / "config.json").exists():
-            raise ModelNotFound(f"{local} has no config.json (expected a Hugging Face layout folder)")
-        return local.resolve()
-    if model.startswith((".", "/", "~")) or model.count("/") != 1:
-        raise ModelNotFound(f"model '{model}' is not an existing folder nor a 'owner/name' repo id")
-    from huggingface_hub import snapshot_download
-
-    try:
-        return Path(snapshot_download(model, revision=revision, allow_patterns=_PATTERNS,
-                                      local_files_only=True))
-    except Exception:
-        pass
-    log.info("downloading %s from the Hugging Face hub", model)
-    try:
-        return Path(snapshot_download(model, revision=revision, allow_patterns=_PATTERNS))
-    except Exception as exc:  # offline, unknown repo, gated...
-        raise ModelNotFound(
-            f"could not download '{model}' from the Hugging Face hub and it is not in the local "
-            f"cache ({type(exc).__name__}: {exc}). Check the network or HF_HUB_OFFLINE, or pass a "
-            "local folder."
-        ) from exc
 
 
 def _on_cpu() -> bool:
@@ -85,11 +49,28 @@ def choose_dtype(model: Any) -> str:
     return "float16"
 
 
+def _read_config(model: str, path: Path) -> dict[str, Any]:
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise CannotLoad(model, f"cannot read {path / 'config.json'} ({exc})",
+                         "fix or replace the model folder") from exc
+    if not isinstance(config, dict):
+        raise CannotLoad(model, "its config.json is not a JSON object", "fix the model folder")
+    return config
+
+
 def load_model(model: str, revision: str | None = None) -> LoadedModel:
     """Resolve, load and prepare MODEL; return it with its facts."""
     path = resolve(model, revision)
+    config = _read_config(model, path)
+    check_architecture(model, config)
+    if not any(path.glob("*.safetensors")):
+        raise CannotLoad(model, f"{path} has no *.safetensors weight files",
+                         "pass a complete model folder (or delete the partial download and pull "
+                         "it again)")
+    check_memory(model, path)
     mdl, tok = mlx_load(str(path))[:2]
-    config = json.loads((path / "config.json").read_text())
     dtype = choose_dtype(mdl)
     text_cfg = config.get("text_config", config)
     ctx = int(text_cfg.get("max_position_embeddings") or config.get("max_position_embeddings") or 4096)

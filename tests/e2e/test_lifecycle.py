@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import threading
 import time
@@ -12,7 +13,7 @@ import openai
 import psutil
 import pytest
 
-from tests.e2e.harness import Server
+from tests.e2e.harness import ROOT, Server
 
 
 def _wait(pred, timeout: float = 60.0, every: float = 0.1):  # type: ignore[no-untyped-def]
@@ -103,7 +104,10 @@ def test_signal_leaves_no_process(sig: int) -> None:
 
 
 def test_not_ready_is_503_with_retry_after(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    srv = Server(str(tmp_path / "missing-model"))
+    model = tmp_path / "missing-model"  # unreadable weights: the load fails and is retried
+    shutil.copytree(ROOT / "worker" / "demo_model" / "weights", model)
+    (model / "model.safetensors").write_bytes(b"not safetensors")
+    srv = Server(str(model))
     try:
         srv.wait_http()
         r = httpx.post(f"{srv.url}/chat/completions", timeout=10, json={

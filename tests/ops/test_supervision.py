@@ -7,6 +7,7 @@ In-flight requests of the broken alias end with a terminal error within 5 s, the
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import threading
 import time
@@ -97,8 +98,11 @@ def test_metrics_parse_with_every_family(srv: Server) -> None:
 
 
 def test_crash_loop_fails_alone(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    missing = str(tmp_path / "no-such-model")
-    srv = Server(missing, DEMO, "--served-model-name", "bad", "--served-model-name", "good",
+    # the demo's folder with unreadable weights: a load error not known to be final, so retried
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(DEMO, corrupt)
+    (corrupt / "model.safetensors").write_bytes(b"not safetensors")
+    srv = Server(str(corrupt), DEMO, "--served-model-name", "bad", "--served-model-name", "good",
                  "--max-start-crashes", "3", "--restart-backoff", "0.2", "--admin-key", "adm")
     try:
         srv.wait_http()
