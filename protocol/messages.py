@@ -35,6 +35,7 @@ class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True, kw_onl
     ignore_eos: bool = False
     logprobs: bool = False
     top_logprobs: int = 0
+    logit_bias: dict[int, float] = {}
 
 
 # ---- jobs: gateway -> worker -------------------------------------------------------------
