@@ -65,7 +65,7 @@ def from_validation(exc: msgspec.ValidationError | msgspec.DecodeError) -> APIEr
     text = str(exc)
     if isinstance(exc, msgspec.ValidationError):
         match = _PATH.search(text) or _KEY_PATH.search(text)
-        param = match.group(1) if match else None
+        param = match.group(1).replace("[...]", "") if match else None  # [...]: a dict value
         message = _KEY_PATH.sub("", _PATH.sub("", text)).rstrip(" -")
         where = f" (at '{param}')" if param else ""
         return bad_request(f"Invalid request: {message}{where}", param=param or None,
