@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from gateway.checks import check_fanout, context_length, prompt_count, split_prompt, vocab_size
 from gateway.disconnect import until_disconnected
-from gateway.errors import bad_request, read_body
+from gateway.errors import APIError, bad_request, read_body
 from gateway.hub import Hub, Stream, Terminal
 from gateway.jobs import completion_params, encodable
 from gateway.logprobs import completion_logprobs
@@ -52,7 +52,12 @@ class CompletionsEndpoint:
 
     async def handle(self, request: Request) -> Response:
         """Handle one POST /v1/completions."""
-        req = await read_body(request, CompletionRequest)
+        try:
+            req = await read_body(request, CompletionRequest)
+        except APIError as exc:  # param names the field, as OpenAI does; the message has the path
+            if exc.param and exc.param.startswith("prompt["):
+                exc.param = "prompt"
+            raise
         if req.suffix:
             raise bad_request("suffix is not supported.", param="suffix")
         check_fanout(prompt_count(req.prompt), req.n)  # before any job exists
