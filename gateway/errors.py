@@ -79,8 +79,9 @@ T = TypeVar("T")
 
 def too_large(limit: int) -> APIError:
     """A 413 for a body over LIMIT bytes."""
+    # close the connection: else the server reads (and drops) the rest of a 50 MB upload
     return APIError(413, f"The request body is larger than the limit of {limit} bytes.",
-                    code="request_too_large")
+                    code="request_too_large", headers={"Connection": "close"})
 
 
 async def read_raw(request: Request, limit: int = MAX_BODY_BYTES,
@@ -103,7 +104,7 @@ async def read_raw(request: Request, limit: int = MAX_BODY_BYTES,
                 chunks.append(chunk)
     except TimeoutError:
         raise APIError(408, f"The request body was not received within {timeout:g} seconds.",
-                       code="request_timeout") from None
+                       code="request_timeout", headers={"Connection": "close"}) from None
     except ClientDisconnect:
         raise APIError(499, "client closed the request", code="client_closed_request") from None
     return b"".join(chunks)

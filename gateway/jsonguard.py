@@ -9,6 +9,7 @@ closely. Malformed JSON is left for the decoder to report.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from gateway.limits import INT64_MAX, INT64_MIN, MAX_JSON_DEPTH
 
@@ -16,6 +17,12 @@ _NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
 _ONE_KIND = bytes.maketrans(b"{}", b"[]")  # depth does not care which kind of bracket
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _LONG_RUN = b"0" * 19  # int64 has at most 19 digits
+try:  # present wherever the workers run (mlx needs it); imported now, not in a request
+    import numpy
+
+    _np: Any = numpy
+except ImportError:  # pragma: no cover
+    _np = None
 _RUN = re.compile(rb"\[+|\]+")
 _SIGNED = bytes.maketrans(b"[]", b"\x01\xff")  # +1 / -1 as int8
 
@@ -60,16 +67,14 @@ def depth_exceeds(skeleton: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
 
 def _max_depth(brackets: bytes) -> int:
     """The deepest nesting of a string of [ and ] (vectorized: a body can hold millions)."""
-    try:
-        import numpy as np  # present wherever the workers run (mlx needs it)
-    except ImportError:  # pragma: no cover
+    if _np is None:  # pragma: no cover
         depth = deepest = 0
         for run in _RUN.findall(brackets):
             depth += len(run) if run[0] == 0x5B else -len(run)
             deepest = max(deepest, depth)
         return deepest
-    steps = np.frombuffer(brackets.translate(_SIGNED), dtype=np.int8)
-    return int(np.cumsum(steps, dtype=np.int32).max())
+    steps = _np.frombuffer(brackets.translate(_SIGNED), dtype=_np.int8)
+    return int(_np.cumsum(steps, dtype=_np.int32).max())
 
 
 def out_of_range_int(skeleton: bytes) -> str | None:

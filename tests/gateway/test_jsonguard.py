@@ -99,7 +99,18 @@ def test_huge_integer_literal_is_refused_without_converting_it() -> None:
     b'[' + b'9223372036854775807,' * 300_000 + b'1]',
 ])
 def test_pathological_bodies_are_scanned_quickly(raw: bytes) -> None:
-    check_json(b"[[]]" * 100)  # warm up (numpy import)
     started = time.perf_counter()
     check_json(raw)
     assert time.perf_counter() - started < 2.0
+
+
+@pytest.mark.parametrize("raw", [b"[[[]]]", b"[[],[[[]]],[]]", b'{"a":[{"b":[[1]]}],"c":[]}',
+                                 b"]]][[", nested(70) + nested(3)])
+def test_depth_without_numpy(raw: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pure-Python fallback agrees with the vectorized count."""
+    from gateway import jsonguard
+
+    brackets = raw.translate(jsonguard._ONE_KIND, jsonguard._NOT_BRACKET)
+    with_numpy = jsonguard._max_depth(brackets)
+    monkeypatch.setattr(jsonguard, "_np", None)
+    assert jsonguard._max_depth(brackets) == with_numpy
