@@ -74,7 +74,7 @@ def _max_depth(brackets: bytes) -> int:
             deepest = max(deepest, depth)
         return deepest
     steps = _np.frombuffer(brackets.translate(_SIGNED), dtype=_np.int8)
-    return int(_np.cumsum(steps, dtype=_np.int32).max())
+    return max(0, int(_np.cumsum(steps, dtype=_np.int32).max()))
 
 
 def out_of_range_int(skeleton: bytes) -> str | None:
