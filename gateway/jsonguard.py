@@ -67,6 +67,8 @@ def depth_exceeds(skeleton: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
 
 def _max_depth(brackets: bytes) -> int:
     """The deepest nesting of a string of [ and ] (vectorized: a body can hold millions)."""
+    if not brackets:
+        return 0
     if _np is None:  # pragma: no cover
         depth = deepest = 0
         for run in _RUN.findall(brackets):
