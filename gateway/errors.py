@@ -89,9 +89,9 @@ async def read_raw(request: Request, limit: int = MAX_BODY_BYTES,
     """The request body, at most LIMIT bytes (413) and received within TIMEOUT seconds (408)."""
     declared = request.headers.get("content-length")
     if declared is not None:
-        if not declared.isdigit():
+        if not (declared.isascii() and declared.isdigit()):
             raise bad_request("The Content-Length header is not a number.")
-        if int(declared) > limit:
+        if len(declared) > 18 or int(declared) > limit:  # no int() of a 5,000-digit header
             raise too_large(limit)
     chunks: list[bytes] = []
     size = 0

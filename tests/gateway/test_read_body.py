@@ -54,6 +54,9 @@ async def test_declared_length_over_the_limit_is_413_before_reading() -> None:
     err = await fails(read_raw(request([], length=10_000), limit=1000))
     assert err.status == 413 and err.code == "request_too_large"
     assert err.headers["Connection"] == "close"  # the rest of the upload is not read
+    req = request([])
+    req.scope["headers"].append((b"content-length", b"9" * 5000))
+    assert (await fails(read_raw(req))).status == 413
 
 
 async def test_chunked_body_is_counted_as_it_arrives() -> None:
