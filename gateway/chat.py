@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -12,13 +11,23 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from gateway.checks import (
+    check_chars,
+    check_fanout,
+    check_response_format,
+    check_template_kwargs,
+    context_length,
+    text_chars,
+    vocab_size,
+)
 from gateway.choice import ChoiceAssembler
 from gateway.disconnect import until_disconnected
 from gateway.errors import bad_request, read_body
 from gateway.hub import Hub, Terminal
-from gateway.jobs import chat_params
+from gateway.jobs import chat_params, encodable
+from gateway.jsonguard import JSONLimitError, check_json
 from gateway.logprobs import chat_logprobs
-from gateway.relay import abort_all, error_for, peek_first
+from gateway.relay import abort_all, error_for, peek_first, submit_all
 from gateway.schemas import ChatCompletionRequest
 from gateway.served import ServedModel
 from gateway.streaming import DONE, SSE_HEADERS, merged, sse
@@ -29,15 +38,20 @@ from protocol.messages import Generate
 def _messages(req: ChatCompletionRequest) -> list[dict[str, Any]]:
     """Messages as plain dicts for the template; tool-call arguments as objects when they parse."""
     out = []
-    for msg in req.messages:
+    for i, msg in enumerate(req.messages):
         d = msgspec.to_builtins(msg)
         if d.get("role") == "developer":
             d["role"] = "system"
-        for call in d.get("tool_calls") or []:
+        for j, call in enumerate(d.get("tool_calls") or []):
             fn = call.get("function", {})
+            raw = (fn.get("arguments") or "{}").encode()
             try:
-                fn["arguments"] = json.loads(fn.get("arguments") or "{}")
-            except ValueError:
+                check_json(raw)  # JSON inside a string: the body's checks did not see it
+                fn["arguments"] = msgspec.json.decode(raw)
+            except JSONLimitError as exc:
+                raise bad_request(str(exc), param=f"messages[{i}].tool_calls[{j}].function."
+                                  "arguments", code=exc.code) from None
+            except msgspec.DecodeError:
                 pass
         out.append(d)
     return out
@@ -80,21 +94,25 @@ class ChatEndpoint:
     async def handle(self, request: Request) -> Response:
         """Handle one POST /v1/chat/completions."""
         req = await read_body(request, ChatCompletionRequest)
-        await self.hub.wait_ready(req.model)
+        check_fanout(1, req.n)
+        check_template_kwargs(req.chat_template_kwargs)
+        check_response_format(req.response_format.type if req.response_format else None)
+        st = await self.hub.wait_ready(req.model)
         served = self.served[req.model]
-        params = chat_params(req, served.sampling)
+        params = chat_params(req, served.sampling, vocab_size(st.facts))
         tools, parse_tools, prefix = _tools(req, served.tool_call_parser)
         kwargs = dict(req.chat_template_kwargs or {})
         if req.reasoning_effort is not None:
             kwargs.setdefault("reasoning_effort", req.reasoning_effort)
         cid = f"chatcmpl-{uuid.uuid4().hex}"
         messages = _messages(req)
-        streams = [
-            self.hub.submit(req.model, Generate(
-                request_id=f"{cid}-{i}", params=params, messages=messages, tools=tools,
-                chat_template_kwargs=kwargs, assistant_prefix=prefix))
-            for i in range(req.n)
-        ]
+        check_chars(text_chars(messages) + text_chars(tools),
+                    context_length(st.facts, served.context_length), "messages")
+        jobs = [Generate(request_id=f"{cid}-{i}", params=params, messages=messages, tools=tools,
+                         chat_template_kwargs=kwargs, assistant_prefix=prefix)
+                for i in range(req.n)]
+        encodable(jobs[0])  # the choices differ only in request_id
+        streams = submit_all(self.hub, req.model, jobs)
         try:
             firsts = await until_disconnected(request, peek_first(self.hub, streams))
         except BaseException:
@@ -127,7 +145,8 @@ class ChatEndpoint:
         choices = []
         for a in asms:
             calls = a.calls if req.parallel_tool_calls is not False else a.calls[:1]
-            message: dict[str, Any] = {"role": "assistant", "content": a.content or None}
+            message: dict[str, Any] = {"role": "assistant", "content": a.content or None,
+                                       "refusal": None}
             if a.reasoning:
                 message["reasoning_content"] = a.reasoning
             if calls:
@@ -137,20 +156,19 @@ class ChatEndpoint:
             choices.append({"index": a.index, "message": message, "finish_reason": a.finish_reason,
                             "logprobs": chat_logprobs(a.logprobs) if req.logprobs else None})
         return JSONResponse({"id": cid, "object": "chat.completion", "created": created,
-                             "model": req.model, "choices": choices, "usage": _usage(asms),
-                             "system_fingerprint": None})
+                             "model": req.model, "choices": choices, "usage": _usage(asms)})
 
     async def _stream(self, cid: str, created: int, req: ChatCompletionRequest,
                       asms: list[ChoiceAssembler], streams: Any, firsts: Any,
                       include_usage: bool) -> AsyncIterator[bytes]:
         def chunk(choices: list[dict[str, Any]], **extra: Any) -> bytes:
             return sse({"id": cid, "object": "chat.completion.chunk", "created": created,
-                        "model": req.model, "system_fingerprint": None, "choices": choices,
-                        **extra})
+                        "model": req.model, "choices": choices, **extra})
 
         try:
             for a in asms:
-                yield chunk([{"index": a.index, "delta": {"role": "assistant", "content": ""},
+                yield chunk([{"index": a.index, "delta": {"role": "assistant", "content": "",
+                                                          "refusal": None},
                               "logprobs": None, "finish_reason": None}])
             async for i, item in merged(streams, firsts):
                 if isinstance(item, Terminal) or item.error is not None:

@@ -10,12 +10,13 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from gateway.checks import check_fanout, context_length, prompt_count, split_prompt, vocab_size
 from gateway.disconnect import until_disconnected
-from gateway.errors import bad_request, read_body
+from gateway.errors import APIError, bad_request, read_body
 from gateway.hub import Hub, Stream, Terminal
-from gateway.jobs import completion_params, completion_prompts
+from gateway.jobs import completion_params, encodable
 from gateway.logprobs import completion_logprobs
-from gateway.relay import abort_all, error_for, peek_first
+from gateway.relay import abort_all, error_for, peek_first, submit_all
 from gateway.schemas import CompletionRequest
 from gateway.streaming import DONE, SSE_HEADERS, merged, sse
 from protocol.messages import Generate, RequestOutput, TokenLogprob
@@ -51,21 +52,29 @@ class CompletionsEndpoint:
 
     async def handle(self, request: Request) -> Response:
         """Handle one POST /v1/completions."""
-        req = await read_body(request, CompletionRequest)
-        await self.hub.wait_ready(req.model)
+        try:
+            req = await read_body(request, CompletionRequest)
+        except APIError as exc:  # param names the field, as OpenAI does; the message has the path
+            if exc.param and exc.param.startswith("prompt["):
+                exc.param = "prompt"
+            raise
         if req.suffix:
             raise bad_request("suffix is not supported.", param="suffix")
-        params = completion_params(req)
-        prompts = completion_prompts(req)
+        check_fanout(prompt_count(req.prompt), req.n)  # before any job exists
+        st = await self.hub.wait_ready(req.model)
+        vocab = vocab_size(st.facts)
+        params = completion_params(req, vocab=vocab)
+        prompts = split_prompt(req.prompt, vocab, context_length(st.facts, None))
         cid = f"cmpl-{uuid.uuid4().hex}"
-        streams: list[Stream] = []
+        jobs: list[Generate] = []
         choices: list[_Choice] = []
         for p_idx, prompt in enumerate(prompts):
             for i in range(req.n):
                 idx = p_idx * req.n + i
-                streams.append(self.hub.submit(req.model, Generate(
-                    request_id=f"{cid}-{idx}", params=params, **prompt)))
+                jobs.append(Generate(request_id=f"{cid}-{idx}", params=params, **prompt))
                 choices.append(_Choice(idx, prompt.get("prompt", "") if req.echo else ""))
+            encodable(jobs[-1])  # the choices of a prompt differ only in request_id
+        streams = submit_all(self.hub, req.model, jobs)
         try:
             firsts = await until_disconnected(request, peek_first(self.hub, streams))
         except BaseException:

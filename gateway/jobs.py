@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
+from gateway.checks import UNKNOWN_VOCAB, logit_bias
 from gateway.errors import bad_request
 from gateway.schemas import ChatCompletionRequest, CompletionRequest
-from protocol.messages import SamplingParams
+from protocol.messages import Generate, SamplingParams, decode_job, encode
 
 
 def _pick(value: Any, defaults: dict[str, Any] | None, name: str, fallback: Any) -> Any:
@@ -20,7 +23,8 @@ def _pick(value: Any, defaults: dict[str, Any] | None, name: str, fallback: Any)
 
 def sampling_params(req: ChatCompletionRequest | CompletionRequest, max_tokens: int | None,
                     logprobs: bool, top_logprobs: int,
-                    defaults: dict[str, Any] | None = None) -> SamplingParams:
+                    defaults: dict[str, Any] | None = None,
+                    bias: dict[int, float] | None = None) -> SamplingParams:
     """Translate OpenAI sampling fields to the wire's SamplingParams (model, then OpenAI defaults)."""
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     if len(stop) > 16:
@@ -41,35 +45,34 @@ def sampling_params(req: ChatCompletionRequest | CompletionRequest, max_tokens: 
         ignore_eos=req.ignore_eos,
         logprobs=logprobs,
         top_logprobs=top_logprobs,
+        logit_bias=bias or {},
     )
 
 
-def chat_params(req: ChatCompletionRequest, defaults: dict[str, Any] | None = None
-                ) -> SamplingParams:
-    """Sampling parameters of a chat request."""
+def chat_params(req: ChatCompletionRequest, defaults: dict[str, Any] | None = None,
+                vocab: int = UNKNOWN_VOCAB) -> SamplingParams:
+    """Sampling parameters of a chat request (logit_bias checked against VOCAB)."""
     if req.top_logprobs and not req.logprobs:
         raise bad_request("top_logprobs requires logprobs to be true.", param="top_logprobs")
     return sampling_params(req, req.max_completion_tokens or req.max_tokens, req.logprobs,
-                           req.top_logprobs or 0, defaults)
+                           req.top_logprobs or 0, defaults, logit_bias(req.logit_bias, vocab))
 
 
-def completion_params(req: CompletionRequest, defaults: dict[str, Any] | None = None
-                      ) -> SamplingParams:
-    """Sampling parameters of a text-completion request."""
+def completion_params(req: CompletionRequest, defaults: dict[str, Any] | None = None,
+                      vocab: int = UNKNOWN_VOCAB) -> SamplingParams:
+    """Sampling parameters of a text-completion request (logit_bias checked against VOCAB)."""
     lp = req.logprobs
-    return sampling_params(req, req.max_tokens, lp is not None, lp or 0, defaults)
+    return sampling_params(req, req.max_tokens, lp is not None, lp or 0, defaults,
+                           logit_bias(req.logit_bias, vocab))
 
 
-def completion_prompts(req: CompletionRequest) -> list[dict[str, Any]]:
-    """Split a completion prompt (string, list of strings, or token ids) into per-prompt kwargs."""
-    p = req.prompt
-    if isinstance(p, str):
-        return [{"prompt": p}]
-    if all(isinstance(x, str) for x in p):
-        return [{"prompt": x} for x in p]
-    if all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in p):
-        return [{"prompt_ids": list(p)}]
-    if all(isinstance(x, list) and x and all(isinstance(t, int) for t in x) for x in p):
-        return [{"prompt_ids": list(x)} for x in p]
-    raise bad_request("prompt must be a string, a list of strings, or a list of token ids.",
-                      param="prompt")
+def encodable(job: Generate) -> None:
+    """Last line of defence: a job the worker could not decode is a 400, never a 500 or a hang.
+
+    The body checks (read_body, the schemas, gateway/checks.py) should make this unreachable.
+    """
+    try:
+        decode_job(encode(job))
+    except (OverflowError, TypeError, ValueError, msgspec.EncodeError,
+            msgspec.DecodeError) as exc:
+        raise bad_request(f"The request cannot be sent to the model: {exc}") from exc

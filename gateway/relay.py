@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 from gateway.errors import APIError, bad_request, unavailable
 from gateway.hub import Hub, Stream, Terminal
-from protocol.messages import RequestOutput
+from protocol.messages import Generate, RequestOutput
 
 
 def error_for(out: RequestOutput | Terminal) -> APIError:
@@ -36,18 +36,42 @@ async def outputs(stream: Stream, first: RequestOutput) -> AsyncIterator[Request
         item = await stream.queue.get()
 
 
+def submit_all(hub: Hub, alias: str, jobs: list[Generate]) -> list[Stream]:
+    """Submit every job; if one cannot be sent, abort those already sent and raise its error."""
+    streams: list[Stream] = []
+    try:
+        for job in jobs:
+            streams.append(hub.submit(alias, job))
+    except BaseException:
+        abort_all(hub, streams)
+        raise
+    return streams
+
+
 async def peek_first(hub: Hub, streams: list[Stream]) -> list[RequestOutput]:
-    """Wait for every stream's first output; raise its API error (aborting the rest) on failure."""
-    firsts = await asyncio.gather(*(s.queue.get() for s in streams))
+    """Every stream's first output; the first error that arrives is raised at once, the rest
+    aborted (it does not wait for the other choices first)."""
+    gets = {asyncio.ensure_future(s.queue.get()): i for i, s in enumerate(streams)}
+    firsts: list[RequestOutput | None] = [None] * len(streams)
+    try:
+        pending = set(gets)
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                first = task.result()
+                if isinstance(first, Terminal) or first.error is not None:
+                    abort_all(hub, streams)
+                    raise error_for(first)
+                firsts[gets[task]] = first
+    finally:
+        for task in gets:
+            task.cancel()
     ok: list[RequestOutput] = []
-    for s, first in zip(streams, firsts, strict=True):
-        if isinstance(first, Terminal) or first.error is not None:
-            for other in streams:
-                hub.abort(other)
-            raise error_for(first)
-        if first.finish_reason is not None:
+    for s, out in zip(streams, firsts, strict=True):
+        assert out is not None
+        if out.finish_reason is not None:
             s.done = True
-        ok.append(first)
+        ok.append(out)
     return ok
 
 

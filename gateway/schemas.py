@@ -7,12 +7,24 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+from gateway.limits import INT64_MAX, INT64_MIN, LOGIT_BIAS_MAX, MAX_LOGIT_BIAS
+
 Temperature = Annotated[float, Meta(ge=0.0, le=2.0)]
 TopP = Annotated[float, Meta(ge=0.0, le=1.0)]
 Penalty = Annotated[float, Meta(ge=-2.0, le=2.0)]
 MaxTokens = Annotated[int, Meta(ge=1)]
 N = Annotated[int, Meta(ge=1, le=16)]
 TopLogprobs = Annotated[int, Meta(ge=0, le=20)]
+Seed = Annotated[int, Meta(ge=INT64_MIN, le=INT64_MAX)]
+TokenId = Annotated[int, Meta(ge=0)]  # the upper bound, the vocabulary size, is the model's
+TokenIds = Annotated[list[TokenId], Meta(min_length=1)]
+# str, list[str], list[int] or list[list[int]]: msgspec unions allow one array type, so the
+# items are a union and the gateway checks that a list is all of one kind (jobs.py)
+Prompt = str | Annotated[list[str | TokenId | TokenIds], Meta(min_length=1)]
+LogitBias = Annotated[
+    dict[Annotated[str, Meta(pattern=r"^[0-9]{1,10}$")],  # a token id, as a string
+         Annotated[float, Meta(ge=-LOGIT_BIAS_MAX, le=LOGIT_BIAS_MAX)]],
+    Meta(max_length=MAX_LOGIT_BIAS)]
 
 
 class _Body(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -69,6 +81,13 @@ class ToolCall(_Body):
     type: Literal["function"] = "function"
 
 
+class ResponseFormat(_Body):
+    """response_format: only `text` is served yet (structured output is a later issue)."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: dict[str, Any] | None = None
+
+
 class ChatMessage(_Body):
     """One message of a chat conversation."""
 
@@ -100,15 +119,15 @@ class ChatCompletionRequest(_Body):
     repetition_penalty: Annotated[float, Meta(gt=0.0, le=10.0)] | None = None
     logprobs: bool = False
     top_logprobs: TopLogprobs | None = None
-    seed: int | None = None
+    seed: Seed | None = None
     ignore_eos: bool = False
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | ToolChoiceFunction | None = None
     parallel_tool_calls: bool | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     reasoning_effort: str | None = None
-    response_format: dict[str, Any] | None = None
-    logit_bias: dict[str, float] | None = None
+    response_format: ResponseFormat | None = None
+    logit_bias: LogitBias | None = None
     user: str | None = None
 
 
@@ -116,7 +135,7 @@ class CompletionRequest(_Body):
     """POST /v1/completions."""
 
     model: str
-    prompt: str | Annotated[list[Any], Meta(min_length=1)]  # strings, or token ids
+    prompt: Prompt
     max_tokens: MaxTokens | None = 16
     temperature: Temperature | None = None
     top_p: TopP | None = None
@@ -131,8 +150,9 @@ class CompletionRequest(_Body):
     repetition_penalty: Annotated[float, Meta(gt=0.0, le=10.0)] | None = None
     logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
     echo: bool = False
-    seed: int | None = None
+    seed: Seed | None = None
     ignore_eos: bool = False
+    logit_bias: LogitBias | None = None
     suffix: str | None = None
     user: str | None = None
 
@@ -155,11 +175,12 @@ class Usage(msgspec.Struct):
     prompt_tokens_details: PromptTokensDetails = msgspec.field(default_factory=PromptTokensDetails)
 
 
-class ResponseMessage(msgspec.Struct, omit_defaults=True):
+class ResponseMessage(msgspec.Struct, kw_only=True):
     """The assistant message of a chat choice."""
 
+    content: str | None
+    refusal: str | None  # always null: the models served here do not refuse through the API
     role: str = "assistant"
-    content: str | None = None
     reasoning_content: str | None = None
     tool_calls: list[ToolCall] | None = None
 
@@ -204,8 +225,7 @@ class ChatCompletion(msgspec.Struct):
     model: str
     choices: list[ChatChoice]
     usage: Usage
-    object: str = "chat.completion"
-    system_fingerprint: str | None = None
+    object: str = "chat.completion"  # no system_fingerprint: optional, and never null
 
 
 class CompletionChoice(msgspec.Struct):

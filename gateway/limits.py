@@ -1,0 +1,24 @@
+"""Every bound the gateway puts on a request before any of it reaches a worker, in one place."""
+
+from __future__ import annotations
+
+MAX_BODY_BYTES = 8 * 1024 * 1024  # larger bodies get 413 (Content-Length or counted on the wire)
+BODY_READ_TIMEOUT_S = 30.0  # a body not fully received by then gets 408
+MAX_JSON_DEPTH = 64  # nesting of arrays/objects anywhere in a body; deeper gets 400
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1  # every integer anywhere in a body must fit int64 (the wire is msgpack)
+
+MAX_CHOICES = 64  # prompts x n of one request: each becomes a job on the worker
+# A token never stands for more than this many characters on average over a whole prompt, so a
+# prompt with more characters than context_length * CHARS_PER_TOKEN cannot fit: refuse it before
+# anything tokenizes it. Deliberately generous (real tokenizers average 3-5 characters a token).
+CHARS_PER_TOKEN = 16
+
+MAX_LOGIT_BIAS = 300  # entries of logit_bias (OpenAI's limit)
+LOGIT_BIAS_MAX = 100.0  # each bias lies in [-LOGIT_BIAS_MAX, LOGIT_BIAS_MAX]
+
+# Copy of worker/prompt.py ALLOWED_TEMPLATE_KWARGS (the gateway does not import worker/): keys a
+# client may pass in chat_template_kwargs. Keep the two in sync; tests/gateway checks they match.
+ALLOWED_TEMPLATE_KWARGS = frozenset({"enable_thinking", "thinking", "reasoning_effort",
+                                     "add_generation_prompt"})
