@@ -142,8 +142,7 @@ CASES: list[tuple[str, str, Any, int, str | None, str | None]] = [
      None),
 ]
 
-WORKER_FIX = pytest.mark.xfail(strict=False, reason="worker fix on branch h9-worker")
-XFAIL_CASES: list[tuple[str, str, Any, int, str | None, str | None]] = [
+SEED_CASES: list[tuple[str, str, Any, int, str | None, str | None]] = [
     ("seed-negative", C, chat(seed=-1), 200, None, None),
     ("seed-min", C, chat(seed=-(2**63)), 200, None, None),
     ("seed-max", C, chat(seed=2**63 - 1), 200, None, None),
@@ -238,10 +237,9 @@ def test_chat_conformance(server: Server) -> None:
     assert first["role"] == "assistant" and first["refusal"] is None
 
 
-@WORKER_FIX
-@pytest.mark.parametrize("name,path,body,status,param,code", XFAIL_CASES,
-                         ids=[c[0] for c in XFAIL_CASES])
-def test_hostile_needs_worker_fix(server: Server, worker_before: dict[str, Any], name: str,
+@pytest.mark.parametrize("name,path,body,status,param,code", SEED_CASES,
+                         ids=[c[0] for c in SEED_CASES])
+def test_any_int64_seed_works(server: Server, worker_before: dict[str, Any], name: str,
                                   path: str, body: Any, status: int, param: str | None,
                                   code: str | None) -> None:
     _check(server, path, body, status, param, code)
