@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 ALIAS = "default"
 # examples drawn per (operation, generation mode); GET operations without parameters run out of
 # distinct cases after a few, the two generation routes carry the bulk
-EXAMPLES = {"POST /v1/chat/completions": 600, "POST /v1/completions": 600}
+EXAMPLES = {"POST /v1/chat/completions": 350, "POST /v1/completions": 350}
 OTHER_EXAMPLES = 60
 MIN_CASES = 2000
 MAX_TOKENS = 6
