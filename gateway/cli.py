@@ -74,6 +74,12 @@ def main() -> None:
               help="admin endpoints need this bearer key (default: loopback clients only)")
 @click.option("--curve-dir", default=None, type=click.Path(file_okay=False),
               help="CURVE keys (see `rapid-mlx keys`): only listed workers may join")
+@click.option("--worker-token-file", default=None, type=click.Path(dir_okay=False),
+              help="external workers must send the token in this file (created if missing)")
+@click.option("--insecure-worker-transport", is_flag=True,
+              help="allow tcp:// workers without CURVE, and external workers without proof")
+@click.option("--heartbeat-timeout", default=1.5, show_default=True, type=float,
+              help="seconds an external worker may stay silent before it is declared gone")
 def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
           api_keys: tuple[str, ...], tool_call_parser: str | None, reasoning_parser: str | None,
           aliases_file: str | None, kv_cache_turboquant: str, kv_cache_memory: str,
@@ -81,7 +87,8 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
           worker_address: str, hang_timeout: float, log_level: str, no_spawn_workers: bool,
           shutdown_timeout: float, swap_wait: float, swap_drain_timeout: float,
           max_start_crashes: int, restart_backoff: float, admin_key: str | None,
-          curve_dir: str | None) -> None:
+          curve_dir: str | None, worker_token_file: str | None, insecure_worker_transport: bool,
+          heartbeat_timeout: float) -> None:
     """Serve MODELS (aliases, Hugging Face repo ids or local folders); none: the embedded demo."""
     from gateway.server import run
 
@@ -104,7 +111,15 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
         spawn_workers=not no_spawn_workers, shutdown_timeout=shutdown_timeout,
         swap_wait=swap_wait, swap_drain_timeout=swap_drain_timeout,
         max_start_crashes=max_start_crashes, restart_backoff=restart_backoff,
-        admin_key=admin_key or None, curve_dir=curve_dir)
+        admin_key=admin_key or None, curve_dir=curve_dir, worker_token_file=worker_token_file,
+        insecure_worker_transport=insecure_worker_transport, heartbeat_timeout=heartbeat_timeout)
+    problem = config.worker_plane_problem()
+    if problem:
+        raise click.ClickException(problem)
+    try:
+        config.worker_token()  # create the token file now, or say why it cannot be read
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"--worker-token-file: {exc}") from exc
     run(config)
 
 

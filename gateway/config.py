@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -31,6 +32,37 @@ class GatewayConfig:
     restart_backoff: float = 0.5
     admin_key: str | None = None
     curve_dir: str | None = None  # CURVE keys: server.key_secret and clients/*.key
+    worker_token_file: str | None = None  # external workers prove themselves with this token
+    insecure_worker_transport: bool = False  # tcp:// without CURVE, external workers without proof
+    heartbeat_timeout: float = 1.5  # seconds an external worker may stay silent before it is gone
+
+    def worker_plane_problem(self) -> str | None:
+        """Why the worker socket would be open to anyone (refuse to start), or None."""
+        if self.insecure_worker_transport or self.curve_dir:
+            return None
+        if self.worker_address.startswith("tcp://"):
+            return (f"--worker-address {self.worker_address} without --curve-dir would let anyone "
+                    "who reaches it read prompts and act as a worker; add --curve-dir DIR (see "
+                    "`rapid-mlx keys`) or --insecure-worker-transport")
+        if not self.spawn_workers and not self.worker_token_file:
+            return ("--no-spawn-workers needs a way for workers to prove themselves: "
+                    "--worker-token-file FILE (and the same on each worker), --curve-dir DIR, "
+                    "or --insecure-worker-transport")
+        return None
+
+    def worker_token(self) -> str | None:
+        """The external workers' token from --worker-token-file, created (mode 0600) if missing."""
+        if not self.worker_token_file:
+            return None
+        path = Path(self.worker_token_file)
+        if not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(32) + "\n")
+        token = path.read_text(encoding="utf-8").strip()
+        if not token:
+            raise ValueError(f"--worker-token-file {path} is empty")
+        return token
 
     def resolve_address(self) -> tuple[str, str | None]:
         """The worker address to bind, and the private directory created for it (if any)."""

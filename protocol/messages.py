@@ -12,6 +12,8 @@ from typing import Any
 import msgspec
 
 PROTOCOL_VERSION = 1
+SECRET_ENV = "RAPID_MLX_WORKER_SECRET"  # a spawned worker's per-boot secret (not argv: ps shows it)
+ADOPT_QUERY = "adopt"  # a StatusQuery asking a running worker to say Ready again (gateway restart)
 
 
 class _Msg(msgspec.Struct, tag=True, array_like=True, omit_defaults=True, kw_only=True):
@@ -61,7 +63,7 @@ class Abort(_Msg, tag="abort"):
 
 
 class StatusQuery(_Msg, tag="status?"):
-    """Ask the worker for a Status event carrying the same query id."""
+    """Ask the worker for a Status event carrying the same query id (ADOPT_QUERY: a Ready)."""
 
     query_id: str
 
@@ -102,6 +104,7 @@ class Ready(_Msg, tag="ready"):
     pid: int
     protocol_version: int
     facts: ModelFacts
+    secret: str = ""  # the per-boot secret its gateway gave it, or the operator's worker token
 
 
 class TokenLogprob(msgspec.Struct, array_like=True, kw_only=True):

@@ -37,6 +37,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="the gateway's public key file (server.key): turns CURVE on")
     p.add_argument("--curve-secret-file", default=None,
                    help="this worker's key pair file (NAME.key_secret)")
+    p.add_argument("--worker-token-file", default=None,
+                   help="a file holding the gateway's --worker-token-file token (external workers)")
     return p.parse_args(argv)
 
 
@@ -67,9 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.ROUTING_ID, f"{args.alias}:{boot_id}".encode())
     sock.setsockopt(zmq.LINGER, 1000)
-    from worker.curve import configure_client, exit_when_refused
+    from worker.curve import configure_client, exit_when_refused, worker_secret
 
     configure_client(sock, args.curve_server_key, args.curve_secret_file)
+    secret = worker_secret(args.worker_token_file)
     exit_when_refused(sock)
     sock.connect(args.connect)
     signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -103,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                     max_batch=args.max_batch, prefill_budget=args.prefill_budget,
                     max_waiting=args.max_waiting, prefix_cache=not args.disable_prefix_cache)
     engine.kv_note = plan.reason
-    loop = WorkerLoop(engine, loaded, sock, args.alias, boot_id, args.parent_pid)
+    loop = WorkerLoop(engine, loaded, sock, args.alias, boot_id, args.parent_pid, secret)
     logging.info("serving %s (%s) pid %d boot %s", args.alias, args.model, os.getpid(), boot_id)
     try:
         loop.run()

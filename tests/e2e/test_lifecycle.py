@@ -103,7 +103,7 @@ def test_signal_leaves_no_process(sig: int) -> None:
 
 
 def test_not_ready_is_503_with_retry_after(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    srv = Server(str(tmp_path / "missing-model"))
+    srv = Server(str(tmp_path / "missing-model"), "--swap-wait", "1")  # waits, then 503
     try:
         srv.wait_http()
         r = httpx.post(f"{srv.url}/chat/completions", timeout=10, json={
