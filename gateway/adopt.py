@@ -35,7 +35,7 @@ def on_stranger(hub: Hub, st: AliasState, identity: bytes, user_id: str | None, 
         hub.rejections.drop(identity, "retired_boot", "a Heartbeat")
         return
     if (isinstance(ev, m.Heartbeat) and hub.external and st.identity is None
-            and not hub.draining and identity == f"{st.alias}:{ev.boot_id}".encode()):
+            and not hub.draining and identity == hub.peers.routing_id(st.alias, ev.boot_id)):
         # a worker that said Ready to a previous gateway: ask it to say Ready again
         if _nudge(hub, ev.boot_id, now, 1.0):
             hub.send_to(identity, m.StatusQuery(query_id=m.ADOPT_QUERY))
@@ -48,10 +48,11 @@ def _own_loader(hub: Hub, st: AliasState, identity: bytes, user_id: str | None,
     """True when a Dead comes from the worker being started for the alias (before its Ready)."""
     if st.identity is not None or ev.boot_id in hub.retired:
         return False
-    if identity != f"{st.alias}:{ev.boot_id}".encode():
-        return False
     if not hub.external:
-        return ev.boot_id == st.boot_id and st.secret is not None
+        return (ev.boot_id == st.boot_id and st.secret is not None
+                and identity == m.routing_id(st.alias, ev.boot_id, st.secret))
+    if identity != hub.peers.routing_id(st.alias, ev.boot_id):
+        return False
     return hub.curve is not None and hub.curve.allows(user_id, st.alias)
 
 

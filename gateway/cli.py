@@ -78,8 +78,9 @@ def main() -> None:
               help="external workers must send the token in this file (created if missing)")
 @click.option("--insecure-worker-transport", is_flag=True,
               help="allow tcp:// workers without CURVE, and external workers without proof")
-@click.option("--heartbeat-timeout", default=1.5, show_default=True, type=float,
-              help="seconds an external worker may stay silent before it is declared gone")
+@click.option("--heartbeat-timeout", default=1.0, show_default=True, type=float,
+              help="seconds a worker connection may leave a ping unanswered before an "
+                   "external worker is declared gone")
 def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
           api_keys: tuple[str, ...], tool_call_parser: str | None, reasoning_parser: str | None,
           aliases_file: str | None, kv_cache_turboquant: str, kv_cache_memory: str,

@@ -34,7 +34,7 @@ class GatewayConfig:
     curve_dir: str | None = None  # CURVE keys: server.key_secret and clients/*.key
     worker_token_file: str | None = None  # external workers prove themselves with this token
     insecure_worker_transport: bool = False  # tcp:// without CURVE, external workers without proof
-    heartbeat_timeout: float = 1.5  # seconds an external worker may stay silent before it is gone
+    heartbeat_timeout: float = 1.0  # seconds a worker connection may leave a ping unanswered
 
     def worker_plane_problem(self) -> str | None:
         """Why the worker socket would be open to anyone (refuse to start), or None."""

@@ -26,7 +26,9 @@ __all__ = ["AliasState", "Hub", "Stream", "Terminal"]  # the state types are re-
 log = logging.getLogger("rapid_mlx.gateway")
 
 MAX_EVENT_BYTES = 64 << 20  # a peer sending a larger message is disconnected by ZeroMQ
-HEARTBEAT_TIMEOUT = 1.5  # seconds an external worker may stay silent (it beats every 0.5 s)
+HEARTBEAT_TIMEOUT = 1.0  # seconds a worker's connection may leave a ZeroMQ ping unanswered
+SILENCE_LIMIT = 10.0  # seconds an external worker may send no event at all (it beats every 0.5 s)
+_PROBE = m.encode(m.Abort(request_ids=[]))  # a no-op job: can its connection still be routed?
 
 
 class Hub:
@@ -51,6 +53,10 @@ class Hub:
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.MAXMSGSIZE, MAX_EVENT_BYTES)
+        # ZeroMQ pings each connection; the worker's I/O thread answers even during a long engine
+        # step, so a connection drops only when the worker is gone (killed, stopped, cut off)
+        self.sock.setsockopt(zmq.HEARTBEAT_IVL, 250)
+        self.sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, max(int(heartbeat_timeout * 1000), 100))
         self.heartbeat_timeout = heartbeat_timeout
         self.peers = PeerAuth(external=external, curve=curve, token=worker_token,
                               insecure=insecure)
@@ -450,11 +456,7 @@ class Hub:
                                    f"within {self.swap_wait:g}s. Retry soon.")
                 if st.identity is None:
                     continue
-                silent = now - st.last_seen
-                if self.external and silent > self.heartbeat_timeout:
-                    log.error("worker of %s sent nothing for %.1fs: gone", st.alias, silent)
-                    self.send_to(st.identity, m.Shutdown(reason="missed heartbeats"))
-                    self.worker_gone(st.alias, st.boot_id, f"no heartbeat for {silent:.1f}s")
+                if self.external and self._lost(st, now):
                     continue
                 if not st.streams:
                     continue
@@ -466,6 +468,25 @@ class Hub:
                     self.worker_gone(st.alias, st.boot_id, f"hung (no progress for {stalled:.1f}s)")
                     if self.on_hung is not None:
                         self.on_hung(st.alias)
+
+
+    def _lost(self, st: AliasState, now: float) -> bool:
+        """Declare an external worker gone when its connection dropped or it fell silent."""
+        assert st.identity is not None
+        try:
+            self._send(st.identity, _PROBE)
+            why = None
+        except zmq.ZMQError as exc:
+            why = "its connection was lost" if exc.errno == zmq.EHOSTUNREACH else None
+        silent = now - st.last_seen
+        if why is None and silent > max(SILENCE_LIMIT, self.heartbeat_timeout):
+            why = f"no heartbeat for {silent:.1f}s"
+            self.send_to(st.identity, m.Shutdown(reason="missed heartbeats"))
+        if why is None:
+            return False
+        log.error("worker %s of %s is gone: %s", st.boot_id, st.alias, why)
+        self.worker_gone(st.alias, st.boot_id, why)
+        return True
 
 
 def _log_send_error(fut: asyncio.Future[Any]) -> None:

@@ -39,11 +39,11 @@ class PeerAuth:
         if ev.alias != st.alias:
             return "alias_mismatch"
         if not self.external:
-            expected = f"{st.alias}:{st.boot_id}".encode()
-            if st.secret is None or identity != expected or ev.boot_id != st.boot_id:
+            if (st.secret is None or ev.boot_id != st.boot_id
+                    or identity != m.routing_id(st.alias, ev.boot_id, st.secret)):
                 return "unexpected_ready"
             return None if _same(ev.secret, st.secret) else "bad_secret"
-        if identity != f"{st.alias}:{ev.boot_id}".encode():
+        if identity != self.routing_id(st.alias, ev.boot_id):
             return "identity_mismatch"
         if self.curve is not None and not self.curve.allows(user_id, st.alias):
             return "key_not_allowed"
@@ -52,6 +52,10 @@ class PeerAuth:
         if self.curve is None and self.token is None and not self.insecure:
             return "unauthenticated"
         return None
+
+    def routing_id(self, alias: str, boot_id: str) -> bytes:
+        """The routing id an external worker of ALIAS with BOOT_ID must use."""
+        return m.routing_id(alias, boot_id, self.token or "")
 
     def owns(self, st: AliasState, identity: bytes, user_id: str | None) -> bool:
         """True when IDENTITY (with key USER_ID) is the alias's accepted current worker."""

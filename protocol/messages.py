@@ -7,6 +7,7 @@ defaults so frames stay small. No pickle: msgpack only.
 
 from __future__ import annotations
 
+import hmac
 from typing import Any
 
 import msgspec
@@ -173,6 +174,18 @@ Event = Ready | StepOutputs | Heartbeat | Status | Dead
 _encoder = msgspec.msgpack.Encoder()
 _job_decoder = msgspec.msgpack.Decoder(Job)
 _event_decoder = msgspec.msgpack.Decoder(Event)
+
+
+def routing_id(alias: str, boot_id: str, secret: str = "") -> bytes:
+    """A worker's ZeroMQ routing id: ``alias:boot_id``, plus a tag derived from its secret.
+
+    The tag makes the id unguessable, so nobody can claim it first and keep the real worker out.
+    """
+    base = f"{alias}:{boot_id}"
+    if not secret:
+        return base.encode()
+    tag = hmac.new(secret.encode(), base.encode(), "sha256").hexdigest()[:16]
+    return f"{base}:{tag}".encode()
 
 
 def encode(msg: _Msg) -> bytes:

@@ -67,12 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     boot_id = args.boot_id or uuid.uuid4().hex
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.ROUTING_ID, f"{args.alias}:{boot_id}".encode())
-    sock.setsockopt(zmq.LINGER, 1000)
     from worker.curve import configure_client, exit_when_refused, worker_secret
 
-    configure_client(sock, args.curve_server_key, args.curve_secret_file)
     secret = worker_secret(args.worker_token_file)
+    sock.setsockopt(zmq.ROUTING_ID, m.routing_id(args.alias, boot_id, secret))
+    sock.setsockopt(zmq.LINGER, 1000)
+    configure_client(sock, args.curve_server_key, args.curve_secret_file)
     exit_when_refused(sock)
     sock.connect(args.connect)
     signal.signal(signal.SIGTERM, _raise_interrupt)
