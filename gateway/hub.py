@@ -28,6 +28,7 @@ log = logging.getLogger("rapid_mlx.gateway")
 MAX_EVENT_BYTES = 64 << 20  # a peer sending a larger message is disconnected by ZeroMQ
 HEARTBEAT_TIMEOUT = 1.0  # seconds a worker's connection may leave a ZeroMQ ping unanswered
 SILENCE_LIMIT = 10.0  # seconds an external worker may send no event at all (it beats every 0.5 s)
+RESEND_WINDOW = 0.5  # a job sent this recently to a worker that died unheard goes to the next one
 _PROBE = m.encode(m.Abort(request_ids=[]))  # a no-op job: can its connection still be routed?
 
 
@@ -180,8 +181,8 @@ class Hub:
         st = self.lookup(alias)
         if not self._waitable(st):
             raise self._not_ready(st)
-        stream = Stream(job.request_id, alias, st.boot_id or "")
         frame = m.encode(job)
+        stream = Stream(job.request_id, alias, st.boot_id or "", frame=frame)
         if self.serving(st):
             assert st.identity is not None
             try:
@@ -318,7 +319,19 @@ class Hub:
         st.ready_event.clear()
         if st.state not in ("failed", "stopped", "draining"):
             st.state = "starting"
+        self._park_unheard(st)
         self.fail_streams(st, Terminal(f"The worker serving '{alias}' stopped: {reason}"))
+
+    def _park_unheard(self, st: AliasState) -> None:
+        """Keep for the next worker the jobs sent just before the worker died, that it never
+        acknowledged (it sent nothing since): they likely sat in its socket. Once per job."""
+        now = time.monotonic()
+        for rid, s in list(st.streams.items()):
+            if (s.frame and not s.retried and s.submitted_at >= st.last_seen
+                    and now - s.submitted_at < RESEND_WINDOW):
+                s.retried = True
+                del st.streams[rid]
+                st.parked.append(Parked(s, s.frame, now + self.swap_wait))
 
     def fail_streams(self, st: AliasState, terminal: Terminal) -> None:
         """End every in-flight request of the alias with a terminal error."""
@@ -442,6 +455,7 @@ class Hub:
             stream = st.streams.get(out.request_id)
             if stream is None:
                 continue
+            stream.frame = b""  # answered: never resent
             stream.queue.put_nowait(out)
             self.metrics.output(stream, out, now)
             if out.finish_reason is not None:

@@ -31,6 +31,8 @@ class Stream:
     last_token_at: float = 0.0
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    frame: bytes = b""  # the encoded job, until the worker answers (to resend it once)
+    retried: bool = False
 
 
 @dataclass

@@ -174,6 +174,28 @@ async def test_a_job_for_a_worker_that_left_waits_for_the_next(address: str) -> 
         await hub.close()
 
 
+async def test_a_job_sent_just_before_the_worker_died_goes_to_the_next(address: str) -> None:
+    hub = await _hub(address, external=True, insecure=True, swap_wait=5.0)
+    old = Peer(address, b"a:boot1")
+    try:
+        old.send(_ready("a", "boot1"))
+        await _until(lambda: hub.serving(hub.aliases["a"]))
+        stream = hub.submit("a", _job())  # queued to the old worker, which dies unheard
+        old.close()
+        await _until(lambda: not hub.serving(hub.aliases["a"]))
+        assert stream.queue.empty() and hub.aliases["a"].parked
+        new = Peer(address, b"a:boot2")
+        new.send(_ready("a", "boot2"))
+        job = await asyncio.to_thread(new.recv, 3.0)
+        assert isinstance(job, m.Generate) and job.request_id == "r0"
+        new.close()
+        await _until(lambda: not hub.serving(hub.aliases["a"]))
+        got = await asyncio.wait_for(stream.queue.get(), 2)  # resent once only
+        assert isinstance(got, Terminal) and got.code == "worker_failed"
+    finally:
+        await hub.close()
+
+
 async def test_a_parked_job_expires_with_a_503(address: str) -> None:
     hub = await _hub(address, external=True, insecure=True, swap_wait=0.5)
     try:
