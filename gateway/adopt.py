@@ -27,7 +27,10 @@ def on_stranger(hub: Hub, st: AliasState, identity: bytes, user_id: str | None, 
     """An event from a peer that is not the alias's current worker."""
     if isinstance(ev, m.Dead) and _own_loader(hub, st, identity, user_id, ev):
         log.info("worker %s of %s exited before it was ready: %s", ev.boot_id, st.alias, ev.reason)
-        st.last_exit = ev.reason[:500]  # e.g. failed to load
+        if hub.external:
+            st.last_exit = ev.reason[:500]  # e.g. failed to load
+        else:  # the boot the supervisor started: retire it (its exit code is appended later)
+            hub.worker_gone(st.alias, ev.boot_id, ev.reason[:500])
         return
     if isinstance(ev, m.Heartbeat) and ev.boot_id in hub.retired:
         if _nudge(hub, ev.boot_id, now, 5.0):

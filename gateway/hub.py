@@ -466,8 +466,10 @@ class Hub:
             await asyncio.sleep(0.25)
             now = time.monotonic()
             for st in self.aliases.values():
-                self.expire_parked(st, now, f"The model '{st.alias}' did not become ready "
-                                   f"within {self.swap_wait:g}s. Retry soon.")
+                gave_up = st.state in ("failed", "stopped")  # its parked jobs end now
+                self.expire_parked(st, float("inf") if gave_up else now,
+                                   f"The model '{st.alias}' did not become ready (state: "
+                                   f"{st.state}). Retry soon.")
                 if st.identity is None:
                     continue
                 if self.external and self._lost(st, now):
