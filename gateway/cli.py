@@ -181,7 +181,8 @@ def swap(alias: str, model: str | None, url: str, revision: str | None, admin_ke
 
 @main.command()
 @click.argument("directory", type=click.Path(file_okay=False))
-@click.option("--worker", "workers", multiple=True, help="create a key pair for this worker")
+@click.option("--worker", "workers", multiple=True,
+              help="create a key pair for this worker (named ALIAS@HOST: it may serve only ALIAS)")
 def keys(directory: str, workers: tuple[str, ...]) -> None:
     """Create CURVE keys in DIRECTORY: the gateway's, and one pair per --worker."""
     from gateway.curve import generate_keys
