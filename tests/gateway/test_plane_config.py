@@ -45,7 +45,7 @@ def test_the_token_file_is_created_private(tmp_path: Path) -> None:
     assert cfg.worker_token() == token  # read back, not replaced
 
 
-def test_a_key_named_alias_at_host_serves_only_that_alias(tmp_path: Path) -> None:
+async def test_a_key_named_alias_at_host_serves_only_that_alias(tmp_path: Path) -> None:
     import zmq
     import zmq.asyncio
 
