@@ -13,12 +13,13 @@ from typing import Any, cast
 import zmq
 import zmq.asyncio
 
-from gateway.adopt import on_stranger
 from gateway.curve import CurveServer
 from gateway.errors import APIError, unavailable
+from gateway.events import read_events, reader_ended
 from gateway.metrics import Metrics
 from gateway.peers import PeerAuth, Rejections
 from gateway.state import AliasState, Parked, Stream, Terminal
+from gateway.watchdog import watchdog
 from protocol import messages as m
 
 __all__ = ["AliasState", "Hub", "Stream", "Terminal"]  # the state types are re-exported
@@ -27,9 +28,7 @@ log = logging.getLogger("rapid_mlx.gateway")
 
 MAX_EVENT_BYTES = 64 << 20  # a peer sending a larger message is disconnected by ZeroMQ
 HEARTBEAT_TIMEOUT = 1.0  # seconds a worker's connection may leave a ZeroMQ ping unanswered
-SILENCE_LIMIT = 10.0  # seconds an external worker may send no event at all (it beats every 0.5 s)
 RESEND_WINDOW = 0.5  # a job sent this recently to a worker that died unheard goes to the next one
-_PROBE = m.encode(m.Abort(request_ids=[]))  # a no-op job: can its connection still be routed?
 
 
 class Hub:
@@ -63,9 +62,9 @@ class Hub:
                               insecure=insecure)
         self.rejections = Rejections(self.metrics)
         self._reader_task: asyncio.Task[None] | None = None
-        self._closing = False
+        self.closing = False
         self._tasks: list[asyncio.Task[Any]] = []
-        self._status_waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self.status_waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self.on_hung: Callable[[str], None] | None = None
         self.on_ready: Callable[[AliasState], None] | None = None
         self.curve = curve
@@ -87,14 +86,14 @@ class Hub:
             log.warning("workers connect over %s without CURVE (--insecure-worker-transport): "
                         "anyone who can reach it can read prompts and answers", self.address)
         self.sock.bind(self.address)
-        self._reader_task = asyncio.create_task(self._reader(), name="hub-reader")
-        self._reader_task.add_done_callback(self._reader_ended)
+        self._reader_task = asyncio.create_task(read_events(self), name="hub-reader")
+        self._reader_task.add_done_callback(lambda t: reader_ended(self, t))
         self._tasks.append(self._reader_task)
-        self._tasks.append(asyncio.create_task(self._watchdog(), name="hub-watchdog"))
+        self._tasks.append(asyncio.create_task(watchdog(self), name="hub-watchdog"))
 
     async def close(self) -> None:
         """Stop reading and release the socket."""
-        self._closing = True
+        self.closing = True
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -186,7 +185,7 @@ class Hub:
         if self.serving(st):
             assert st.identity is not None
             try:
-                self._send(st.identity, frame)
+                self.send_now(st.identity, frame)
             except zmq.ZMQError as exc:
                 if exc.errno != zmq.EHOSTUNREACH:
                     self.metrics.rejected(alias, "worker_unreachable")
@@ -202,14 +201,14 @@ class Hub:
         st.parked.append(Parked(stream, frame, time.monotonic() + self.swap_wait))
         return stream
 
-    def _flush_parked(self, st: AliasState) -> None:
+    def flush_parked(self, st: AliasState) -> None:
         """Send the jobs that waited for this alias's new worker."""
         parked, st.parked = st.parked, []
         for p in parked:
             p.stream.boot_id = st.boot_id or ""
             try:
                 assert st.identity is not None
-                self._send(st.identity, p.frame)
+                self.send_now(st.identity, p.frame)
             except zmq.ZMQError as exc:
                 self._end(p.stream, Terminal(f"The worker of '{st.alias}' cannot take this "
                                              f"request now ({exc.strerror}).",
@@ -256,14 +255,14 @@ class Hub:
             return None
         qid = uuid.uuid4().hex
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._status_waiters[qid] = fut
+        self.status_waiters[qid] = fut
         try:
-            self._send(st.identity, m.encode(m.StatusQuery(query_id=qid)))
+            self.send_now(st.identity, m.encode(m.StatusQuery(query_id=qid)))
             return await asyncio.wait_for(fut, timeout)
         except (zmq.ZMQError, TimeoutError):
             return None
         finally:
-            self._status_waiters.pop(qid, None)
+            self.status_waiters.pop(qid, None)
 
     def send_shutdown(self, alias: str, reason: str) -> bool:
         """Ask the alias's worker to exit; False if it cannot be reached."""
@@ -273,12 +272,12 @@ class Hub:
     def send_to(self, identity: bytes, job: m.Job) -> bool:
         """Send JOB to one worker identity without blocking; False when it cannot be routed."""
         try:
-            self._send(identity, m.encode(job))
+            self.send_now(identity, m.encode(job))
             return True
         except zmq.ZMQError:
             return False
 
-    def _send(self, identity: bytes, frame: bytes) -> None:
+    def send_now(self, identity: bytes, frame: bytes) -> None:
         """Queue one frame for IDENTITY now; raise zmq.ZMQError at once if it cannot be queued.
 
         zmq.asyncio reports a failed send in the returned future, not as an exception: with
@@ -346,164 +345,6 @@ class Hub:
         return self._reader_task is not None and not self._reader_task.done()
 
     # ---- event side ---------------------------------------------------------------------
-
-    def _reader_ended(self, task: asyncio.Task[None]) -> None:
-        if self._closing:
-            return
-        exc = None if task.cancelled() else task.exception()
-        log.critical("the worker event reader stopped (%s): no worker can be heard; /livez now "
-                     "fails", exc or "cancelled", exc_info=exc)
-
-    async def _reader(self) -> None:
-        while True:
-            try:
-                frames = await self.sock.recv_multipart(copy=False)
-            except zmq.ZMQError as exc:
-                if self._closing:
-                    return
-                log.error("worker socket receive failed: %s", exc)
-                await asyncio.sleep(0.05)
-                continue
-            try:
-                self._on_frames(frames)
-            except Exception as exc:  # a frame must never end the reader
-                self.rejections.drop(frames[0].bytes if frames else b"", "handler_error",
-                                     f"a frame that raised {type(exc).__name__}: {exc}")
-
-    def _on_frames(self, frames: list[zmq.Frame]) -> None:
-        identity = frames[0].bytes
-        if len(frames) != 2:
-            self.rejections.drop(identity, "malformed", f"a {len(frames) - 1}-part message")
-            return
-        try:
-            event = m.decode_event(frames[1].bytes)
-        except Exception as exc:
-            self.rejections.drop(identity, "undecodable", f"an undecodable frame ({exc})")
-            return
-        user_id = None
-        if self.curve is not None:
-            with contextlib.suppress(zmq.ZMQError):
-                user_id = str(frames[1].get("User-Id"))
-        self._on_event(identity, user_id, event)
-
-    def _on_event(self, identity: bytes, user_id: str | None, ev: m.Event) -> None:
-        alias = identity.decode(errors="replace").split(":", 1)[0]
-        st = self.aliases.get(alias)
-        if st is None:
-            self.rejections.drop(identity, "unknown_alias", f"a {type(ev).__name__}")
-            return
-        now = time.monotonic()
-        if isinstance(ev, m.Ready):
-            self.accept_ready(st, identity, user_id, ev, now)
-            return
-        if ev.boot_id != st.boot_id or not self.peers.owns(st, identity, user_id):
-            on_stranger(self, st, identity, user_id, ev, now)
-            return
-        st.last_seen = now
-        if isinstance(ev, m.Dead):
-            self.worker_gone(alias, ev.boot_id, ev.reason)
-        elif isinstance(ev, m.StepOutputs):
-            self._on_step(st, ev, now)
-        elif isinstance(ev, m.Heartbeat):
-            st.heartbeat = ev
-            if ev.step != st.last_step:
-                st.last_step, st.last_progress = ev.step, now
-        elif isinstance(ev, m.Status):
-            fut = self._status_waiters.get(ev.query_id)
-            if fut is not None and not fut.done():
-                fut.set_result(ev.body)
-
-    def accept_ready(self, st: AliasState, identity: bytes, user_id: str | None, ev: m.Ready,
-                     now: float) -> None:
-        """Make the sender the alias's worker, if its Ready proves it may be."""
-        if ev.protocol_version != m.PROTOCOL_VERSION:
-            why: str | None = "protocol_version"
-        elif ev.boot_id in self.retired:
-            why = "retired_boot"
-        else:
-            why = self.peers.refuse_ready(st, identity, user_id, ev)
-        if why is not None:
-            self.rejections.drop(identity, why, f"a Ready for {st.alias} (protocol "
-                                 f"{ev.protocol_version}, gateway {m.PROTOCOL_VERSION})")
-            self.send_to(identity, m.Shutdown(reason=f"refused by the gateway: {why}"))
-            return
-        if st.identity == identity and st.boot_id == ev.boot_id:
-            return  # said Ready again (an adoption query crossed its first Ready)
-        if st.boot_id is not None and st.boot_id != ev.boot_id and st.streams:
-            self.fail_streams(st, Terminal(f"The worker serving '{st.alias}' was replaced"))
-        if self.external and st.ready_at is not None and st.boot_id != ev.boot_id:
-            self.count_restart(st.alias)
-        st.identity, st.boot_id, st.pid, st.facts = identity, ev.boot_id, ev.pid, ev.facts
-        st.user_id = user_id
-        st.last_seen = st.last_progress = st.ready_at = now
-        st.last_step = -1
-        st.restarting = False
-        if self.external:
-            st.model = ev.facts.model or st.model
-        if st.state != "draining":
-            st.state = "ready"
-        st.ready_event.set()
-        self.started_up = self.started_up or all(map(self.serving, self.aliases.values()))
-        log.info("worker for %s ready (pid %d, boot %s)", st.alias, ev.pid, ev.boot_id)
-        if self.on_ready is not None:
-            self.on_ready(st)
-        self._flush_parked(st)
-
-    def _on_step(self, st: AliasState, ev: m.StepOutputs, now: float) -> None:
-        st.last_step, st.last_progress = ev.step, now
-        for out in ev.outputs:
-            stream = st.streams.get(out.request_id)
-            if stream is None:
-                continue
-            stream.frame = b""  # answered: never resent
-            stream.queue.put_nowait(out)
-            self.metrics.output(stream, out, now)
-            if out.finish_reason is not None:
-                st.streams.pop(out.request_id, None)
-
-    async def _watchdog(self) -> None:
-        while True:
-            await asyncio.sleep(0.25)
-            now = time.monotonic()
-            for st in self.aliases.values():
-                gave_up = st.state in ("failed", "stopped")  # its parked jobs end now
-                self.expire_parked(st, float("inf") if gave_up else now,
-                                   f"The model '{st.alias}' did not become ready (state: "
-                                   f"{st.state}). Retry soon.")
-                if st.identity is None:
-                    continue
-                if self.external and self._lost(st, now):
-                    continue
-                if not st.streams:
-                    continue
-                stalled = now - max(st.last_progress, st.busy_since)
-                if stalled > self.hang_timeout:
-                    log.error("worker of %s made no progress for %.1fs with work: hung", st.alias,
-                              stalled)
-                    self.send_to(st.identity, m.Shutdown(reason="hung"))
-                    self.worker_gone(st.alias, st.boot_id, f"hung (no progress for {stalled:.1f}s)")
-                    if self.on_hung is not None:
-                        self.on_hung(st.alias)
-
-
-    def _lost(self, st: AliasState, now: float) -> bool:
-        """Declare an external worker gone when its connection dropped or it fell silent."""
-        assert st.identity is not None
-        try:
-            self._send(st.identity, _PROBE)
-            why = None
-        except zmq.ZMQError as exc:
-            why = "its connection was lost" if exc.errno == zmq.EHOSTUNREACH else None
-        silent = now - st.last_seen
-        if why is None and silent > max(SILENCE_LIMIT, self.heartbeat_timeout):
-            why = f"no heartbeat for {silent:.1f}s"
-            self.send_to(st.identity, m.Shutdown(reason="missed heartbeats"))
-        if why is None:
-            return False
-        log.error("worker %s of %s is gone: %s", st.boot_id, st.alias, why)
-        self.worker_gone(st.alias, st.boot_id, why)
-        return True
-
 
 def _log_send_error(fut: asyncio.Future[Any]) -> None:
     exc = None if fut.cancelled() else fut.exception()
