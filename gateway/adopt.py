@@ -1,16 +1,15 @@
-"""Events from workers that are not an alias's current one: stale, retired, or adoptable.
+"""Events from peers that are not an alias's current worker: stale, adoptable, or forged.
 
 A gateway that restarts while external workers keep running has never seen their Ready. Their
-heartbeats reveal them; the gateway asks for their status, which carries the model facts and
-protocol version, and adopts them as if they had just said Ready.
+heartbeats reveal them; the gateway asks them to say Ready again (``m.ADOPT_QUERY``), and that
+Ready must pass the same checks as any other (CURVE key, worker token). Nothing else from a
+stranger changes any state: it is dropped and counted.
 """
 
 from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING
-
-import msgspec
 
 from gateway.state import AliasState
 from protocol import messages as m
@@ -20,39 +19,51 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rapid_mlx.gateway")
 
-ADOPT_QUERY = "adopt"
+_MAX_NUDGED = 1024
 
 
-def on_stranger(hub: Hub, st: AliasState, identity: bytes, ev: m.Event, now: float) -> None:
-    """An event from a worker that is not the alias's current one."""
-    if isinstance(ev, m.Dead):
-        log.info("worker %s of %s exited: %s", ev.boot_id, st.alias, ev.reason)
-        if st.identity is None and ev.boot_id not in hub.retired:  # e.g. failed to load
-            st.last_exit = ev.reason
-    elif ev.boot_id in hub.retired:
-        if isinstance(ev, m.Heartbeat) and hub.nudged.get(ev.boot_id, 0.0) < now - 5:
-            hub.nudged[ev.boot_id] = now
-            hub.send_to(identity, m.Shutdown(reason="this worker was declared gone"))
-    elif not hub.external or st.identity is not None or hub.draining:
+def on_stranger(hub: Hub, st: AliasState, identity: bytes, user_id: str | None, ev: m.Event,
+                now: float) -> None:
+    """An event from a peer that is not the alias's current worker."""
+    if isinstance(ev, m.Dead) and _own_loader(hub, st, identity, user_id, ev):
+        log.info("worker %s of %s exited before it was ready: %s", ev.boot_id, st.alias, ev.reason)
+        if hub.external:
+            st.last_exit = ev.reason[:500]  # e.g. failed to load
+        else:  # the boot the supervisor started: retire it (its exit code is appended later)
+            hub.worker_gone(st.alias, ev.boot_id, ev.reason[:500])
         return
-    elif isinstance(ev, m.Heartbeat) and hub.nudged.get(ev.boot_id, 0.0) < now - 1:
-        # a worker that said Ready to a previous gateway: ask for its facts to adopt it
-        hub.nudged[ev.boot_id] = now
-        hub.send_to(identity, m.StatusQuery(query_id=ADOPT_QUERY))
-    elif isinstance(ev, m.Status) and ev.query_id == ADOPT_QUERY:
-        ready = _ready_from_status(st.alias, ev)
-        if ready is not None:
-            log.info("adopting running worker %s of %s", ev.boot_id, st.alias)
-            hub.accept_ready(st, identity, ready, now)
+    if isinstance(ev, m.Heartbeat) and ev.boot_id in hub.retired:
+        if _nudge(hub, ev.boot_id, now, 5.0):
+            hub.send_to(identity, m.Shutdown(reason="this worker was declared gone"))
+        hub.rejections.drop(identity, "retired_boot", "a Heartbeat")
+        return
+    if (isinstance(ev, m.Heartbeat) and hub.external and st.identity is None
+            and not hub.draining and identity == hub.peers.routing_id(st.alias, ev.boot_id)):
+        # a worker that said Ready to a previous gateway: ask it to say Ready again
+        if _nudge(hub, ev.boot_id, now, 1.0):
+            hub.send_to(identity, m.StatusQuery(query_id=m.ADOPT_QUERY))
+        return
+    hub.rejections.drop(identity, "not_owner", f"a {type(ev).__name__} for {st.alias}")
 
 
-def _ready_from_status(alias: str, ev: m.Status) -> m.Ready | None:
-    """A Ready rebuilt from a worker's status body (facts and protocol version), if it has them."""
-    body = ev.body
-    try:
-        facts = msgspec.convert(body["facts"], m.ModelFacts)
-        return m.Ready(alias=alias, boot_id=ev.boot_id, pid=int(body.get("pid", 0)),
-                       protocol_version=int(body["protocol_version"]), facts=facts)
-    except (KeyError, TypeError, ValueError, msgspec.ValidationError):
-        log.warning("worker %s of %s cannot be adopted: its status lacks facts", ev.boot_id, alias)
-        return None
+def _own_loader(hub: Hub, st: AliasState, identity: bytes, user_id: str | None,
+                ev: m.Dead) -> bool:
+    """True when a Dead comes from the worker being started for the alias (before its Ready)."""
+    if st.identity is not None or ev.boot_id in hub.retired:
+        return False
+    if not hub.external:
+        return (ev.boot_id == st.boot_id and st.secret is not None
+                and identity == m.routing_id(st.alias, ev.boot_id, st.secret))
+    if identity != hub.peers.routing_id(st.alias, ev.boot_id):
+        return False
+    return hub.curve is not None and hub.curve.allows(user_id, st.alias)
+
+
+def _nudge(hub: Hub, boot_id: str, now: float, every: float) -> bool:
+    """True (and remembered) when BOOT_ID was not nudged in the last EVERY seconds."""
+    if hub.nudged.get(boot_id, -every) > now - every:
+        return False
+    if len(hub.nudged) > _MAX_NUDGED:
+        hub.nudged.clear()
+    hub.nudged[boot_id] = now
+    return True

@@ -47,7 +47,9 @@ def build_app(config: GatewayConfig) -> Starlette:
     address, private_dir = config.resolve_address()
     curve = CurveServer(config.curve_dir) if config.curve_dir else None
     hub = Hub(address, hang_timeout=config.hang_timeout, swap_wait=config.swap_wait,
-              external=not config.spawn_workers, curve=curve)
+              external=not config.spawn_workers, curve=curve,
+              worker_token=config.worker_token(), insecure=config.insecure_worker_transport,
+              heartbeat_timeout=config.heartbeat_timeout)
     for s in config.served:
         hub.add_alias(s.alias, s.model)
     supervisor = Supervisor(

@@ -157,6 +157,13 @@ def main() -> None:
               help="enable admin endpoints (hot swap) with this bearer key (default: disabled)")
 @click.option("--curve-dir", default=None, type=click.Path(file_okay=False),
               help="CURVE keys (see `rapid-mlx keys`): only listed workers may join")
+@click.option("--worker-token-file", default=None, type=click.Path(dir_okay=False),
+              help="external workers must send the token in this file (created if missing)")
+@click.option("--insecure-worker-transport", is_flag=True,
+              help="allow tcp:// workers without CURVE, and external workers without proof")
+@click.option("--heartbeat-timeout", default=1.0, show_default=True, type=float,
+              help="seconds a worker connection may leave a ping unanswered before an "
+                   "external worker is declared gone")
 @_edge_options
 def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
           api_keys: tuple[str, ...], tool_call_parser: str | None, reasoning_parser: str | None,
@@ -165,7 +172,8 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
           worker_address: str, hang_timeout: float, log_level: str, no_spawn_workers: bool,
           shutdown_timeout: float, swap_wait: float, swap_drain_timeout: float,
           max_start_crashes: int, restart_backoff: float, admin_key: str | None,
-          curve_dir: str | None, **edge: Any) -> None:
+          curve_dir: str | None, worker_token_file: str | None, insecure_worker_transport: bool,
+          heartbeat_timeout: float, **edge: Any) -> None:
     """Serve MODELS (aliases, Hugging Face repo ids or local folders); none: the embedded demo."""
     if no_spawn_workers and not worker_address:
         raise click.UsageError("--no-spawn-workers needs --worker-address (where workers connect)")
@@ -187,7 +195,8 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
         spawn_workers=not no_spawn_workers, shutdown_timeout=shutdown_timeout,
         swap_wait=swap_wait, swap_drain_timeout=swap_drain_timeout,
         max_start_crashes=max_start_crashes, restart_backoff=restart_backoff,
-        admin_key=admin_key or None, curve_dir=curve_dir,
+        admin_key=admin_key or None, curve_dir=curve_dir, worker_token_file=worker_token_file,
+        insecure_worker_transport=insecure_worker_transport, heartbeat_timeout=heartbeat_timeout,
         allowed_hosts=_listed(edge["allowed_hosts"]),
         cors_allow_origins=_listed(edge["cors_allow_origins"]),
         allow_unauthenticated=edge["allow_unauthenticated"],
@@ -195,9 +204,13 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
         public_docs=edge["public_docs"], swap_allow_paths=list(edge["swap_allow_paths"]),
         swap_allow_repos=edge["swap_allow_repos"], header_timeout=edge["header_timeout"],
         alias_models={name: entry.repo for name, entry in aliases.items()})
-    refusal = config.exposure_error()
+    refusal = config.exposure_error() or config.worker_plane_problem()
     if refusal:
         raise click.ClickException(refusal)
+    try:
+        config.worker_token()  # create the token file now, or say why it cannot be read
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"--worker-token-file: {exc}") from exc
     from gateway.server import run
 
     try:
@@ -263,7 +276,8 @@ def swap(alias: str, model: str | None, url: str, revision: str | None, admin_ke
 
 @main.command()
 @click.argument("directory", type=click.Path(file_okay=False))
-@click.option("--worker", "workers", multiple=True, help="create a key pair for this worker")
+@click.option("--worker", "workers", multiple=True,
+              help="create a key pair for this worker (named ALIAS@HOST: it may serve only ALIAS)")
 def keys(directory: str, workers: tuple[str, ...]) -> None:
     """Create CURVE keys in DIRECTORY: the gateway's, and one pair per --worker."""
     from gateway.curve import generate_keys

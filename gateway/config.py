@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import secrets
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -43,6 +44,9 @@ class GatewayConfig:
     swap_allow_repos: bool = False  # swap targets may be Hugging Face repo ids
     alias_models: dict[str, str] = field(default_factory=dict)  # alias table: name -> repo
     header_timeout: float = 15.0  # a connection must send its request headers within this
+    worker_token_file: str | None = None  # external workers prove themselves with this token
+    insecure_worker_transport: bool = False  # tcp:// without CURVE, external workers without proof
+    heartbeat_timeout: float = 1.0  # seconds a worker connection may leave a ping unanswered
 
     def exposure_error(self) -> str | None:
         """Why this configuration must not start (a non-loopback host without keys), or None."""
@@ -51,6 +55,34 @@ class GatewayConfig:
         return (f"refusing to listen on {self.host} without --api-key: anyone who can reach "
                 f"this address could use the server; pass --api-key KEY, or "
                 f"--allow-unauthenticated if that is intended")
+
+    def worker_plane_problem(self) -> str | None:
+        """Why the worker socket would be open to anyone (refuse to start), or None."""
+        if self.insecure_worker_transport or self.curve_dir:
+            return None
+        if self.worker_address.startswith("tcp://"):
+            return (f"--worker-address {self.worker_address} without --curve-dir would let anyone "
+                    "who reaches it read prompts and act as a worker; add --curve-dir DIR (see "
+                    "`rapid-mlx keys`) or --insecure-worker-transport")
+        if not self.spawn_workers and not self.worker_token_file:
+            return ("--no-spawn-workers needs a way for workers to prove themselves: "
+                    "--worker-token-file FILE (and the same on each worker), --curve-dir DIR, "
+                    "or --insecure-worker-transport")
+        return None
+
+    def worker_token(self) -> str | None:
+        """The external workers' token from --worker-token-file, created (mode 0600) if missing."""
+        if not self.worker_token_file:
+            return None
+        path = Path(self.worker_token_file)
+        if not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(32) + "\n")
+        token = path.read_text(encoding="utf-8").strip()
+        if not token:
+            raise ValueError(f"--worker-token-file {path} is empty")
+        return token
 
     def resolve_address(self) -> tuple[str, str | None]:
         """The worker address to bind, and the private directory created for it (if any)."""

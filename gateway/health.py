@@ -51,7 +51,9 @@ class HealthEndpoints:
         return JSONResponse(body, status_code=200 if body["ready"] else 503)
 
     async def livez(self, request: Request) -> Response:
-        """The process is up and its event loop answers; constant cost."""
+        """The process is up, its event loop answers and it hears its workers; constant cost."""
+        if not self.hub.reader_alive():
+            return JSONResponse({"status": "worker event reader stopped"}, status_code=503)
         return JSONResponse({"status": "ok"})
 
     async def readyz(self, request: Request) -> Response:

@@ -8,28 +8,36 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import zmq
 import zmq.asyncio
 
-from gateway.adopt import on_stranger
 from gateway.curve import CurveServer
 from gateway.errors import APIError, unavailable
+from gateway.events import read_events, reader_ended
 from gateway.metrics import Metrics
-from gateway.state import AliasState, Stream, Terminal
+from gateway.peers import PeerAuth, Rejections
+from gateway.state import AliasState, Parked, Stream, Terminal
+from gateway.watchdog import watchdog
 from protocol import messages as m
 
 __all__ = ["AliasState", "Hub", "Stream", "Terminal"]  # the state types are re-exported
 
 log = logging.getLogger("rapid_mlx.gateway")
 
+MAX_EVENT_BYTES = 64 << 20  # a peer sending a larger message is disconnected by ZeroMQ
+HEARTBEAT_TIMEOUT = 1.0  # seconds a worker's connection may leave a ZeroMQ ping unanswered
+RESEND_WINDOW = 0.5  # a job sent this recently to a worker that died unheard goes to the next one
+
 
 class Hub:
     """Binds the worker socket, routes jobs to workers and events back to request streams."""
 
     def __init__(self, address: str, *, hang_timeout: float = 30.0, swap_wait: float = 30.0,
-                 external: bool = False, curve: CurveServer | None = None) -> None:
+                 external: bool = False, curve: CurveServer | None = None,
+                 worker_token: str | None = None, insecure: bool = False,
+                 heartbeat_timeout: float = HEARTBEAT_TIMEOUT) -> None:
         self.address = address
         self.hang_timeout = hang_timeout
         self.swap_wait = swap_wait
@@ -44,8 +52,19 @@ class Hub:
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.MAXMSGSIZE, MAX_EVENT_BYTES)
+        # ZeroMQ pings each connection; the worker's I/O thread answers even during a long engine
+        # step, so a connection drops only when the worker is gone (killed, stopped, cut off)
+        self.sock.setsockopt(zmq.HEARTBEAT_IVL, 250)
+        self.sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, max(int(heartbeat_timeout * 1000), 100))
+        self.heartbeat_timeout = heartbeat_timeout
+        self.peers = PeerAuth(external=external, curve=curve, token=worker_token,
+                              insecure=insecure)
+        self.rejections = Rejections(self.metrics)
+        self._reader_task: asyncio.Task[None] | None = None
+        self.closing = False
         self._tasks: list[asyncio.Task[Any]] = []
-        self._status_waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self.status_waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self.on_hung: Callable[[str], None] | None = None
         self.on_ready: Callable[[AliasState], None] | None = None
         self.curve = curve
@@ -62,16 +81,19 @@ class Hub:
     def start(self) -> None:
         """Bind and start reading events."""
         if self.curve is not None:
-            self.curve.apply(self.ctx, self.sock)
+            self.curve.apply(self.ctx, self.sock, spawned=not self.external)
         elif self.address.startswith("tcp://"):
-            log.warning("workers connect over %s without CURVE: anyone who can reach it can "
-                        "join; see --curve-dir", self.address)
+            log.warning("workers connect over %s without CURVE (--insecure-worker-transport): "
+                        "anyone who can reach it can read prompts and answers", self.address)
         self.sock.bind(self.address)
-        self._tasks.append(asyncio.create_task(self._reader(), name="hub-reader"))
-        self._tasks.append(asyncio.create_task(self._watchdog(), name="hub-watchdog"))
+        self._reader_task = asyncio.create_task(read_events(self), name="hub-reader")
+        self._reader_task.add_done_callback(lambda t: reader_ended(self, t))
+        self._tasks.append(self._reader_task)
+        self._tasks.append(asyncio.create_task(watchdog(self), name="hub-watchdog"))
 
     async def close(self) -> None:
         """Stop reading and release the socket."""
+        self.closing = True
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -88,6 +110,8 @@ class Hub:
         for st in self.aliases.values():
             if st.state not in ("failed", "stopped"):
                 st.state = "draining"
+            self.expire_parked(st, float("inf"), "The server is shutting down.",
+                               "server_shutting_down")
 
     def count_restart(self, alias: str) -> None:
         """Record one restart of the alias's worker."""
@@ -126,15 +150,18 @@ class Hub:
             raise self._not_ready(st)
         return st
 
+    def _waitable(self, st: AliasState) -> bool:
+        """True when the alias may serve soon: starting, restarting or swapping (not failed)."""
+        return not self.draining and st.state not in ("failed", "stopped")
+
     async def wait_ready(self, alias: str, timeout: float | None = None) -> AliasState:
-        """Like require_ready, but while the alias's worker is being replaced wait (bounded)."""
+        """Like require_ready, but while the alias's worker starts or is replaced wait (bounded)."""
         st = self.lookup(alias)
         started = time.monotonic()
         deadline = started + (self.swap_wait if timeout is None else timeout)
         while not self.serving(st):
             remaining = deadline - time.monotonic()
-            if (remaining <= 0 or not st.restarting or self.draining
-                    or st.state in ("failed", "stopped")):
+            if remaining <= 0 or not self._waitable(st):
                 raise self._not_ready(st)
             if st.ready_event.is_set():
                 await asyncio.sleep(min(remaining, 0.05))
@@ -145,30 +172,81 @@ class Hub:
         return st
 
     def submit(self, alias: str, job: m.Generate) -> Stream:
-        """Send a Generate job to the alias's worker; return the stream of its outputs."""
-        st = self.require_ready(alias)
-        assert st.identity is not None and st.boot_id is not None
-        stream = Stream(job.request_id, alias, st.boot_id)
-        if not st.streams:
-            st.busy_since = stream.submitted_at
-        st.streams[job.request_id] = stream
-        try:
-            self.sock.send_multipart([st.identity, m.encode(job)], flags=zmq.NOBLOCK)
-        except zmq.ZMQError as exc:
-            st.streams.pop(job.request_id, None)
-            raise unavailable(f"The worker of '{alias}' is unreachable ({exc}). Retry soon.") from exc
+        """Send a Generate job to the alias's worker; return the stream of its outputs.
+
+        When the worker just left (or the alias is between workers) the job waits for the next
+        worker, up to the swap wait; a send that fails otherwise (queue full) is a 503 at once.
+        """
+        st = self.lookup(alias)
+        if not self._waitable(st):
+            raise self._not_ready(st)
+        frame = m.encode(job)
+        stream = Stream(job.request_id, alias, st.boot_id or "", frame=frame)
+        if self.serving(st):
+            assert st.identity is not None
+            try:
+                self.send_now(st.identity, frame)
+            except zmq.ZMQError as exc:
+                if exc.errno != zmq.EHOSTUNREACH:
+                    self.metrics.rejected(alias, "worker_unreachable")
+                    raise unavailable(f"The worker of '{alias}' cannot take this request now "
+                                      f"({exc.strerror}). Retry soon.", retry_after=1,
+                                      code="worker_unreachable") from exc
+                self.worker_gone(alias, st.boot_id, "its connection closed")
+            else:
+                if not st.streams:
+                    st.busy_since = stream.submitted_at
+                st.streams[job.request_id] = stream
+                return stream
+        st.parked.append(Parked(stream, frame, time.monotonic() + self.swap_wait))
         return stream
+
+    def flush_parked(self, st: AliasState) -> None:
+        """Send the jobs that waited for this alias's new worker."""
+        parked, st.parked = st.parked, []
+        for p in parked:
+            p.stream.boot_id = st.boot_id or ""
+            try:
+                assert st.identity is not None
+                self.send_now(st.identity, p.frame)
+            except zmq.ZMQError as exc:
+                self._end(p.stream, Terminal(f"The worker of '{st.alias}' cannot take this "
+                                             f"request now ({exc.strerror}).",
+                                             code="worker_unreachable"))
+                continue
+            if not st.streams:
+                st.busy_since = time.monotonic()
+            st.streams[p.stream.request_id] = p.stream
+
+    def expire_parked(self, st: AliasState, now: float, message: str,
+                      code: str = "model_not_ready") -> None:
+        """End the parked jobs whose wait is over at NOW."""
+        if not st.parked:
+            return
+        keep = [p for p in st.parked if p.deadline > now]
+        for p in st.parked:
+            if p.deadline <= now:
+                self._end(p.stream, Terminal(message, code=code))
+        st.parked = keep
+
+    def _end(self, stream: Stream, terminal: Terminal) -> None:
+        stream.queue.put_nowait(terminal)
+        self.metrics.ended(stream, terminal.code, time.monotonic())
 
     def abort(self, stream: Stream) -> None:
         """Tell the worker to drop a request the client no longer wants."""
         st = self.aliases.get(stream.alias)
-        if st is None or st.streams.pop(stream.request_id, None) is None:
+        if st is None:
+            return
+        if st.streams.pop(stream.request_id, None) is None:
+            before = len(st.parked)
+            st.parked = [p for p in st.parked if p.stream is not stream]
+            if len(st.parked) != before:
+                self.metrics.ended(stream, "abort", time.monotonic())
             return
         self.metrics.ended(stream, "abort", time.monotonic())
         if st.identity is not None and st.boot_id == stream.boot_id:
-            with contextlib.suppress(zmq.ZMQError):
-                self.sock.send_multipart([st.identity, m.encode(m.Abort(request_ids=[stream.request_id]))],
-                                         flags=zmq.NOBLOCK)
+            self.send_to(st.identity, m.Abort(request_ids=[stream.request_id]))
 
     async def worker_status(self, alias: str, timeout: float = 2.0) -> dict[str, Any] | None:
         """Ask the alias's worker for its live status; None if it does not answer in time."""
@@ -177,15 +255,14 @@ class Hub:
             return None
         qid = uuid.uuid4().hex
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._status_waiters[qid] = fut
+        self.status_waiters[qid] = fut
         try:
-            self.sock.send_multipart([st.identity, m.encode(m.StatusQuery(query_id=qid))],
-                                     flags=zmq.NOBLOCK)
+            self.send_now(st.identity, m.encode(m.StatusQuery(query_id=qid)))
             return await asyncio.wait_for(fut, timeout)
         except (zmq.ZMQError, TimeoutError):
             return None
         finally:
-            self._status_waiters.pop(qid, None)
+            self.status_waiters.pop(qid, None)
 
     def send_shutdown(self, alias: str, reason: str) -> bool:
         """Ask the alias's worker to exit; False if it cannot be reached."""
@@ -195,12 +272,33 @@ class Hub:
     def send_to(self, identity: bytes, job: m.Job) -> bool:
         """Send JOB to one worker identity without blocking; False when it cannot be routed."""
         try:
-            self.sock.send_multipart([identity, m.encode(job)], flags=zmq.NOBLOCK)
+            self.send_now(identity, m.encode(job))
             return True
         except zmq.ZMQError:
             return False
 
+    def send_now(self, identity: bytes, frame: bytes) -> None:
+        """Queue one frame for IDENTITY now; raise zmq.ZMQError at once if it cannot be queued.
+
+        zmq.asyncio reports a failed send in the returned future, not as an exception: with
+        NOBLOCK and no blocked send before it (the hub never blocks), that future is already
+        done, so its error is read here instead of being lost.
+        """
+        fut = cast("asyncio.Future[Any]",
+                   self.sock.send_multipart([identity, frame], flags=zmq.NOBLOCK))
+        if not fut.done():  # cannot happen without a blocking send; never leave it unread
+            fut.add_done_callback(_log_send_error)
+            return
+        exc = fut.exception()
+        if exc is not None:
+            raise exc
+
     # ---- worker lifecycle ---------------------------------------------------------------
+
+    def expect_worker(self, alias: str, boot_id: str, secret: str) -> None:
+        """The supervisor spawns BOOT_ID for ALIAS with SECRET: only its Ready will count."""
+        st = self.aliases[alias]
+        st.boot_id, st.secret = boot_id, secret
 
     def worker_gone(self, alias: str, boot_id: str | None, reason: str) -> None:
         """The worker with BOOT_ID left: end its in-flight requests at once."""
@@ -215,12 +313,24 @@ class Hub:
             self.retired.add(boot_id)
         if st.identity is not None:
             st.restarting = True
-        st.identity = None
+        st.identity = st.user_id = None
         st.last_exit = reason
         st.ready_event.clear()
         if st.state not in ("failed", "stopped", "draining"):
             st.state = "starting"
+        self._park_unheard(st)
         self.fail_streams(st, Terminal(f"The worker serving '{alias}' stopped: {reason}"))
+
+    def _park_unheard(self, st: AliasState) -> None:
+        """Keep for the next worker the jobs sent just before the worker died, that it never
+        acknowledged (it sent nothing since): they likely sat in its socket. Once per job."""
+        now = time.monotonic()
+        for rid, s in list(st.streams.items()):
+            if (s.frame and not s.retried and s.submitted_at >= st.last_seen
+                    and now - s.submitted_at < RESEND_WINDOW):
+                s.retried = True
+                del st.streams[rid]
+                st.parked.append(Parked(s, s.frame, now + self.swap_wait))
 
     def fail_streams(self, st: AliasState, terminal: Terminal) -> None:
         """End every in-flight request of the alias with a terminal error."""
@@ -230,96 +340,13 @@ class Hub:
             s.queue.put_nowait(terminal)
             self.metrics.ended(s, terminal.code, now)
 
+    def reader_alive(self) -> bool:
+        """True while the task reading worker events runs (/livez fails otherwise)."""
+        return self._reader_task is not None and not self._reader_task.done()
+
     # ---- event side ---------------------------------------------------------------------
 
-    async def _reader(self) -> None:
-        while True:
-            identity, frame = await self.sock.recv_multipart()
-            try:
-                event = m.decode_event(frame)
-            except Exception as exc:
-                log.error("undecodable frame from %r: %s", identity, exc)
-                continue
-            try:
-                self._on_event(identity, event)
-            except Exception:
-                log.exception("error handling %s", type(event).__name__)
-
-    def _on_event(self, identity: bytes, ev: m.Event) -> None:
-        alias = identity.decode(errors="replace").split(":", 1)[0]
-        st = self.aliases.get(alias)
-        if st is None:
-            log.warning("event from unknown alias %r ignored", alias)
-            return
-        now = time.monotonic()
-        if isinstance(ev, m.Ready):
-            self.accept_ready(st, identity, ev, now)
-            return
-        if isinstance(ev, m.Dead) and ev.boot_id == st.boot_id:
-            self.worker_gone(alias, ev.boot_id, ev.reason)
-            return
-        if ev.boot_id != st.boot_id or st.identity is None:
-            on_stranger(self, st, identity, ev, now)
-            return
-        st.last_seen = now
-        if isinstance(ev, m.StepOutputs):
-            self._on_step(st, ev, now)
-        elif isinstance(ev, m.Heartbeat):
-            st.heartbeat = ev
-            if ev.step != st.last_step:
-                st.last_step, st.last_progress = ev.step, now
-        elif isinstance(ev, m.Status):
-            fut = self._status_waiters.get(ev.query_id)
-            if fut is not None and not fut.done():
-                fut.set_result(ev.body)
-
-    def accept_ready(self, st: AliasState, identity: bytes, ev: m.Ready, now: float) -> None:
-        if ev.protocol_version != m.PROTOCOL_VERSION or ev.boot_id in self.retired:
-            log.error("worker %s of %s refused (protocol %d, gateway %d; retired: %s)", ev.boot_id,
-                      st.alias, ev.protocol_version, m.PROTOCOL_VERSION, ev.boot_id in self.retired)
-            self.send_to(identity, m.Shutdown(reason="refused by the gateway"))
-            return
-        if st.boot_id is not None and st.boot_id != ev.boot_id and st.streams:
-            self.fail_streams(st, Terminal(f"The worker serving '{st.alias}' was replaced"))
-        if self.external and st.ready_at is not None and st.boot_id != ev.boot_id:
-            self.count_restart(st.alias)
-        st.identity, st.boot_id, st.pid, st.facts = identity, ev.boot_id, ev.pid, ev.facts
-        st.last_seen = st.last_progress = st.ready_at = now
-        st.last_step = -1
-        st.restarting = False
-        if self.external:
-            st.model = ev.facts.model or st.model
-        if st.state != "draining":
-            st.state = "ready"
-        st.ready_event.set()
-        self.started_up = self.started_up or all(map(self.serving, self.aliases.values()))
-        log.info("worker for %s ready (pid %d, boot %s)", st.alias, ev.pid, ev.boot_id)
-        if self.on_ready is not None:
-            self.on_ready(st)
-
-    def _on_step(self, st: AliasState, ev: m.StepOutputs, now: float) -> None:
-        st.last_step, st.last_progress = ev.step, now
-        for out in ev.outputs:
-            stream = st.streams.get(out.request_id)
-            if stream is None:
-                continue
-            stream.queue.put_nowait(out)
-            self.metrics.output(stream, out, now)
-            if out.finish_reason is not None:
-                st.streams.pop(out.request_id, None)
-
-    async def _watchdog(self) -> None:
-        while True:
-            await asyncio.sleep(0.25)
-            now = time.monotonic()
-            for st in self.aliases.values():
-                if st.identity is None or not st.streams:
-                    continue
-                stalled = now - max(st.last_progress, st.busy_since)
-                if stalled > self.hang_timeout:
-                    log.error("worker of %s made no progress for %.1fs with work: hung", st.alias,
-                              stalled)
-                    self.send_to(st.identity, m.Shutdown(reason="hung"))
-                    self.worker_gone(st.alias, st.boot_id, f"hung (no progress for {stalled:.1f}s)")
-                    if self.on_hung is not None:
-                        self.on_hung(st.alias)
+def _log_send_error(fut: asyncio.Future[Any]) -> None:
+    exc = None if fut.cancelled() else fut.exception()
+    if exc is not None:
+        log.error("a send to a worker failed late: %s", exc)

@@ -111,6 +111,10 @@ class Metrics:
                                    "Prefix-cache hits, in prompt tokens.", _L, registry=r)
         self.restarts = Counter("rapid_mlx_worker_restarts", "Worker process restarts.", _L,
                                 registry=r)
+        self.plane_rejected = Counter("rapid_mlx_worker_plane_rejected",
+                                      "Frames from the worker socket dropped, by reason (not "
+                                      "from the alias's current worker, unauthenticated, "
+                                      "malformed).", ["reason"], registry=r)
         r.register(_LiveGauges(aliases))
         self.prefix: dict[str, PrefixTotals] = {}
 
@@ -133,6 +137,10 @@ class Metrics:
     def rejected(self, alias: str, code: str) -> None:
         """A request was refused before reaching a worker."""
         self.errors.labels(alias, code).inc()
+
+    def dropped(self, reason: str) -> None:
+        """A frame from the worker socket was dropped for REASON."""
+        self.plane_rejected.labels(reason).inc()
 
     def restarted(self, alias: str) -> None:
         """The alias's worker was restarted (crash, hang, swap or external restart)."""

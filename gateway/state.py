@@ -31,6 +31,17 @@ class Stream:
     last_token_at: float = 0.0
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    frame: bytes = b""  # the encoded job, until the worker answers (to resend it once)
+    retried: bool = False
+
+
+@dataclass
+class Parked:
+    """A job that could not reach a worker that just left: sent to the next one, or expired."""
+
+    stream: Stream
+    frame: bytes
+    deadline: float
 
 
 @dataclass
@@ -54,5 +65,8 @@ class AliasState:
     last_exit: str | None = None
     restarting: bool = False  # a worker that served is being replaced: new requests wait
     heartbeat: m.Heartbeat | None = None
+    secret: str | None = None  # the per-boot secret of the worker being spawned for boot_id
+    user_id: str | None = None  # CURVE key (z85) of the current worker, when CURVE is on
     streams: dict[str, Stream] = field(default_factory=dict)
+    parked: list[Parked] = field(default_factory=list)  # jobs waiting for the next worker
     ready_event: asyncio.Event = field(default_factory=asyncio.Event)

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import signal
 import sys
 import time
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from gateway.drain import settle
 from gateway.errors import APIError
 from gateway.hub import AliasState, Hub, Terminal
+from protocol.messages import SECRET_ENV
 
 log = logging.getLogger("rapid_mlx.gateway")
 
@@ -124,6 +126,8 @@ class Supervisor:
         cmd = [sys.executable, "-m", "worker", "--alias", p.spec.alias, "--model", p.spec.model,
                "--connect", self.hub.address, "--boot-id", p.boot_id or "",
                "--parent-pid", str(os.getpid()), *p.spec.extra_args]
+        if self.hub.curve is not None:
+            cmd += self.hub.curve.client_args()
         return cmd + (["--revision", p.spec.revision] if p.spec.revision else [])
 
     async def _run(self, p: _Proc) -> None:
@@ -132,11 +136,15 @@ class Supervisor:
         delay = self.backoff
         while not self.stopping:
             p.boot_id = uuid.uuid4().hex
-            st.boot_id, st.model, st.revision = p.boot_id, p.spec.model, p.spec.revision
+            secret = secrets.token_hex(32)  # this boot's proof; in the environment, not argv
+            self.hub.expect_worker(alias, p.boot_id, secret)
+            st.model, st.revision = p.spec.model, p.spec.revision
             if not self.hub.draining:
                 st.state = "starting"
             p.started_at = time.monotonic()
-            p.proc = await asyncio.create_subprocess_exec(*self._command(p), stdin=asyncio.subprocess.DEVNULL)
+            p.proc = await asyncio.create_subprocess_exec(
+                *self._command(p), stdin=asyncio.subprocess.DEVNULL,
+                env={**os.environ, SECRET_ENV: secret})
             st.pid = p.proc.pid
             code = await p.proc.wait()
             reason = f"exit code {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}"

@@ -7,11 +7,14 @@ defaults so frames stay small. No pickle: msgpack only.
 
 from __future__ import annotations
 
+import hmac
 from typing import Any
 
 import msgspec
 
 PROTOCOL_VERSION = 1
+SECRET_ENV = "RAPID_MLX_WORKER_SECRET"  # a spawned worker's per-boot secret (not argv: ps shows it)
+ADOPT_QUERY = "adopt"  # a StatusQuery asking a running worker to say Ready again (gateway restart)
 
 
 class _Msg(msgspec.Struct, tag=True, array_like=True, omit_defaults=True, kw_only=True):
@@ -62,7 +65,7 @@ class Abort(_Msg, tag="abort"):
 
 
 class StatusQuery(_Msg, tag="status?"):
-    """Ask the worker for a Status event carrying the same query id."""
+    """Ask the worker for a Status event carrying the same query id (ADOPT_QUERY: a Ready)."""
 
     query_id: str
 
@@ -103,6 +106,7 @@ class Ready(_Msg, tag="ready"):
     pid: int
     protocol_version: int
     facts: ModelFacts
+    secret: str = ""  # the per-boot secret its gateway gave it, or the operator's worker token
 
 
 class TokenLogprob(msgspec.Struct, array_like=True, kw_only=True):
@@ -171,6 +175,18 @@ Event = Ready | StepOutputs | Heartbeat | Status | Dead
 _encoder = msgspec.msgpack.Encoder()
 _job_decoder = msgspec.msgpack.Decoder(Job)
 _event_decoder = msgspec.msgpack.Decoder(Event)
+
+
+def routing_id(alias: str, boot_id: str, secret: str = "") -> bytes:
+    """A worker's ZeroMQ routing id: ``alias:boot_id``, plus a tag derived from its secret.
+
+    The tag makes the id unguessable, so nobody can claim it first and keep the real worker out.
+    """
+    base = f"{alias}:{boot_id}"
+    if not secret:
+        return base.encode()
+    tag = hmac.new(secret.encode(), base.encode(), "sha256").hexdigest()[:16]
+    return f"{base}:{tag}".encode()
 
 
 def encode(msg: _Msg) -> bytes:

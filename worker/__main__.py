@@ -39,6 +39,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="the gateway's public key file (server.key): turns CURVE on")
     p.add_argument("--curve-secret-file", default=None,
                    help="this worker's key pair file (NAME.key_secret)")
+    p.add_argument("--worker-token-file", default=None,
+                   help="a file holding the gateway's --worker-token-file token (external workers)")
     return p.parse_args(argv)
 
 
@@ -84,10 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     boot_id = args.boot_id or uuid.uuid4().hex
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.ROUTING_ID, f"{args.alias}:{boot_id}".encode())
-    sock.setsockopt(zmq.LINGER, 1000)
-    from worker.curve import configure_client, exit_when_refused
+    from worker.curve import configure_client, exit_when_refused, worker_secret
 
+    secret = worker_secret(args.worker_token_file)
+    sock.setsockopt(zmq.ROUTING_ID, m.routing_id(args.alias, boot_id, secret))
+    sock.setsockopt(zmq.LINGER, 1000)
     configure_client(sock, args.curve_server_key, args.curve_secret_file)
     exit_when_refused(sock)
     sock.connect(args.connect)
@@ -124,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                     max_batch=args.max_batch, prefill_budget=args.prefill_budget,
                     max_waiting=args.max_waiting, prefix_cache=not args.disable_prefix_cache)
     engine.kv_note = plan.reason
-    loop = WorkerLoop(engine, loaded, sock, args.alias, boot_id, args.parent_pid)
+    loop = WorkerLoop(engine, loaded, sock, args.alias, boot_id, args.parent_pid, secret=secret)
     logging.info("serving %s (%s) pid %d boot %s", args.alias, args.model, os.getpid(), boot_id)
     try:
         loop.run()

@@ -1,4 +1,5 @@
-"""The worker's side of ZeroMQ CURVE, and a clear exit when the gateway refuses the handshake."""
+"""How a worker proves itself to its gateway: ZeroMQ CURVE keys, the per-boot secret or a worker
+token, and a clear exit when the gateway refuses the handshake."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from typing import Any
 import zmq
 import zmq.auth
 from zmq.utils.monitor import recv_monitor_message
+
+from protocol.messages import SECRET_ENV
 
 log = logging.getLogger("rapid_mlx.worker")
 
@@ -35,6 +38,31 @@ def configure_client(sock: zmq.Socket[Any], server_key: str | None, secret_file:
     sock.curve_secretkey = secret
     sock.curve_publickey = public
     sock.curve_serverkey = server_public
+
+
+_TOKEN_WAIT = 30.0  # seconds to wait for a token file the gateway creates at start-up
+
+
+def worker_secret(token_file: str | None) -> str:
+    """The secret this worker sends in Ready: its spawner's per-boot secret, else the token file.
+
+    The per-boot secret comes in the environment (argv is world-readable) and is removed from
+    it at once, so no child process inherits it.
+    """
+    secret = os.environ.pop(SECRET_ENV, "")  # set by the gateway for the workers it spawns
+    if secret or not token_file:
+        return secret
+    deadline = time.monotonic() + _TOKEN_WAIT
+    while not os.path.exists(token_file) and time.monotonic() < deadline:
+        time.sleep(0.2)  # the gateway creates it when it starts
+    try:
+        with open(token_file, encoding="utf-8") as f:
+            token = f.read().strip()
+    except OSError as exc:
+        raise SystemExit(f"cannot read --worker-token-file: {exc}") from exc
+    if not token:
+        raise SystemExit(f"--worker-token-file {token_file} is empty")
+    return token
 
 
 def exit_when_refused(sock: zmq.Socket[Any]) -> None:

@@ -27,6 +27,7 @@ class WorkerLoop:
     def __init__(
         self, engine: Engine, loaded: LoadedModel, sock: zmq.Socket[bytes], alias: str, boot_id: str,
         parent_pid: int | None = None, chars_per_token: int = CHARS_PER_TOKEN,
+        secret: str = "",
     ) -> None:
         self.engine = engine
         self.loaded = loaded
@@ -34,6 +35,7 @@ class WorkerLoop:
         self.alias = alias
         self.boot_id = boot_id
         self.parent_pid = parent_pid
+        self.secret = secret  # proves to the gateway that this worker may serve the alias
         self.started = time.time()
         self.running = True
         self._last_beat = 0.0
@@ -52,8 +54,7 @@ class WorkerLoop:
 
     def run(self) -> None:
         """Say ready, then loop: jobs in, one step, outputs out, heartbeat."""
-        self._send(m.Ready(alias=self.alias, boot_id=self.boot_id, pid=os.getpid(),
-                           protocol_version=m.PROTOCOL_VERSION, facts=self.loaded.facts))
+        self._send(self._ready())
         try:
             while self.running:
                 self._drain(timeout_ms=0 if self.engine.has_work
@@ -150,7 +151,15 @@ class WorkerLoop:
         self.intake.cancel(job.request_ids)
         self.engine.abort(job.request_ids)
 
+    def _ready(self) -> m.Ready:
+        return m.Ready(alias=self.alias, boot_id=self.boot_id, pid=os.getpid(),
+                       protocol_version=m.PROTOCOL_VERSION, facts=self.loaded.facts,
+                       secret=self.secret)
+
     def _on_status(self, job: m.StatusQuery) -> None:
+        if job.query_id == m.ADOPT_QUERY:  # a restarted gateway: say Ready again
+            self._send(self._ready())
+            return
         self._send(m.Status(boot_id=self.boot_id, query_id=job.query_id, body=self.status()))
 
     def _on_shutdown(self, job: m.Shutdown) -> None:

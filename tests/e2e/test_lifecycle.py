@@ -107,7 +107,7 @@ def test_not_ready_is_503_with_retry_after(tmp_path) -> None:  # type: ignore[no
     model = tmp_path / "missing-model"  # unreadable weights: the load fails and is retried
     shutil.copytree(ROOT / "worker" / "demo_model" / "weights", model)
     (model / "model.safetensors").write_bytes(b"not safetensors")
-    srv = Server(str(model))
+    srv = Server(str(model), "--swap-wait", "1")  # waits, then 503
     try:
         srv.wait_http()
         r = httpx.post(f"{srv.url}/chat/completions", timeout=10, json={
