@@ -8,6 +8,7 @@ import msgspec
 
 from gateway.checks import UNKNOWN_VOCAB, logit_bias
 from gateway.errors import bad_request
+from gateway.limits import MAX_STOP_CHARS, MAX_STOPS
 from gateway.schemas import ChatCompletionRequest, CompletionRequest
 from protocol.messages import Generate, SamplingParams, decode_job, encode
 
@@ -27,10 +28,11 @@ def sampling_params(req: ChatCompletionRequest | CompletionRequest, max_tokens: 
                     bias: dict[int, float] | None = None) -> SamplingParams:
     """Translate OpenAI sampling fields to the wire's SamplingParams (model, then OpenAI defaults)."""
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
-    if len(stop) > 16:
-        raise bad_request("At most 16 stop sequences are allowed.", param="stop")
-    if any(not s for s in stop):
-        raise bad_request("Stop sequences must be non-empty strings.", param="stop")
+    if len(stop) > MAX_STOPS:
+        raise bad_request(f"At most {MAX_STOPS} stop sequences are allowed.", param="stop")
+    if any(not s or len(s) > MAX_STOP_CHARS for s in stop):
+        raise bad_request(f"Stop sequences must be non-empty strings of at most {MAX_STOP_CHARS} "
+                          "characters.", param="stop")
     return SamplingParams(
         max_tokens=max_tokens or 0,
         temperature=_pick(req.temperature, defaults, "temperature", 1.0),

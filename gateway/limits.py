@@ -15,6 +15,9 @@ MAX_CHOICES = 64  # prompts x n of one request: each becomes a job on the worker
 # anything tokenizes it. Deliberately generous (real tokenizers average 3-5 characters a token).
 CHARS_PER_TOKEN = 16
 
+MAX_STOPS = 16  # stop strings per request (the worker re-checks the same bounds)
+MAX_STOP_CHARS = 512  # characters per stop string (matching costs grow with its square)
+
 MAX_LOGIT_BIAS = 300  # entries of logit_bias (OpenAI's limit)
 LOGIT_BIAS_MAX = 100.0  # each bias lies in [-LOGIT_BIAS_MAX, LOGIT_BIAS_MAX]
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from cache.radix_cache import Node
 from protocol.messages import RequestOutput
-from worker.kv_manager import KVManager, RequestPages
+from worker.kv_manager import KVManager
 from worker.request import Request
 
 STEP_FAILED = "the model failed while generating this request; it was stopped (see the worker log)"
@@ -25,13 +25,7 @@ def error_output(r: Request, message: str = STEP_FAILED) -> RequestOutput:
 
 def discard(kv: KVManager, r: Request) -> None:
     """Return r's own pages and prefix lock without caching what it computed (it may be torn)."""
-    pages = r.kv
-    kv.pool.free(pages.pages[pages.shared:])
-    if pages.node is not None and kv.radix is not None:
-        kv.radix.unlock(pages.node)
-    if pages.tail and kv.tails is not None:
-        kv.tails.free([pages.tail])
-    r.kv = RequestPages()
+    kv.release(r, cache=False)
 
 
 def verify(kv: KVManager, holders: Sequence[Request]) -> None:

@@ -121,9 +121,10 @@ class KVManager:
             self.radix.unlock(kv.node)
         kv.node, kv.shared = node, full
 
-    def release(self, r: PagedRequest) -> None:
-        """Free r's pages, keeping its full computed pages cached when the tree is on."""
-        self.publish(r)
+    def release(self, r: PagedRequest, cache: bool = True) -> None:
+        """Free r's pages, keeping its full computed pages cached when the tree is on (and CACHE)."""
+        if cache:
+            self.publish(r)
         kv = r.kv
         self.pool.free(kv.pages[kv.shared:])
         if kv.node is not None and self.radix is not None:
