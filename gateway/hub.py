@@ -344,7 +344,6 @@ class Hub:
         """True while the task reading worker events runs (/livez fails otherwise)."""
         return self._reader_task is not None and not self._reader_task.done()
 
-    # ---- event side ---------------------------------------------------------------------
 
 def _log_send_error(fut: asyncio.Future[Any]) -> None:
     exc = None if fut.cancelled() else fut.exception()
