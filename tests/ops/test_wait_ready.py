@@ -4,6 +4,7 @@ request during the first load, or sent right after the worker died, waits for th
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -12,6 +13,7 @@ import httpx
 import pytest
 
 from tests.e2e.harness import Server
+from tests.ops.harness import DEMO
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +47,13 @@ def test_requests_wait_for_the_first_load_and_for_a_restart() -> None:
 
 
 def test_a_failed_alias_still_answers_at_once(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    srv = Server(str(tmp_path / "missing"), "--max-start-crashes", "1")
+    # a folder whose weights cannot be read (a missing folder is refused by the CLI), beside a
+    # good alias so the server stays up once the bad one has failed
+    corrupt = tmp_path / "missing"
+    shutil.copytree(DEMO, corrupt)
+    (corrupt / "model.safetensors").write_bytes(b"not safetensors")
+    srv = Server(str(corrupt), DEMO, "--served-model-name", "missing", "--served-model-name",
+                 "default", "--max-start-crashes", "1")
     try:
         srv.wait_http()
         deadline = time.monotonic() + 60
