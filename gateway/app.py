@@ -27,6 +27,7 @@ from gateway.health import HealthEndpoints
 from gateway.hosts import HostPolicy
 from gateway.hub import AliasState, Hub
 from gateway.info import InfoEndpoints
+from gateway.responses.endpoint import ResponsesEndpoint
 from gateway.supervisor import Supervisor, WorkerSpec
 from gateway.swap_targets import SwapTargets
 from gateway.workers_api import WorkersEndpoints
@@ -90,6 +91,7 @@ def build_app(config: GatewayConfig) -> Starlette:
         Route("/v1/models/{model:path}", info.model, methods=["GET"]),
         Route("/v1/chat/completions", ChatEndpoint(hub, served).handle, methods=["POST"]),
         Route("/v1/completions", CompletionsEndpoint(hub).handle, methods=["POST"]),
+        Route("/v1/responses", ResponsesEndpoint(hub, served).handle, methods=["POST"]),
         Route("/v1/health", health.health, methods=["GET"]),
         Route("/v1/health/{alias}", health.health_one, methods=["GET"]),
         Route("/health", health.health, methods=["GET"]),

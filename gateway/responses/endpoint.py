@@ -1,0 +1,136 @@
+"""POST /v1/responses, streamed and not (responses are not stored yet)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from gateway.checks import check_chars, check_template_kwargs, context_length, text_chars
+from gateway.choice import ChoiceAssembler
+from gateway.disconnect import until_disconnected
+from gateway.errors import read_body
+from gateway.hub import Hub, Stream, Terminal
+from gateway.jobs import _pick, encodable
+from gateway.relay import abort_all, error_for, outputs, peek_first, submit_all
+from gateway.responses.events import ResponseBuilder
+from gateway.responses.schemas import CreateResponse
+from gateway.responses.translate import refuse_unsupported, template_kwargs, to_messages, to_tools
+from gateway.served import ServedModel
+from gateway.streaming import SSE_HEADERS
+from protocol.messages import Generate, RequestOutput, SamplingParams
+
+
+def event_bytes(ev: dict[str, Any]) -> bytes:
+    """One SSE event whose `event:` line is the payload's type."""
+    kind: str = ev["type"]
+    return b"event: " + kind.encode() + b"\ndata: " + msgspec.json.encode(ev) + b"\n\n"
+
+
+def _usage(a: ChoiceAssembler) -> dict[str, Any]:
+    return {"input_tokens": a.prompt_tokens,
+            "input_tokens_details": {"cached_tokens": a.cached_tokens,
+                                     "cache_write_tokens": max(a.prompt_tokens -
+                                                               a.cached_tokens, 0)},
+            "output_tokens": a.completion_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": a.prompt_tokens + a.completion_tokens}
+
+
+class ResponsesEndpoint:
+    """Validates a Responses request, submits one chat job and relays it as Responses items."""
+
+    def __init__(self, hub: Hub, served: dict[str, ServedModel]) -> None:
+        self.hub = hub
+        self.served = served
+
+    async def handle(self, request: Request) -> Response:
+        """Handle one POST /v1/responses."""
+        req = await read_body(request, CreateResponse)
+        refuse_unsupported(req)
+        check_template_kwargs(req.chat_template_kwargs)
+        st = await self.hub.wait_ready(req.model)
+        served = self.served[req.model]
+        d = served.sampling
+        params = SamplingParams(
+            max_tokens=req.max_output_tokens or 0,
+            temperature=_pick(req.temperature, d, "temperature", 1.0),
+            top_p=_pick(req.top_p, d, "top_p", 1.0), top_k=max(_pick(None, d, "top_k", 0), 0),
+            min_p=_pick(None, d, "min_p", 0.0),
+            repetition_penalty=_pick(None, d, "repetition_penalty", 1.0),
+            presence_penalty=_pick(None, d, "presence_penalty", 0.0))
+        tools, parse_tools, prefix = to_tools(req, served.tool_call_parser)
+        messages = to_messages(req)
+        check_chars(text_chars(messages) + text_chars(tools),
+                    context_length(st.facts, served.context_length), "input")
+        rid = f"resp_{uuid.uuid4().hex}"
+        job = Generate(request_id=rid, params=params, messages=messages, tools=tools,
+                       chat_template_kwargs=template_kwargs(req), assistant_prefix=prefix)
+        encodable(job)
+        streams = submit_all(self.hub, req.model, [job])
+        try:
+            (first,) = await until_disconnected(request, peek_first(self.hub, streams))
+        except BaseException:
+            abort_all(self.hub, streams)
+            raise
+        asm = ChoiceAssembler(0, tool_parser=served.tool_call_parser,
+                              reasoning_parser=served.reasoning_parser, tools=tools,
+                              parse_tools=parse_tools, think_opened=first.think_opened,
+                              prefix=prefix)
+        parallel = req.parallel_tool_calls is not False
+        builder = ResponseBuilder(rid, _echo(req, params), parallel)
+        if req.stream:
+            body = self._stream(builder, asm, streams[0], first)
+            return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
+        try:
+            return await until_disconnected(request,
+                                            self._collect(builder, asm, streams[0], first))
+        finally:
+            abort_all(self.hub, streams)
+
+    async def _collect(self, b: ResponseBuilder, asm: ChoiceAssembler, stream: Stream,
+                       first: RequestOutput) -> Response:
+        async for item in outputs(stream, first):
+            if isinstance(item, Terminal) or item.error is not None:
+                raise error_for(item)
+            before = asm.completion_tokens
+            b.feed(asm.feed(item), asm.completion_tokens - before)
+        final = b.finish(asm.finish_reason, _usage(asm))[-1]
+        return JSONResponse(final["response"])
+
+    async def _stream(self, b: ResponseBuilder, asm: ChoiceAssembler, stream: Stream,
+                      first: RequestOutput) -> AsyncIterator[bytes]:
+        try:
+            for ev in b.start():
+                yield event_bytes(ev)
+            async for item in outputs(stream, first):
+                if isinstance(item, Terminal) or item.error is not None:
+                    err = error_for(item)
+                    for ev in b.fail("server_error", err.message):
+                        yield event_bytes(ev)
+                    return
+                before = asm.completion_tokens
+                for ev in b.feed(asm.feed(item), asm.completion_tokens - before):
+                    yield event_bytes(ev)
+            for ev in b.finish(asm.finish_reason, _usage(asm)):
+                yield event_bytes(ev)
+        finally:
+            abort_all(self.hub, [stream])
+
+
+def _echo(req: CreateResponse, params: SamplingParams) -> dict[str, Any]:
+    """The request fields the response object repeats."""
+    choice: Any = req.tool_choice if isinstance(req.tool_choice, str) or req.tool_choice is None \
+        else msgspec.to_builtins(req.tool_choice)
+    effort = req.reasoning.effort if req.reasoning else None
+    return {"instructions": req.instructions, "max_output_tokens": req.max_output_tokens,
+            "model": req.model, "parallel_tool_calls": req.parallel_tool_calls is not False,
+            "previous_response_id": None, "reasoning": {"effort": effort, "summary": None},
+            "store": False, "temperature": params.temperature,
+            "text": {"format": {"type": "text"}}, "tool_choice": choice or "auto",
+            "tools": [msgspec.to_builtins(t) for t in req.tools or []], "top_p": params.top_p,
+            "truncation": "disabled", "user": req.user, "metadata": req.metadata or {}}

@@ -1,0 +1,156 @@
+"""Translate a Responses request into the chat job's messages, tools and template options."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from gateway.errors import bad_request
+from gateway.jsonguard import JSONLimitError, check_json
+from gateway.responses.schemas import ContentPart, CreateResponse, InputItem
+from parsers.forcing import forced_prefix
+
+ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
+TEXT_PARTS = {"input_text", "output_text", "text", "reasoning_text", "summary_text"}
+
+
+def _text(parts: str | list[ContentPart] | None, param: str) -> str:
+    """Text of a string or of a list of text parts (other part types are refused)."""
+    if parts is None or isinstance(parts, str):
+        return parts or ""
+    out = []
+    for j, p in enumerate(parts):
+        if p.type == "refusal":
+            continue
+        if p.type not in TEXT_PARTS or p.text is None:
+            raise bad_request(f"Content part of type '{p.type}' is not supported here (only "
+                              "text parts are).", param=f"{param}[{j}]",
+                              code="unsupported_parameter")
+        out.append(p.text)
+    return "\n".join(out)
+
+
+def _arguments(raw: str, param: str) -> Any:
+    """Call arguments as an object for the template when they parse (as chat does)."""
+    try:
+        check_json(raw.encode())
+        return msgspec.json.decode(raw or "{}")
+    except JSONLimitError as exc:
+        raise bad_request(str(exc), param=param, code=exc.code) from None
+    except msgspec.DecodeError:
+        return raw
+
+
+def to_messages(req: CreateResponse) -> list[dict[str, Any]]:
+    """The request's instructions and input items as chat-template messages."""
+    msgs: list[dict[str, Any]] = []
+    if req.instructions:
+        msgs.append({"role": "system", "content": req.instructions})
+    items = [InputItem(role="user", content=req.input)] if isinstance(req.input, str) \
+        else req.input
+    if not items:
+        raise bad_request("input must hold at least one item.", param="input")
+    names: dict[str, str] = {}  # call_id -> function name, for tool messages
+    reasoning = ""
+    for i, it in enumerate(items):
+        where = f"input[{i}]"
+        kind = it.type or "message"
+        if kind == "message":
+            role = ROLES.get(it.role or "")
+            if role is None:
+                raise bad_request(f"Message role '{it.role}' is not supported (use user, "
+                                  "assistant, system or developer).", param=f"{where}.role")
+            msg: dict[str, Any] = {"role": role, "content": _text(it.content, f"{where}.content")}
+            if role == "assistant" and reasoning:
+                msg["reasoning_content"], reasoning = reasoning, ""
+            msgs.append(msg)
+        elif kind == "function_call":
+            if not it.call_id or not it.name or it.arguments is None:
+                raise bad_request("A function_call item needs call_id, name and arguments.",
+                                  param=where)
+            names[it.call_id] = it.name
+            call = {"id": it.call_id, "type": "function", "function": {
+                "name": it.name, "arguments": _arguments(it.arguments, f"{where}.arguments")}}
+            last = msgs[-1] if msgs else None
+            if last is None or last["role"] != "assistant":
+                last = {"role": "assistant", "content": ""}
+                if reasoning:
+                    last["reasoning_content"], reasoning = reasoning, ""
+                msgs.append(last)
+            last.setdefault("tool_calls", []).append(call)
+        elif kind == "function_call_output":
+            if not it.call_id or it.output is None:
+                raise bad_request("A function_call_output item needs call_id and output.",
+                                  param=where)
+            tool: dict[str, Any] = {"role": "tool", "tool_call_id": it.call_id,
+                                    "content": _text(it.output, f"{where}.output")}
+            if it.call_id in names:
+                tool["name"] = names[it.call_id]
+            msgs.append(tool)
+        elif kind == "reasoning":
+            reasoning += _text(it.content, f"{where}.content")
+        else:
+            raise bad_request(f"Input item of type '{kind}' is not supported.",
+                              param=f"{where}.type", code="unsupported_parameter")
+    return msgs
+
+
+def to_tools(req: CreateResponse, tool_parser: str | None
+             ) -> tuple[list[dict[str, Any]] | None, bool, str]:
+    """Chat-format tools to render, whether tool calls are parsed, and the forced prefix."""
+    tools: list[dict[str, Any]] = []
+    for i, t in enumerate(req.tools or []):
+        if t.type != "function":
+            raise bad_request(f"Tool type '{t.type}' is not supported: only function tools are.",
+                              param="tools", code="unsupported_parameter")
+        if not t.name:
+            raise bad_request("A function tool needs a name.", param=f"tools[{i}].name")
+        fn: dict[str, Any] = {"name": t.name, "description": t.description, "parameters": t.parameters,
+              "strict": t.strict}
+        tools.append({"type": "function",
+                      "function": {k: v for k, v in fn.items() if v is not None}})
+    choice = req.tool_choice
+    if not tools:
+        if choice not in (None, "none", "auto"):
+            raise bad_request("tool_choice requires tools.", param="tool_choice")
+        return None, False, ""
+    if choice == "none":
+        return None, False, ""
+    if choice is None or choice == "auto":
+        return tools, True, ""
+    if choice == "required":
+        return tools, True, forced_prefix(tool_parser, None)
+    if choice.type != "function" or not choice.name:
+        raise bad_request("tool_choice must be none, auto, required or {\"type\": \"function\", "
+                          "\"name\": ...}.", param="tool_choice")
+    tools = [t for t in tools if t["function"]["name"] == choice.name]
+    if not tools:
+        raise bad_request(f"tool_choice names '{choice.name}', which is not among tools.",
+                          param="tool_choice")
+    return tools, True, forced_prefix(tool_parser, choice.name)
+
+
+def template_kwargs(req: CreateResponse) -> dict[str, Any]:
+    """chat_template_kwargs: the request's own, plus reasoning.effort (none/minimal turn
+    thinking off; low/medium/high/xhigh are passed as reasoning_effort)."""
+    kwargs = dict(req.chat_template_kwargs or {})
+    effort = req.reasoning.effort if req.reasoning else None
+    if effort in ("none", "minimal"):
+        kwargs.setdefault("enable_thinking", False)
+    elif effort is not None:
+        kwargs.setdefault("reasoning_effort", effort)
+    return kwargs
+
+
+def refuse_unsupported(req: CreateResponse) -> None:
+    """Refuse what this server does not do yet, rather than ignore it."""
+    if req.previous_response_id is not None:
+        raise bad_request("previous_response_id is not supported yet: stored responses are not "
+                          "available on this server; send the whole conversation in input.",
+                          param="previous_response_id", code="unsupported_parameter")
+    fmt = req.text.format if req.text else None
+    if fmt is not None and fmt.type != "text":
+        raise bad_request(f"text.format of type '{fmt.type}' is not supported yet: structured "
+                          "output is not implemented; use {\"type\": \"text\"}.",
+                          param="text.format", code="unsupported_parameter")
