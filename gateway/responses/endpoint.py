@@ -62,7 +62,7 @@ class ResponsesEndpoint:
             top_p=_pick(req.top_p, d, "top_p", 1.0), top_k=max(_pick(None, d, "top_k", 0), 0),
             min_p=_pick(None, d, "min_p", 0.0),
             repetition_penalty=_pick(None, d, "repetition_penalty", 1.0),
-            presence_penalty=_pick(None, d, "presence_penalty", 0.0))
+            presence_penalty=_pick(None, d, "presence_penalty", 0.0), ignore_eos=req.ignore_eos)
         tools, parse_tools, prefix = to_tools(req, served.tool_call_parser)
         messages = to_messages(req)
         check_chars(text_chars(messages) + text_chars(tools),

@@ -91,6 +91,7 @@ class CreateResponse(_Body):
     text: TextParam | None = None
     user: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None  # extension, as on chat completions
+    ignore_eos: bool = False  # extension, as on chat completions
 
 
 # ---- the response object (documentation of what endpoint.py builds) ---------------------

@@ -49,12 +49,14 @@ def _pin(case: Any, rng: random.Random) -> None:
     if isinstance(body, dict):
         if "model" in body or rng.random() < 0.5:
             body["model"] = ALIAS if rng.random() < 0.95 else "no-such-model"
-        for key in ("max_tokens", "max_completion_tokens"):
+        for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
             value = body.get(key)
             if isinstance(value, int) and not isinstance(value, bool) and value > MAX_TOKENS:
                 body[key] = MAX_TOKENS
         if "max_tokens" not in body and "max_completion_tokens" not in body:
             body["max_tokens"] = MAX_TOKENS
+        if "max_output_tokens" not in body and case.path == "/v1/responses":
+            body["max_output_tokens"] = MAX_TOKENS
         n = body.get("n")
         if isinstance(n, int) and not isinstance(n, bool) and n > 2:
             body["n"] = 2

@@ -183,8 +183,9 @@ def test_sdk_sees_400(server: Server) -> None:
 def test_disconnect_aborts(server: Server) -> None:
     with httpx.stream("POST", f"{server.url}/responses", timeout=30, json={
             "model": "default", "input": "Hello", "max_output_tokens": 1500,
-            "stream": True}) as r:
+            "ignore_eos": True, "stream": True}) as r:
         for _ in r.iter_lines():
+            assert server.worker("default")["live"]["running"] == 1
             break
     deadline = time.monotonic() + 10
     while server.worker("default")["live"]["running"] != 0:

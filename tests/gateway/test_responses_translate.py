@@ -1,0 +1,144 @@
+"""Responses API input items -> chat messages, tools and template options (no server)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from gateway.choice import Delta
+from gateway.errors import APIError
+from gateway.responses.events import ResponseBuilder
+from gateway.responses.schemas import CreateResponse
+from gateway.responses.translate import (
+    refuse_unsupported,
+    template_kwargs,
+    to_messages,
+    to_tools,
+)
+
+
+def _req(**body: Any) -> CreateResponse:
+    return msgspec.convert({"model": "m", "input": "hi", **body}, CreateResponse)
+
+
+def test_string_input_and_instructions() -> None:
+    assert to_messages(_req(instructions="Be brief.")) == [
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+
+
+def test_items_become_chat_messages() -> None:
+    req = _req(input=[
+        {"type": "message", "role": "developer",
+         "content": [{"type": "input_text", "text": "rules"}]},
+        {"role": "user", "content": [{"type": "input_text", "text": "a"},
+                                     {"type": "input_text", "text": "b"}]},
+        {"type": "reasoning", "id": "rs_1", "summary": [],
+         "content": [{"type": "reasoning_text", "text": "think"}]},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{\"x\": 1}"},
+        {"type": "function_call", "call_id": "c2", "name": "g", "arguments": "not json"},
+        {"type": "function_call_output", "call_id": "c1", "output": "42"},
+        {"type": "message", "role": "assistant",
+         "content": [{"type": "output_text", "text": "done", "annotations": []}]},
+    ])
+    assert to_messages(req) == [
+        {"role": "system", "content": "rules"},
+        {"role": "user", "content": "a\nb"},
+        {"role": "assistant", "content": "", "reasoning_content": "think", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}},
+            {"id": "c2", "type": "function", "function": {"name": "g",
+                                                          "arguments": "not json"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "42", "name": "f"},
+        {"role": "assistant", "content": "done"},
+    ]
+
+
+@pytest.mark.parametrize(("items", "param"), [
+    ([], "input"),
+    ([{"type": "function_call", "name": "f"}], "input[0]"),
+    ([{"type": "function_call_output", "call_id": "c"}], "input[0]"),
+    ([{"role": "tool", "content": "x"}], "input[0].role"),
+    ([{"type": "computer_call"}], "input[0].type"),
+    ([{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}],
+     "input[0].content[0]"),
+])
+def test_bad_items(items: list[Any], param: str) -> None:
+    with pytest.raises(APIError) as exc:
+        to_messages(_req(input=items))
+    assert exc.value.status == 400 and exc.value.param == param
+
+
+def test_function_tools_and_choice() -> None:
+    tools = [{"type": "function", "name": "f", "parameters": {"type": "object"}},
+             {"type": "function", "name": "g", "description": "G", "strict": True}]
+    got, parse, prefix = to_tools(_req(tools=tools), None)
+    assert got == [{"type": "function", "function": {"name": "f",
+                                                     "parameters": {"type": "object"}}},
+                   {"type": "function", "function": {"name": "g", "description": "G",
+                                                     "strict": True}}]
+    assert parse and prefix == ""
+    assert to_tools(_req(tools=tools, tool_choice="none"), None) == (None, False, "")
+    got, _, _ = to_tools(_req(tools=tools, tool_choice={"type": "function", "name": "g"}),
+                         None)
+    assert got is not None and [t["function"]["name"] for t in got] == ["g"]
+    for bad, param in [({"tools": [{"type": "web_search"}]}, "tools"),
+                       ({"tools": tools, "tool_choice": {"type": "function", "name": "h"}},
+                        "tool_choice"),
+                       ({"tool_choice": "required"}, "tool_choice")]:
+        with pytest.raises(APIError) as exc:
+            to_tools(_req(**bad), None)
+        assert exc.value.param == param
+
+
+def test_effort_and_refusals() -> None:
+    assert template_kwargs(_req(reasoning={"effort": "none"})) == {"enable_thinking": False}
+    assert template_kwargs(_req(reasoning={"effort": "high"})) == {"reasoning_effort": "high"}
+    assert template_kwargs(_req()) == {}
+    refuse_unsupported(_req(text={"format": {"type": "text"}}, store=True))
+    for bad, param in [({"previous_response_id": "resp_1"}, "previous_response_id"),
+                       ({"text": {"format": {"type": "json_object"}}}, "text.format")]:
+        with pytest.raises(APIError) as exc:
+            refuse_unsupported(_req(**bad))
+        assert exc.value.param == param
+
+
+def _usage() -> dict[str, Any]:
+    return {"input_tokens": 3, "input_tokens_details": {"cached_tokens": 0,
+                                                        "cache_write_tokens": 3},
+            "output_tokens": 6, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 9}
+
+
+def test_builder_events_add_up() -> None:
+    b = ResponseBuilder("resp_1", {"model": "m"}, parallel_tool_calls=False)
+    evs = b.start()
+    evs += b.feed(Delta(reasoning="th"), 1) + b.feed(Delta(reasoning="ink"), 1)
+    evs += b.feed(Delta(content="Hi"), 1) + b.feed(Delta(tool_calls=[
+        {"index": 0, "id": "call_1", "type": "function",
+         "function": {"name": "f", "arguments": "{"}}]), 1)
+    evs += b.feed(Delta(tool_calls=[{"index": 0, "function": {"arguments": "}"}}]), 1)
+    evs += b.feed(Delta(tool_calls=[{"index": 1, "id": "call_2", "type": "function",
+                                     "function": {"name": "g", "arguments": "{}"}}]), 1)
+    evs += b.finish("tool_calls", _usage())
+    assert [e["sequence_number"] for e in evs] == list(range(len(evs)))
+    final = evs[-1]
+    assert final["type"] == "response.completed"
+    resp = final["response"]
+    assert [o["type"] for o in resp["output"]] == ["reasoning", "message", "function_call"]
+    assert resp["output"][0]["content"] == [{"type": "reasoning_text", "text": "think"}]
+    assert resp["output"][2]["arguments"] == "{}" and resp["output"][2]["call_id"] == "call_1"
+    assert resp["usage"]["output_tokens_details"]["reasoning_tokens"] == 2
+    assert all(o["status"] == "completed" for o in resp["output"])
+
+
+def test_builder_incomplete_and_failed() -> None:
+    b = ResponseBuilder("resp_1", {}, parallel_tool_calls=True)
+    b.feed(Delta(content="Hel"), 1)
+    final = b.finish("length", _usage())[-1]
+    assert final["type"] == "response.incomplete"
+    assert final["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert final["response"]["output"][0]["status"] == "incomplete"
+    failed = ResponseBuilder("resp_2", {}, True).fail("server_error", "boom")[-1]
+    assert failed["response"]["status"] == "failed"
+    assert failed["response"]["error"] == {"code": "server_error", "message": "boom"}
