@@ -191,3 +191,26 @@ def test_disconnect_aborts(server: Server) -> None:
     while server.worker("default")["live"]["running"] != 0:
         assert time.monotonic() < deadline, "generation not aborted"
         time.sleep(0.1)
+
+
+def test_worker_death_mid_stream_ends_with_failed() -> None:
+    import os
+    import signal
+
+    srv = Server().wait_ready()
+    try:
+        pid = srv.worker("default")["pid"]
+        types: list[str] = []
+        with httpx.stream("POST", f"{srv.url}/responses", timeout=30, json={
+                "model": "default", "input": "Hello", "max_output_tokens": 1500,
+                "ignore_eos": True, "stream": True}) as r:
+            started = time.monotonic()
+            for line in r.iter_lines():
+                if line.startswith("event: "):
+                    types.append(line[7:])
+                    if sum(t.endswith(".delta") for t in types) == 3:
+                        os.kill(pid, signal.SIGKILL)
+        assert time.monotonic() - started < 20
+        assert types[-1] == "response.failed", types[-5:]
+    finally:
+        srv.stop()
