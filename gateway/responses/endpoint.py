@@ -132,5 +132,7 @@ def _echo(req: CreateResponse, params: SamplingParams) -> dict[str, Any]:
             "previous_response_id": None, "reasoning": {"effort": effort, "summary": None},
             "store": False, "temperature": params.temperature,
             "text": {"format": {"type": "text"}}, "tool_choice": choice or "auto",
-            "tools": [msgspec.to_builtins(t) for t in req.tools or []], "top_p": params.top_p,
+            "tools": [{"type": t.type, "name": t.name, "description": t.description,
+                       "parameters": t.parameters, "strict": t.strict} for t in req.tools or []],
+            "top_p": params.top_p,
             "truncation": "disabled", "user": req.user, "metadata": req.metadata or {}}

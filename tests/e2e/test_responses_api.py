@@ -89,6 +89,13 @@ def test_plain_answer(server: Server) -> None:
     assert u is not None and u.input_tokens > 0 and u.output_tokens > 0
     assert u.total_tokens == u.input_tokens + u.output_tokens
     assert u.output_tokens_details.reasoning_tokens == 0
+    # a prompt several KV pages long, twice: the second reuses the first's pages (radix cache)
+    kw: dict[str, Any] = dict(model="default", input="Say hello.", reasoning=NO_THINK,
+                              instructions="You are a helpful assistant. " * 20,
+                              max_output_tokens=8, temperature=0)
+    _client(server).responses.create(**kw)
+    again = _client(server).responses.create(**kw)
+    assert again.usage is not None and again.usage.input_tokens_details.cached_tokens > 0
 
 
 def test_reasoning_answer_and_incomplete(server: Server) -> None:
@@ -154,6 +161,16 @@ def test_sdk_stream_helper(server: Server) -> None:
         deltas = "".join(ev.delta for ev in stream if ev.type == "response.output_text.delta")
         final = stream.get_final_response()
     assert deltas and final.output_text == deltas
+    with client.responses.stream(model="default", input="What's the weather in Paris?",
+                                 tools=WEATHER, temperature=0, max_output_tokens=200,
+                                 extra_body={"chat_template_kwargs": {"enable_thinking": True}}
+                                 ) as stream:
+        kinds = {ev.type for ev in stream}
+        final = stream.get_final_response()
+    assert "response.reasoning_text.delta" in kinds and "response.completed" in kinds
+    assert final.output[0].type == "reasoning"
+    assert [o.name for o in final.output if o.type == "function_call"] == ["get_weather"]
+    assert final.tools[0].name == "get_weather"
 
 
 @pytest.mark.parametrize(("body", "param"), [
@@ -208,8 +225,9 @@ def test_worker_death_mid_stream_ends_with_failed() -> None:
             for line in r.iter_lines():
                 if line.startswith("event: "):
                     types.append(line[7:])
-                    if sum(t.endswith(".delta") for t in types) == 3:
+                    if sum(t.endswith(".delta") for t in types) == 3 and pid:
                         os.kill(pid, signal.SIGKILL)
+                        pid = 0
         assert time.monotonic() - started < 20
         assert types[-1] == "response.failed", types[-5:]
     finally:
