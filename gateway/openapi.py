@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 
 from gateway import schemas as s
+from gateway.responses import objects as ro
 from gateway.responses import schemas as rs
 
 # path, method, summary, request body type, response type, streams
@@ -18,7 +19,7 @@ ROUTES: list[tuple[str, str, str, type | None, type | None, bool]] = [
     ("/v1/completions", "post", "Create a text completion", s.CompletionRequest, s.Completion,
      True),
     ("/v1/responses", "post", "Create a model response (OpenAI Responses API; not stored yet)",
-     rs.CreateResponse, rs.ResponseObject, True),
+     rs.CreateResponse, ro.ResponseObject, True),
     ("/v1/health", "get", "Health of the gateway and of each model worker", None, None, False),
     ("/v1/health/{alias}", "get", "Health of one alias", None, None, False),
     ("/v1/workers", "get", "Status of every worker process", None, None, False),

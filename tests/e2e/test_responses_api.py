@@ -232,3 +232,14 @@ def test_worker_death_mid_stream_ends_with_failed() -> None:
         assert types[-1] == "response.failed", types[-5:]
     finally:
         srv.stop()
+
+
+def test_non_streamed_disconnect_aborts(server: Server) -> None:
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(f"{server.url}/responses", timeout=1.5, json={
+            "model": "default", "input": "Hello", "max_output_tokens": 1500,
+            "ignore_eos": True})
+    deadline = time.monotonic() + 10
+    while server.worker("default")["live"]["running"] != 0:
+        assert time.monotonic() < deadline, "generation not aborted"
+        time.sleep(0.1)
