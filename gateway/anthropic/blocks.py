@@ -112,10 +112,13 @@ class BlockBuilder:
         return events
 
 
-def stop_reason(asm: ChoiceAssembler, blocks: list[dict[str, Any]]) -> str:
+def stop_reason(asm: ChoiceAssembler, blocks: list[dict[str, Any]],
+                stop_sequence: str | None = None) -> str:
     """Anthropic's stop_reason for a finished choice."""
     if any(b["type"] == "tool_use" for b in blocks):
         return "tool_use"
+    if stop_sequence is not None:
+        return "stop_sequence"
     return "max_tokens" if asm.finish_reason == "length" else "end_turn"
 
 

@@ -100,12 +100,14 @@ class MessagesEndpoint:
                        streams: list[Stream], firsts: list[RequestOutput]) -> Response:
         builder = BlockBuilder(single)
         asm = assembler(firsts[0].think_opened)
+        seq = None
         async for _, item in merged(streams, firsts):
             if isinstance(item, Terminal) or item.error is not None:
                 raise error_for(item)
             builder.feed(asm.feed(item))
+            seq = item.stop_sequence or seq
         builder.close()
-        return JSONResponse(_message(mid, req, asm, builder.blocks))
+        return JSONResponse(_message(mid, req, asm, builder.blocks, seq))
 
     async def _stream(self, mid: str, req: MessagesRequest,
                       assembler: Callable[[bool], ChoiceAssembler], single: bool,
@@ -129,18 +131,20 @@ class MessagesEndpoint:
             except Exception as exc:  # noqa: BLE001 -- an APIError (or a bug): an error event
                 yield event("error", _error_body(exc))
                 return
-            asm = assembler(firsts[0].think_opened)
+            asm, seq = assembler(firsts[0].think_opened), None
             async for _, item in merged(streams, firsts):
                 if isinstance(item, Terminal) or item.error is not None:
                     yield event("error", envelope(error_for(item)))
                     return
                 for name, data in builder.feed(asm.feed(item)):
                     yield event(name, data)
+                seq = item.stop_sequence or seq
             for name, data in builder.close():
                 yield event(name, data)
             yield event("message_delta", {
                 "type": "message_delta",
-                "delta": {"stop_reason": stop_reason(asm, builder.blocks), "stop_sequence": None},
+                "delta": {"stop_reason": stop_reason(asm, builder.blocks, seq),
+                          "stop_sequence": seq},
                 "usage": usage(asm)})
             yield event("message_stop", {"type": "message_stop"})
         finally:
@@ -149,10 +153,10 @@ class MessagesEndpoint:
 
 
 def _message(mid: str, req: MessagesRequest, asm: ChoiceAssembler,
-             blocks: list[dict[str, Any]]) -> dict[str, Any]:
+             blocks: list[dict[str, Any]], seq: str | None = None) -> dict[str, Any]:
     return {"id": mid, "type": "message", "role": "assistant", "content": blocks,
-            "model": req.model, "stop_reason": stop_reason(asm, blocks), "stop_sequence": None,
-            "usage": usage(asm)}
+            "model": req.model, "stop_reason": stop_reason(asm, blocks, seq),
+            "stop_sequence": seq, "usage": usage(asm)}
 
 
 def _error_body(exc: BaseException) -> dict[str, Any]:

@@ -170,3 +170,23 @@ def test_api_key_via_x_api_key() -> None:
         assert r.status_code == 200
     finally:
         srv.stop()
+
+
+def test_stop_sequence_is_reported(server: Server) -> None:
+    client = _client(server)
+    free = client.messages.create(model="default", max_tokens=40, thinking=NO_THINK,
+                                  extra_body=GREEDY,
+                                  messages=[{"role": "user", "content": "Hello!"}])
+    text = free.content[-1].text
+    word = text.strip().split()[1]  # a word in the middle of the greedy answer
+    for stream in (False, True):
+        kw: dict[str, Any] = dict(model="default", max_tokens=40, thinking=NO_THINK,
+                                  stop_sequences=[word], extra_body=GREEDY,
+                                  messages=[{"role": "user", "content": "Hello!"}])
+        if stream:
+            with client.messages.stream(**kw) as s:
+                msg = s.get_final_message()
+        else:
+            msg = client.messages.create(**kw)
+        assert msg.stop_reason == "stop_sequence" and msg.stop_sequence == word, msg
+        assert word not in msg.content[-1].text
