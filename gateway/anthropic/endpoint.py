@@ -116,7 +116,7 @@ class MessagesEndpoint:
         builder = BlockBuilder(single)
         asm = assembler(False)
         try:
-            if first.done():
+            if first.done() and not first.cancelled() and first.exception() is None:
                 asm.prompt_tokens = first.result()[0].prompt_tokens
                 asm.cached_tokens = first.result()[0].cached_tokens
             start = _message(mid, req, asm, [])
