@@ -86,7 +86,7 @@ def build_app(config: GatewayConfig) -> Starlette:
             if private_dir:
                 shutil.rmtree(private_dir, ignore_errors=True)
 
-    messages = MessagesEndpoint(hub, served)
+    messages = MessagesEndpoint(hub, served, config.anthropic_model_map)
     routes = [
         Route("/v1/models", info.models, methods=["GET"]),
         Route("/v1/models/{model:path}", info.model, methods=["GET"]),

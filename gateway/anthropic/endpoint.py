@@ -12,6 +12,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from gateway.anthropic.blocks import BlockBuilder, stop_reason, usage
 from gateway.anthropic.errors import envelope
+from gateway.anthropic.models import resolve_model
 from gateway.anthropic.schemas import CountTokensRequest, MessagesRequest
 from gateway.anthropic.stream import event
 from gateway.anthropic.translate import chat_messages, chat_tools, sampling, template_kwargs
@@ -33,14 +34,17 @@ PING_S = 5.0  # seconds between pings while a long prefill runs
 class MessagesEndpoint:
     """Translates Messages requests into Generate jobs and their outputs into Anthropic's shape."""
 
-    def __init__(self, hub: Hub, served: dict[str, ServedModel]) -> None:
+    def __init__(self, hub: Hub, served: dict[str, ServedModel],
+                 model_map: list[tuple[str, str]] | None = None) -> None:
         self.hub = hub
         self.served = served
+        self.model_map = model_map or []
 
     async def _submit(self, req: CountTokensRequest, params: SamplingParams, mid: str
                       ) -> tuple[list[Stream], Callable[[bool], ChoiceAssembler]]:
-        st = await self.hub.wait_ready(req.model)
-        served = self.served[req.model]
+        alias = resolve_model(req.model, self.served, self.model_map)
+        st = await self.hub.wait_ready(alias)
+        served = self.served[alias]
         messages = chat_messages(req)
         tools, parse_tools, prefix = chat_tools(req, served.tool_call_parser)
         check_chars(sum(len(str(m)) for m in messages) + len(str(tools or "")),
@@ -48,7 +52,7 @@ class MessagesEndpoint:
         job = Generate(request_id=mid, params=params, messages=messages, tools=tools,
                        chat_template_kwargs=template_kwargs(req), assistant_prefix=prefix)
         encodable(job)
-        streams = submit_all(self.hub, req.model, [job])
+        streams = submit_all(self.hub, alias, [job])
 
         def assembler(think_opened: bool) -> ChoiceAssembler:
             return ChoiceAssembler(0, tool_parser=served.tool_call_parser,
@@ -71,7 +75,7 @@ class MessagesEndpoint:
     async def handle(self, request: Request) -> Response:
         """Handle one POST /v1/messages."""
         req = await read_body(request, MessagesRequest)
-        served = self.served.get(req.model)
+        served = self.served.get(resolve_model(req.model, self.served, self.model_map))
         params = sampling(req, served.sampling if served else None)
         mid = f"msg_{uuid.uuid4().hex[:24]}"
         streams, assembler = await self._submit(req, params, mid)

@@ -190,3 +190,19 @@ def test_stop_sequence_is_reported(server: Server) -> None:
             msg = client.messages.create(**kw)
         assert msg.stop_reason == "stop_sequence" and msg.stop_sequence == word, msg
         assert word not in msg.content[-1].text
+
+
+def test_anthropic_model_map_serves_claude_names() -> None:
+    srv = Server("--anthropic-model-map", "claude-*=default").wait_ready()
+    try:
+        client = _client(srv)
+        msg = client.messages.create(model="claude-local-test", max_tokens=4,
+                                     messages=[{"role": "user", "content": "Hi"}])
+        assert msg.model == "claude-local-test" and msg.usage.output_tokens > 0
+        assert client.messages.count_tokens(model="claude-local-other", messages=[
+            {"role": "user", "content": "Hi"}]).input_tokens > 0
+        with pytest.raises(anthropic.NotFoundError):
+            client.messages.create(model="gpt-4o", max_tokens=4,
+                                   messages=[{"role": "user", "content": "Hi"}])
+    finally:
+        srv.stop()

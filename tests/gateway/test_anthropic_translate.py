@@ -165,3 +165,16 @@ def test_helpers_and_error_envelope() -> None:
                          (503, "overloaded_error"), (500, "api_error")]:
         assert envelope(APIError(status, "m")) == {"type": "error",
                                                    "error": {"type": kind, "message": "m"}}
+
+
+def test_model_map() -> None:
+    from gateway.anthropic.models import parse_model_map, resolve_model
+
+    m = parse_model_map(["claude-*=default", "big"], {"default", "big"})
+    assert m == [("claude-*", "default"), ("*", "big")]
+    assert resolve_model("claude-sonnet-4-5", {"default", "big"}, m) == "default"
+    assert resolve_model("gpt-4", {"default", "big"}, m) == "big"
+    assert resolve_model("default", {"default"}, m) == "default"
+    assert resolve_model("x", {"default"}, []) == "x"
+    with pytest.raises(ValueError, match="not a served alias"):
+        parse_model_map(["claude-*=nope"], {"default"})
