@@ -16,7 +16,7 @@ from gateway.anthropic.models import resolve_model
 from gateway.anthropic.schemas import CountTokensRequest, MessagesRequest
 from gateway.anthropic.stream import event
 from gateway.anthropic.translate import chat_messages, chat_tools, sampling, template_kwargs
-from gateway.checks import check_chars, context_length
+from gateway.checks import check_chars, context_length, text_chars
 from gateway.choice import ChoiceAssembler
 from gateway.disconnect import until_disconnected
 from gateway.errors import read_body
@@ -47,7 +47,7 @@ class MessagesEndpoint:
         served = self.served[alias]
         messages = chat_messages(req)
         tools, parse_tools, prefix = chat_tools(req, served.tool_call_parser)
-        check_chars(sum(len(str(m)) for m in messages) + len(str(tools or "")),
+        check_chars(text_chars(messages) + text_chars(tools),
                     context_length(st.facts, served.context_length), "messages")
         job = Generate(request_id=mid, params=params, messages=messages, tools=tools,
                        chat_template_kwargs=template_kwargs(req), assistant_prefix=prefix)

@@ -132,6 +132,25 @@ def test_errors_in_anthropic_shape(server: Server, body: bytes, status: int, kin
         assert "default" in r.json()["error"]["message"]
 
 
+def test_limits_in_anthropic_shape(server: Server) -> None:
+    big = b'{"model": "default", "max_tokens": 5, "messages": [{"role": "user", "content": "' + \
+        b"x" * (9 * 1024 * 1024) + b'"}]}'
+    r = httpx.post(f"{server.base}/v1/messages", content=big, timeout=60,
+                   headers={"content-type": "application/json"})
+    assert r.status_code == 413 and r.json()["error"]["type"] == "request_too_large"
+    huge = b'{"model": "default", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]' \
+        b', "top_k": 99999999999999999999999}'
+    r = httpx.post(f"{server.base}/v1/messages", content=huge, timeout=30,
+                   headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+    r = httpx.get(f"{server.base}/v1/messages", timeout=10)
+    assert r.status_code == 405 and r.json()["type"] == "error"
+    long = "word " * 200_000  # far more characters than the context can hold
+    r = httpx.post(f"{server.base}/v1/messages", timeout=30, json={
+        "model": "default", "max_tokens": 5, "messages": [{"role": "user", "content": long}]})
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+
+
 def test_sdk_raises_typed_errors(server: Server) -> None:
     with pytest.raises(anthropic.NotFoundError):
         _client(server).messages.create(model="claude-sonnet-4", max_tokens=5,
