@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 
 from gateway import schemas as s
+from gateway.anthropic import reply as ar
 from gateway.anthropic import schemas as a
 from gateway.anthropic.errors import is_messages_path
 
@@ -19,9 +20,9 @@ ROUTES: list[tuple[str, str, str, type | None, type | None, bool]] = [
     ("/v1/completions", "post", "Create a text completion", s.CompletionRequest, s.Completion,
      True),
     ("/v1/messages", "post", "Create a message (Anthropic Messages API)", a.MessagesRequest,
-     a.Message, True),
+     ar.AnthropicMessage, True),
     ("/v1/messages/count_tokens", "post", "Count a message's input tokens (Anthropic API)",
-     a.CountTokensRequest, a.TokenCount, False),
+     a.CountTokensRequest, ar.AnthropicTokenCount, False),
     ("/v1/health", "get", "Health of the gateway and of each model worker", None, None, False),
     ("/v1/health/{alias}", "get", "Health of one alias", None, None, False),
     ("/v1/workers", "get", "Status of every worker process", None, None, False),
@@ -46,7 +47,7 @@ def _ref(t: type) -> dict[str, str]:
 def build_openapi(version: str) -> dict[str, Any]:
     """Return the OpenAPI document of the HTTP API."""
     types = [t for r in ROUTES for t in (r[3], r[4]) if t is not None] + [s.ErrorResponse,
-                                                                          a.AnthropicError]
+                                                                          ar.AnthropicError]
     _, components = msgspec.json.schema_components(types, ref_template="#/components/schemas/{name}")
     paths: dict[str, Any] = {}
     for path, method, summary, body, resp, streams in ROUTES:
@@ -56,7 +57,7 @@ def build_openapi(version: str) -> dict[str, Any]:
             content["text/event-stream"] = {"schema": {"type": "string"}}
         if path == "/metrics":
             content = {"text/plain": {"schema": {"type": "string"}}}
-        error = a.AnthropicError if is_messages_path(path) else s.ErrorResponse
+        error = ar.AnthropicError if is_messages_path(path) else s.ErrorResponse
         op: dict[str, Any] = {
             "summary": summary,
             "operationId": f"{method}_{path.strip('/').replace('/', '_')}",

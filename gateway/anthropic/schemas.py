@@ -14,19 +14,19 @@ class _In(msgspec.Struct, omit_defaults=True):
     """Base of request structs: unknown fields (cache_control, citations...) are ignored."""
 
 
-class TextBlock(_In, tag="text", tag_field="type", kw_only=True):
+class AnthropicTextBlock(_In, tag="text", tag_field="type", kw_only=True):
     """A text block."""
 
     text: str
 
 
-class ImageBlock(_In, tag="image", tag_field="type", kw_only=True):
+class AnthropicImageBlock(_In, tag="image", tag_field="type", kw_only=True):
     """An image block (refused until vision lands)."""
 
     source: dict[str, Any]
 
 
-class ToolUseBlock(_In, tag="tool_use", tag_field="type", kw_only=True):
+class AnthropicToolUseBlock(_In, tag="tool_use", tag_field="type", kw_only=True):
     """A tool call the assistant made in an earlier turn."""
 
     id: str
@@ -34,39 +34,39 @@ class ToolUseBlock(_In, tag="tool_use", tag_field="type", kw_only=True):
     input: dict[str, Any] = {}
 
 
-class ToolResultBlock(_In, tag="tool_result", tag_field="type", kw_only=True):
+class AnthropicToolResultBlock(_In, tag="tool_result", tag_field="type", kw_only=True):
     """The client's result of a tool call."""
 
     tool_use_id: str
-    content: str | list[TextBlock | ImageBlock] | None = None
+    content: str | list[AnthropicTextBlock | AnthropicImageBlock] | None = None
     is_error: bool = False
 
 
-class ThinkingBlock(_In, tag="thinking", tag_field="type", kw_only=True):
+class AnthropicThinkingBlock(_In, tag="thinking", tag_field="type", kw_only=True):
     """Reasoning replayed from an earlier turn."""
 
     thinking: str
     signature: str | None = None
 
 
-class RedactedThinkingBlock(_In, tag="redacted_thinking", tag_field="type", kw_only=True):
+class AnthropicRedactedThinkingBlock(_In, tag="redacted_thinking", tag_field="type", kw_only=True):
     """Redacted reasoning replayed from an earlier turn (dropped)."""
 
     data: str = ""
 
 
-Block = TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock | \
-    RedactedThinkingBlock
+Block = AnthropicTextBlock | AnthropicImageBlock | AnthropicToolUseBlock | AnthropicToolResultBlock | AnthropicThinkingBlock | \
+    AnthropicRedactedThinkingBlock
 
 
-class InputMessage(_In, kw_only=True):
+class AnthropicInputMessage(_In, kw_only=True):
     """One message of the conversation."""
 
     role: Literal["user", "assistant", "system"]
     content: str | list[Block]
 
 
-class ToolDef(_In, kw_only=True):
+class AnthropicTool(_In, kw_only=True):
     """A client tool the model may call."""
 
     name: Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[a-zA-Z0-9_.\-]+$")]
@@ -75,7 +75,7 @@ class ToolDef(_In, kw_only=True):
     type: str | None = None  # "custom" or absent; server tools are refused
 
 
-class ToolChoice(_In, kw_only=True):
+class AnthropicToolChoice(_In, kw_only=True):
     """How the model picks tools: auto, any, tool (with name) or none."""
 
     type: Literal["auto", "any", "tool", "none"]
@@ -83,7 +83,7 @@ class ToolChoice(_In, kw_only=True):
     disable_parallel_tool_use: bool = False
 
 
-class ThinkingConfig(_In, kw_only=True):
+class AnthropicThinking(_In, kw_only=True):
     """Extended thinking: enabled (with a budget), disabled, or adaptive (the model's default)."""
 
     type: Literal["enabled", "disabled", "adaptive"]
@@ -94,11 +94,11 @@ class CountTokensRequest(_In, kw_only=True):
     """POST /v1/messages/count_tokens."""
 
     model: str
-    messages: Annotated[list[InputMessage], Meta(min_length=1)]
-    system: str | list[TextBlock] | None = None
-    tools: list[ToolDef] | None = None
-    tool_choice: ToolChoice | None = None
-    thinking: ThinkingConfig | None = None
+    messages: Annotated[list[AnthropicInputMessage], Meta(min_length=1)]
+    system: str | list[AnthropicTextBlock] | None = None
+    tools: list[AnthropicTool] | None = None
+    tool_choice: AnthropicToolChoice | None = None
+    thinking: AnthropicThinking | None = None
 
 
 class MessagesRequest(CountTokensRequest, kw_only=True):
@@ -113,68 +113,3 @@ class MessagesRequest(CountTokensRequest, kw_only=True):
     metadata: dict[str, Any] | None = None
     service_tier: str | None = None
 
-
-# ---- responses ---------------------------------------------------------------------------
-
-
-class OutText(msgspec.Struct, tag="text", tag_field="type"):
-    """Text the model wrote."""
-
-    text: str
-
-
-class OutThinking(msgspec.Struct, tag="thinking", tag_field="type"):
-    """The model's reasoning (no signature: it is not Anthropic's)."""
-
-    thinking: str
-    signature: str = ""
-
-
-class OutToolUse(msgspec.Struct, tag="tool_use", tag_field="type"):
-    """A tool call: input is the parsed arguments object."""
-
-    id: str
-    name: str
-    input: dict[str, Any]
-
-
-class MessageUsage(msgspec.Struct):
-    """Token accounting; input_tokens excludes the prompt tokens read from the prefix cache."""
-
-    input_tokens: int
-    output_tokens: int
-    cache_read_input_tokens: int = 0
-    cache_creation_input_tokens: int = 0
-
-
-class Message(msgspec.Struct, kw_only=True):
-    """Response of POST /v1/messages."""
-
-    id: str
-    model: str
-    content: list[OutText | OutThinking | OutToolUse]
-    stop_reason: Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"] | None
-    stop_sequence: str | None
-    usage: MessageUsage
-    type: str = "message"
-    role: str = "assistant"
-
-
-class TokenCount(msgspec.Struct):
-    """Response of POST /v1/messages/count_tokens."""
-
-    input_tokens: int
-
-
-class AnthropicErrorDetail(msgspec.Struct):
-    """The body of an Anthropic-style error."""
-
-    type: str
-    message: str
-
-
-class AnthropicError(msgspec.Struct):
-    """Every error of the /v1/messages routes."""
-
-    error: AnthropicErrorDetail
-    type: str = "error"

@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.anthropic.schemas import (
+    AnthropicImageBlock,
+    AnthropicTextBlock,
+    AnthropicThinkingBlock,
+    AnthropicToolResultBlock,
+    AnthropicToolUseBlock,
     Block,
     CountTokensRequest,
-    ImageBlock,
     MessagesRequest,
-    TextBlock,
-    ThinkingBlock,
-    ToolResultBlock,
-    ToolUseBlock,
 )
 from gateway.errors import APIError, bad_request
 from gateway.jobs import _pick
@@ -32,9 +32,9 @@ def _text_of(blocks: str | list[Any] | None, param: str) -> str:
         return blocks or ""
     parts = []
     for b in blocks:
-        if isinstance(b, ImageBlock):
+        if isinstance(b, AnthropicImageBlock):
             raise _no_image(param)
-        if not isinstance(b, TextBlock):
+        if not isinstance(b, AnthropicTextBlock):
             raise bad_request("Only text blocks are allowed here.", param=param)
         parts.append(b.text)
     return "\n".join(parts)
@@ -51,14 +51,14 @@ def _user(blocks: list[Block], param: str) -> list[dict[str, Any]]:
             text.clear()
 
     for j, b in enumerate(blocks):
-        if isinstance(b, TextBlock):
+        if isinstance(b, AnthropicTextBlock):
             text.append(b.text)
-        elif isinstance(b, ToolResultBlock):
+        elif isinstance(b, AnthropicToolResultBlock):
             flush()
             body = _text_of(b.content, f"{param}[{j}].content")
             out.append({"role": "tool", "tool_call_id": b.tool_use_id,
                         "content": f"Error: {body}" if b.is_error else body})
-        elif isinstance(b, ImageBlock):
+        elif isinstance(b, AnthropicImageBlock):
             raise _no_image(f"{param}[{j}]")
         else:
             raise bad_request(f"A user message cannot hold a '{type(b).__name__}' block.",
@@ -71,14 +71,14 @@ def _assistant(blocks: list[Block], param: str) -> dict[str, Any]:
     """An assistant turn: text, replayed thinking (as reasoning_content) and tool_use calls."""
     text, thinking, calls = [], [], []
     for j, b in enumerate(blocks):
-        if isinstance(b, TextBlock):
+        if isinstance(b, AnthropicTextBlock):
             text.append(b.text)
-        elif isinstance(b, ThinkingBlock):
+        elif isinstance(b, AnthropicThinkingBlock):
             thinking.append(b.thinking)
-        elif isinstance(b, ToolUseBlock):
+        elif isinstance(b, AnthropicToolUseBlock):
             calls.append({"id": b.id, "type": "function",
                           "function": {"name": b.name, "arguments": b.input}})
-        elif isinstance(b, ImageBlock | ToolResultBlock):
+        elif isinstance(b, AnthropicImageBlock | AnthropicToolResultBlock):
             raise bad_request("An assistant message cannot hold image or tool_result blocks.",
                               param=f"{param}[{j}]")
     msg: dict[str, Any] = {"role": "assistant", "content": "".join(text)}
