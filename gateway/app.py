@@ -15,6 +15,7 @@ from starlette.routing import Route
 
 from gateway.admin import AdminEndpoints
 from gateway.aliases import detect_into
+from gateway.anthropic.endpoint import MessagesEndpoint
 from gateway.auth import ApiKeyMiddleware, public_paths
 from gateway.chat import ChatEndpoint
 from gateway.completions import CompletionsEndpoint
@@ -86,12 +87,15 @@ def build_app(config: GatewayConfig) -> Starlette:
             if private_dir:
                 shutil.rmtree(private_dir, ignore_errors=True)
 
+    messages = MessagesEndpoint(hub, served, config.anthropic_model_map)
     routes = [
         Route("/v1/models", info.models, methods=["GET"]),
         Route("/v1/models/{model:path}", info.model, methods=["GET"]),
         Route("/v1/chat/completions", ChatEndpoint(hub, served).handle, methods=["POST"]),
         Route("/v1/completions", CompletionsEndpoint(hub).handle, methods=["POST"]),
         Route("/v1/responses", ResponsesEndpoint(hub, served).handle, methods=["POST"]),
+        Route("/v1/messages", messages.handle, methods=["POST"]),
+        Route("/v1/messages/count_tokens", messages.count_tokens, methods=["POST"]),
         Route("/v1/health", health.health, methods=["GET"]),
         Route("/v1/health/{alias}", health.health_one, methods=["GET"]),
         Route("/health", health.health, methods=["GET"]),

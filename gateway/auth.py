@@ -8,7 +8,7 @@ import hmac
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.errors import APIError
+from gateway.errors import APIError, respond
 
 PROBES = ("/livez", "/readyz")
 HEALTH = ("/v1/health", "/health")
@@ -16,9 +16,12 @@ DOCS = ("/docs", "/openapi.json")
 
 
 def bearer(headers: Headers) -> str:
-    """The token of an `Authorization: Bearer TOKEN` header, or ''."""
+    """The token of an `Authorization: Bearer TOKEN` header, else of `x-api-key` (Anthropic's
+    clients), or ''."""
     auth = headers.get("authorization", "")
-    return auth[7:].strip() if auth.lower().startswith("bearer ") else ""
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip()
+    return headers.get("x-api-key", "").strip()
 
 
 def _digest(key: str) -> bytes:
@@ -39,7 +42,8 @@ def public_paths(public_metrics: bool, public_health: bool, public_docs: bool) -
 
 
 class ApiKeyMiddleware:
-    """Require `Authorization: Bearer KEY` with a configured key; open when none is configured.
+    """Require `Authorization: Bearer KEY` (or `x-api-key: KEY`) with a configured key; open
+    when none is configured.
 
     /admin/* is left to the admin endpoints, which check their own key.
     """
@@ -59,8 +63,9 @@ class ApiKeyMiddleware:
             await self.app(scope, receive, send)
             return
         if not key_matches(bearer(Headers(scope=scope)), self.keys):
-            err = APIError(401, "Incorrect API key provided: send `Authorization: Bearer KEY` with "
-                           "a key given to the server by --api-key.", code="invalid_api_key")
-            await err.response()(scope, receive, send)
+            err = APIError(401, "Incorrect API key provided: send `Authorization: Bearer KEY` (or "
+                           "`x-api-key: KEY`) with a key given to the server by --api-key.",
+                           code="invalid_api_key")
+            await respond(err, scope.get("path", ""))(scope, receive, send)
             return
         await self.app(scope, receive, send)

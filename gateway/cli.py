@@ -18,6 +18,7 @@ from gateway.aliases import (
     unknown_model,
     user_alias_file,
 )
+from gateway.anthropic.models import parse_model_map
 from gateway.config import GatewayConfig
 from gateway.served import ServedModel
 
@@ -127,6 +128,9 @@ def main() -> None:
 @click.option("--reasoning-parser", default=None)
 @click.option("--aliases", "aliases_file", default=None, envvar="RAPID_MLX_ALIASES",
               help="a TOML file of extra or overriding aliases")
+@click.option("--anthropic-model-map", "model_map", multiple=True,
+              help="map client model names on /v1/messages to an alias: PATTERN=ALIAS (a glob, "
+                   "e.g. 'claude-*=default'; ALIAS alone maps every unknown name); repeatable")
 @click.option("--kv-cache-turboquant", type=click.Choice(["k8v4", "none"]), default="k8v4",
               show_default=True, help="KV pages: 8-bit keys + 4-bit values, or full precision")
 @click.option("--kv-cache-memory", default="0.1", show_default=True,
@@ -173,7 +177,7 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
           shutdown_timeout: float, swap_wait: float, swap_drain_timeout: float,
           max_start_crashes: int, restart_backoff: float, admin_key: str | None,
           curve_dir: str | None, worker_token_file: str | None, insecure_worker_transport: bool,
-          heartbeat_timeout: float, **edge: Any) -> None:
+          heartbeat_timeout: float, model_map: tuple[str, ...], **edge: Any) -> None:
     """Serve MODELS (aliases, Hugging Face repo ids or local folders); none: the embedded demo."""
     if no_spawn_workers and not worker_address:
         raise click.UsageError("--no-spawn-workers needs --worker-address (where workers connect)")
@@ -187,8 +191,13 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
     if context_length:
         worker_args += ["--context-length", str(context_length)]
     aliases = load_aliases(user_alias_file(aliases_file))
+    served = _served(models, names, tool_call_parser, reasoning_parser, aliases_file)
+    try:
+        anthropic_map = parse_model_map(list(model_map), {m.alias for m in served})
+    except ValueError as exc:
+        raise click.UsageError(f"--anthropic-model-map {exc}") from None
     config = GatewayConfig(
-        served=_served(models, names, tool_call_parser, reasoning_parser, aliases_file),
+        served=served, anthropic_model_map=anthropic_map,
         host=host, port=port,
         worker_address=worker_address, worker_args=worker_args,
         api_keys=[k for k in api_keys if k], hang_timeout=hang_timeout, log_level=log_level,

@@ -47,6 +47,7 @@ class GatewayConfig:
     worker_token_file: str | None = None  # external workers prove themselves with this token
     insecure_worker_transport: bool = False  # tcp:// without CURVE, external workers without proof
     heartbeat_timeout: float = 1.0  # seconds a worker connection may leave a ping unanswered
+    anthropic_model_map: list[tuple[str, str]] = field(default_factory=list)  # glob -> alias
 
     def exposure_error(self) -> str | None:
         """Why this configuration must not start (a non-loopback host without keys), or None."""

@@ -6,7 +6,7 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.cors import CorsPolicy
-from gateway.errors import APIError
+from gateway.errors import APIError, respond
 from gateway.hosts import HostPolicy
 from gateway.http_protocol import MAX_HEADER_BYTES
 
@@ -70,7 +70,7 @@ class EdgeMiddleware:
         refusal = self._refusal(scope, headers)
         origin = headers.get("origin")
         if refusal is not None:
-            response = refusal.response()
+            response = respond(refusal, scope.get("path", ""))
             self.cors.decorate(origin, response.headers)
             await response(scope, receive, send)
             return

@@ -7,6 +7,9 @@ from typing import Any
 import msgspec
 
 from gateway import schemas as s
+from gateway.anthropic import reply as ar
+from gateway.anthropic import schemas as a
+from gateway.anthropic.errors import is_messages_path
 from gateway.responses import objects as ro
 from gateway.responses import schemas as rs
 
@@ -20,6 +23,10 @@ ROUTES: list[tuple[str, str, str, type | None, type | None, bool]] = [
      True),
     ("/v1/responses", "post", "Create a model response (OpenAI Responses API; not stored yet)",
      rs.CreateResponse, ro.ResponseObject, True),
+    ("/v1/messages", "post", "Create a message (Anthropic Messages API)", a.MessagesRequest,
+     ar.AnthropicMessage, True),
+    ("/v1/messages/count_tokens", "post", "Count a message's input tokens (Anthropic API)",
+     a.CountTokensRequest, ar.AnthropicTokenCount, False),
     ("/v1/health", "get", "Health of the gateway and of each model worker", None, None, False),
     ("/v1/health/{alias}", "get", "Health of one alias", None, None, False),
     ("/v1/workers", "get", "Status of every worker process", None, None, False),
@@ -43,7 +50,8 @@ def _ref(t: type) -> dict[str, str]:
 
 def build_openapi(version: str) -> dict[str, Any]:
     """Return the OpenAPI document of the HTTP API."""
-    types = [t for r in ROUTES for t in (r[3], r[4]) if t is not None] + [s.ErrorResponse]
+    types = [t for r in ROUTES for t in (r[3], r[4]) if t is not None] + [s.ErrorResponse,
+                                                                          ar.AnthropicError]
     _, components = msgspec.json.schema_components(types, ref_template="#/components/schemas/{name}")
     paths: dict[str, Any] = {}
     for path, method, summary, body, resp, streams in ROUTES:
@@ -53,12 +61,13 @@ def build_openapi(version: str) -> dict[str, Any]:
             content["text/event-stream"] = {"schema": {"type": "string"}}
         if path == "/metrics":
             content = {"text/plain": {"schema": {"type": "string"}}}
+        error = ar.AnthropicError if is_messages_path(path) else s.ErrorResponse
         op: dict[str, Any] = {
             "summary": summary,
             "operationId": f"{method}_{path.strip('/').replace('/', '_')}",
             "responses": {"200": {"description": "OK", "content": content}, **{
                 code: {"description": text, "content": {
-                    "application/json": {"schema": _ref(s.ErrorResponse)}}}
+                    "application/json": {"schema": _ref(error)}}}
                 for code, text in ERROR_STATUSES.items() if code != "415" or method == "post"}},
         }
         if body is not None:

@@ -133,6 +133,7 @@ class RequestOutput(msgspec.Struct, array_like=True, omit_defaults=True, kw_only
     error: str | None = None
     error_code: str | None = None
     queue_s: float = 0.0  # on a request's first output: seconds it waited in the engine queue
+    stop_sequence: str | None = None  # on the last output: the stop string that ended it
 
 
 class StepOutputs(_Msg, tag="step"):

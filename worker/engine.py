@@ -362,6 +362,7 @@ class Engine:
             request_id=r.id, token_ids=[tok], text=text, logprobs=[lp] if lp is not None else [],
             finish_reason=finish, prompt_tokens=r.prompt_len, completion_tokens=r.generated,
             cached_tokens=r.cached_tokens, think_opened=r.think_opened and r.generated == 1,
+            stop_sequence=r.stop.matched if finish == "stop" else None,
             queue_s=(r.scheduled_at or now) - r.arrival if r.generated == 1 else 0.0)
 
     def _logprob(self, r: Request, tok: int, row: mx.array) -> TokenLogprob:

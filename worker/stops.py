@@ -10,14 +10,16 @@ class StopMatcher:
         self.stops = [s for s in stops if s]
         self.held = ""
         self.stopped = False
+        self.matched: str | None = None  # the stop string that ended the text
 
     def feed(self, text: str) -> str:
         """Return the text safe to emit; sets ``stopped`` when a stop string appears."""
         if not self.stops:
             return text
         buf = self.held + text
-        cut = min((i for i in (buf.find(s) for s in self.stops) if i >= 0), default=-1)
-        if cut >= 0:
+        found = [(i, s) for s in self.stops if (i := buf.find(s)) >= 0]
+        if found:
+            cut, self.matched = min(found, key=lambda f: f[0])
             self.held = ""
             self.stopped = True
             return buf[:cut]

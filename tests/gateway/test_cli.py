@@ -83,3 +83,15 @@ def test_load_failure_reason_in_either_order() -> None:
         "cannot load 'x': why; do")
     assert _load_failure("exit code 78", "exit code 78").startswith(
         "exit code 78: the model cannot be loaded")
+
+
+def test_serve_refuses_a_model_map_to_an_unserved_alias(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gateway.server
+
+    seen: list[object] = []
+    monkeypatch.setattr(gateway.server, "run", seen.append)
+    out = CliRunner().invoke(cli.main, ["serve", "--anthropic-model-map", "claude-*=nope"])
+    assert out.exit_code == 2 and "not a served alias" in out.output and not seen
+    out = CliRunner().invoke(cli.main, ["serve", "--anthropic-model-map", "claude-*=default"])
+    assert out.exit_code == 0, out.output
+    assert seen[0].anthropic_model_map == [("claude-*", "default")]  # type: ignore[attr-defined]

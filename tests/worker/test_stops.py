@@ -40,3 +40,9 @@ def test_held_back_prefix_is_not_emitted_early() -> None:
     m = StopMatcher(["STOP"])
     assert m.feed("abc ST") == "abc "
     assert m.feed("X") == "STX"
+
+
+def test_matched_names_the_earliest_stop() -> None:
+    m = StopMatcher(["END", "b"])
+    assert m.feed("a") == "a" and m.matched is None
+    assert m.feed("xEN") == "x" and m.feed("Db") == "" and m.stopped and m.matched == "END"

@@ -1,0 +1,163 @@
+"""Translate an Anthropic Messages request into the chat messages, tools and sampling of a job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.anthropic.schemas import (
+    AnthropicImageBlock,
+    AnthropicTextBlock,
+    AnthropicThinkingBlock,
+    AnthropicToolResultBlock,
+    AnthropicToolUseBlock,
+    Block,
+    CountTokensRequest,
+    MessagesRequest,
+)
+from gateway.errors import APIError, bad_request
+from gateway.jobs import _pick
+from gateway.limits import MAX_STOP_CHARS, MAX_STOPS
+from parsers.forcing import forced_prefix
+from protocol.messages import SamplingParams
+
+
+def _no_image(param: str) -> APIError:
+    return bad_request("Image blocks are not supported: the served model has no vision.",
+                       param=param)
+
+
+def _text_of(blocks: str | list[Any] | None, param: str) -> str:
+    """The text of a string or of a list of text blocks (images refused)."""
+    if blocks is None or isinstance(blocks, str):
+        return blocks or ""
+    parts = []
+    for b in blocks:
+        if isinstance(b, AnthropicImageBlock):
+            raise _no_image(param)
+        if not isinstance(b, AnthropicTextBlock):
+            raise bad_request("Only text blocks are allowed here.", param=param)
+        parts.append(b.text)
+    return "\n".join(parts)
+
+
+def _user(blocks: list[Block], param: str) -> list[dict[str, Any]]:
+    """A user turn: text blocks become user messages, tool_result blocks tool messages, in order."""
+    out: list[dict[str, Any]] = []
+    text: list[str] = []
+
+    def flush() -> None:
+        if text:
+            out.append({"role": "user", "content": "\n".join(text)})
+            text.clear()
+
+    for j, b in enumerate(blocks):
+        if isinstance(b, AnthropicTextBlock):
+            text.append(b.text)
+        elif isinstance(b, AnthropicToolResultBlock):
+            flush()
+            body = _text_of(b.content, f"{param}[{j}].content")
+            out.append({"role": "tool", "tool_call_id": b.tool_use_id,
+                        "content": f"Error: {body}" if b.is_error else body})
+        elif isinstance(b, AnthropicImageBlock):
+            raise _no_image(f"{param}[{j}]")
+        else:
+            raise bad_request(f"A user message cannot hold a '{type(b).__name__}' block.",
+                              param=f"{param}[{j}]")
+    flush()
+    return out
+
+
+def _assistant(blocks: list[Block], param: str) -> dict[str, Any]:
+    """An assistant turn: text, replayed thinking (as reasoning_content) and tool_use calls."""
+    text, thinking, calls = [], [], []
+    for j, b in enumerate(blocks):
+        if isinstance(b, AnthropicTextBlock):
+            text.append(b.text)
+        elif isinstance(b, AnthropicThinkingBlock):
+            thinking.append(b.thinking)
+        elif isinstance(b, AnthropicToolUseBlock):
+            calls.append({"id": b.id, "type": "function",
+                          "function": {"name": b.name, "arguments": b.input}})
+        elif isinstance(b, AnthropicImageBlock | AnthropicToolResultBlock):
+            raise bad_request("An assistant message cannot hold image or tool_result blocks.",
+                              param=f"{param}[{j}]")
+    msg: dict[str, Any] = {"role": "assistant", "content": "".join(text)}
+    if thinking:
+        msg["reasoning_content"] = "".join(thinking)
+    if calls:
+        msg["tool_calls"] = calls
+    return msg
+
+
+def chat_messages(req: CountTokensRequest) -> list[dict[str, Any]]:
+    """The conversation as chat-template messages; every system text folded into one system."""
+    system = [_text_of(req.system, "system")] if req.system else []
+    out: list[dict[str, Any]] = []
+    for i, m in enumerate(req.messages):
+        param = f"messages[{i}].content"
+        if m.role == "system":
+            system.append(_text_of(m.content, param))
+        elif isinstance(m.content, str):
+            out.append({"role": m.role, "content": m.content})
+        elif m.role == "user":
+            out.extend(_user(m.content, param))
+        else:
+            out.append(_assistant(m.content, param))
+    return ([{"role": "system", "content": "\n\n".join(system)}] if system else []) + out
+
+
+def chat_tools(req: CountTokensRequest, tool_parser: str | None
+               ) -> tuple[list[dict[str, Any]] | None, bool, str]:
+    """Tools in the chat format, whether calls are parsed, and the forced assistant prefix
+    (tool_choice any/tool/none mapped like chat's required/named/none)."""
+    choice = req.tool_choice
+    if not req.tools:
+        if choice is not None and choice.type in ("any", "tool"):
+            raise bad_request("tool_choice requires tools.", param="tool_choice")
+        return None, False, ""
+    for i, t in enumerate(req.tools):
+        if t.type not in (None, "custom"):
+            raise bad_request(f"Tool type '{t.type}' is not supported: only client tools "
+                              "(name, description, input_schema).", param=f"tools[{i}].type")
+    tools: list[dict[str, Any]] = [{"type": "function", "function": {
+        "name": t.name, "description": t.description or "", "parameters": t.input_schema}}
+        for t in req.tools]
+    if choice is None or choice.type == "auto":
+        return tools, True, ""
+    if choice.type == "none":
+        return None, False, ""
+    if choice.type == "any":
+        return tools, True, forced_prefix(tool_parser, None)
+    tools = [t for t in tools if t["function"]["name"] == choice.name]
+    if not tools:
+        raise bad_request(f"tool_choice names '{choice.name}', which is not among tools.",
+                          param="tool_choice.name")
+    return tools, True, forced_prefix(tool_parser, choice.name)
+
+
+def template_kwargs(req: CountTokensRequest) -> dict[str, Any]:
+    """thinking enabled turns reasoning on, disabled turns it off; absent keeps the default."""
+    if req.thinking is None or req.thinking.type == "adaptive":
+        return {}
+    return {"enable_thinking": req.thinking.type == "enabled"}
+
+
+def sampling(req: MessagesRequest, defaults: dict[str, Any] | None) -> SamplingParams:
+    """The job's sampling parameters (request, then the model's defaults, then Anthropic's)."""
+    stop = list(req.stop_sequences or [])
+    if len(stop) > MAX_STOPS:
+        raise bad_request(f"At most {MAX_STOPS} stop sequences are allowed.",
+                          param="stop_sequences")
+    if any(not s or len(s) > MAX_STOP_CHARS for s in stop):
+        raise bad_request(f"Stop sequences must be non-empty strings of at most {MAX_STOP_CHARS} "
+                          "characters.", param="stop_sequences")
+    return SamplingParams(
+        max_tokens=req.max_tokens,
+        temperature=_pick(req.temperature, defaults, "temperature", 1.0),
+        top_p=_pick(req.top_p, defaults, "top_p", 1.0),
+        top_k=max(_pick(req.top_k, defaults, "top_k", 0), 0),
+        min_p=_pick(None, defaults, "min_p", 0.0),
+        repetition_penalty=_pick(None, defaults, "repetition_penalty", 1.0),
+        presence_penalty=_pick(None, defaults, "presence_penalty", 0.0),
+        stop=stop,
+    )
