@@ -31,7 +31,7 @@ from gateway.relay import abort_all, error_for, peek_first, submit_all
 from gateway.schemas import ChatCompletionRequest
 from gateway.served import ServedModel
 from gateway.streaming import DONE, SSE_HEADERS, merged, sse
-from parsers.forcing import forced_prefix
+from gateway.tool_choice import ToolPlan, plan_tools
 from protocol.messages import Generate
 
 
@@ -57,31 +57,13 @@ def _messages(req: ChatCompletionRequest) -> list[dict[str, Any]]:
     return out
 
 
-def _tools(req: ChatCompletionRequest, tool_parser: str | None
-           ) -> tuple[list[dict[str, Any]] | None, bool, str]:
-    """The tools to render, whether tool calls are parsed, and the forced assistant prefix.
-
-    `none` renders no tools and parses none; `required` and a named function start the answer
-    with the family's tool-call opening (and the name) where the parser family has one.
-    """
-    if not req.tools:
-        if req.tool_choice not in (None, "none", "auto"):
-            raise bad_request("tool_choice requires tools.", param="tool_choice")
-        return None, False, ""
-    tools = [msgspec.to_builtins(t) for t in req.tools]
+def _tools(req: ChatCompletionRequest, tool_parser: str | None) -> ToolPlan:
+    """The tools to render, whether tool calls are parsed, and the forced assistant prefix."""
+    tools = [msgspec.to_builtins(t) for t in req.tools] if req.tools else None
     choice = req.tool_choice
-    if choice == "none":
-        return None, False, ""
-    if choice is None or choice == "auto":
-        return tools, True, ""
-    if choice == "required":
-        return tools, True, forced_prefix(tool_parser, None)
-    name = choice.function.name
-    tools = [t for t in tools if t["function"]["name"] == name]
-    if not tools:
-        raise bad_request(f"tool_choice names '{name}', which is not among tools.",
-                          param="tool_choice")
-    return tools, True, forced_prefix(tool_parser, name)
+    if choice is None or isinstance(choice, str):
+        return plan_tools(tools, choice or "auto", None, tool_parser)
+    return plan_tools(tools, "named", choice.function.name, tool_parser)
 
 
 class ChatEndpoint:

@@ -17,7 +17,7 @@ from gateway.anthropic.schemas import (
 from gateway.errors import APIError, bad_request
 from gateway.jobs import _pick
 from gateway.limits import MAX_STOP_CHARS, MAX_STOPS
-from parsers.forcing import forced_prefix
+from gateway.tool_choice import Mode, ToolPlan, plan_tools
 from protocol.messages import SamplingParams
 
 
@@ -106,33 +106,23 @@ def chat_messages(req: CountTokensRequest) -> list[dict[str, Any]]:
     return ([{"role": "system", "content": "\n\n".join(system)}] if system else []) + out
 
 
-def chat_tools(req: CountTokensRequest, tool_parser: str | None
-               ) -> tuple[list[dict[str, Any]] | None, bool, str]:
+_MODES: dict[str, Mode] = {"auto": "auto", "none": "none", "any": "required", "tool": "named"}
+
+
+def chat_tools(req: CountTokensRequest, tool_parser: str | None) -> ToolPlan:
     """Tools in the chat format, whether calls are parsed, and the forced assistant prefix
     (tool_choice any/tool/none mapped like chat's required/named/none)."""
     choice = req.tool_choice
-    if not req.tools:
-        if choice is not None and choice.type in ("any", "tool"):
-            raise bad_request("tool_choice requires tools.", param="tool_choice")
-        return None, False, ""
-    for i, t in enumerate(req.tools):
+    for i, t in enumerate(req.tools or []):
         if t.type not in (None, "custom"):
             raise bad_request(f"Tool type '{t.type}' is not supported: only client tools "
                               "(name, description, input_schema).", param=f"tools[{i}].type")
     tools: list[dict[str, Any]] = [{"type": "function", "function": {
         "name": t.name, "description": t.description or "", "parameters": t.input_schema}}
-        for t in req.tools]
-    if choice is None or choice.type == "auto":
-        return tools, True, ""
-    if choice.type == "none":
-        return None, False, ""
-    if choice.type == "any":
-        return tools, True, forced_prefix(tool_parser, None)
-    tools = [t for t in tools if t["function"]["name"] == choice.name]
-    if not tools:
-        raise bad_request(f"tool_choice names '{choice.name}', which is not among tools.",
-                          param="tool_choice.name")
-    return tools, True, forced_prefix(tool_parser, choice.name)
+        for t in req.tools or []]
+    mode = _MODES[choice.type] if choice is not None else "auto"
+    return plan_tools(tools or None, mode, choice.name if choice else None, tool_parser,
+                      name_param="tool_choice.name")
 
 
 def template_kwargs(req: CountTokensRequest) -> dict[str, Any]:

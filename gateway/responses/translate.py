@@ -9,7 +9,7 @@ import msgspec
 from gateway.errors import bad_request
 from gateway.jsonguard import JSONLimitError, check_json
 from gateway.responses.schemas import ContentPart, CreateResponse, InputItem
-from parsers.forcing import forced_prefix
+from gateway.tool_choice import ToolPlan, plan_tools
 
 ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 TEXT_PARTS = {"input_text", "output_text", "text", "reasoning_text", "summary_text"}
@@ -96,8 +96,7 @@ def to_messages(req: CreateResponse) -> list[dict[str, Any]]:
     return msgs
 
 
-def to_tools(req: CreateResponse, tool_parser: str | None
-             ) -> tuple[list[dict[str, Any]] | None, bool, str]:
+def to_tools(req: CreateResponse, tool_parser: str | None) -> ToolPlan:
     """Chat-format tools to render, whether tool calls are parsed, and the forced prefix."""
     tools: list[dict[str, Any]] = []
     for i, t in enumerate(req.tools or []):
@@ -111,24 +110,12 @@ def to_tools(req: CreateResponse, tool_parser: str | None
         tools.append({"type": "function",
                       "function": {k: v for k, v in fn.items() if v is not None}})
     choice = req.tool_choice
-    if not tools:
-        if choice not in (None, "none", "auto"):
-            raise bad_request("tool_choice requires tools.", param="tool_choice")
-        return None, False, ""
-    if choice == "none":
-        return None, False, ""
-    if choice is None or choice == "auto":
-        return tools, True, ""
-    if choice == "required":
-        return tools, True, forced_prefix(tool_parser, None)
+    if choice is None or isinstance(choice, str):
+        return plan_tools(tools or None, choice or "auto", None, tool_parser)
     if choice.type != "function" or not choice.name:
         raise bad_request("tool_choice must be none, auto, required or {\"type\": \"function\", "
                           "\"name\": ...}.", param="tool_choice")
-    tools = [t for t in tools if t["function"]["name"] == choice.name]
-    if not tools:
-        raise bad_request(f"tool_choice names '{choice.name}', which is not among tools.",
-                          param="tool_choice")
-    return tools, True, forced_prefix(tool_parser, choice.name)
+    return plan_tools(tools or None, "named", choice.name, tool_parser)
 
 
 def template_kwargs(req: CreateResponse) -> dict[str, Any]:
