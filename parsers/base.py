@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from parsers.buffer import TextBuffer
@@ -49,6 +49,10 @@ class ToolParser(ABC):
     @abstractmethod
     def _finish(self, out: ParseDelta) -> None:
         """Family-specific end-of-stream handling."""
+
+    def reasoning_exits(self) -> tuple[tuple[str, str], ...]:
+        """``(opener, closer)`` markers of call blocks that may end a reasoning section."""
+        return ()
 
     def emit_content(self, out: ParseDelta, text: str) -> None:
         """Send plain text to the content channel."""
@@ -112,9 +116,15 @@ class StateMachineToolParser(ToolParser):
 
 
 class ReasoningParser(ABC):
-    """Streaming splitter of a model's output into reasoning and content."""
+    """Streaming splitter of a model's output into reasoning and content.
 
-    def __init__(self, *, think_opened: bool = False) -> None:
+    ``tool_blocks``: the tool parser's ``(opener, closer)`` block markers, for formats where
+    a tool call may end the reasoning implicitly (``parsers.thinkcalls``).
+    """
+
+    def __init__(
+        self, *, think_opened: bool = False, tool_blocks: Sequence[tuple[str, str]] = ()
+    ) -> None:
         self.think_opened = think_opened
 
     @abstractmethod

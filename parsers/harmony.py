@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from parsers.base import ReasoningParser, ToolParser
@@ -214,7 +214,9 @@ class HarmonyReasoningParser(ReasoningParser):
     Tool-call messages pass through verbatim as content for a Harmony tool parser.
     """
 
-    def __init__(self, *, think_opened: bool = False) -> None:
+    def __init__(
+        self, *, think_opened: bool = False, tool_blocks: Sequence[tuple[str, str]] = ()
+    ) -> None:
         super().__init__(think_opened=think_opened)
         self._content = TextChannel(default_sep=MESSAGE_SEP)
         self._machine = HarmonyMachine(self._content, None)

@@ -53,6 +53,10 @@ class MarkupToolParser(StateMachineToolParser):
         self._block_calls = 0
         self._name: str | None = None
 
+    def reasoning_exits(self) -> tuple[tuple[str, str], ...]:
+        """The block markers: a block may end a ``<think>`` section (``parsers.thinkcalls``)."""
+        return tuple((opener, self.BLOCK_CLOSE) for opener in self.BLOCK_OPEN)
+
     # -- hooks -------------------------------------------------------------------------
     def read_header(self, text: str, pos: int, end: int) -> Header:
         """Read a call header in ``text[pos:end]``; default: every call is deferred."""

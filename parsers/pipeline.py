@@ -27,13 +27,14 @@ class OutputParser:
         think_opened: bool = False,
         parse_tools: bool = True,
     ) -> None:
-        self._reasoning: ReasoningParser | None = (
-            make_reasoning_parser(reasoning_parser, think_opened=think_opened)
-            if reasoning_parser
-            else None
-        )
         self._tools: ToolParser | None = (
             make_tool_parser(tool_parser, tools) if tool_parser and parse_tools else None
+        )
+        blocks = self._tools.reasoning_exits() if self._tools else ()
+        self._reasoning: ReasoningParser | None = (
+            make_reasoning_parser(reasoning_parser, think_opened=think_opened, tool_blocks=blocks)
+            if reasoning_parser
+            else None
         )
 
     def feed(self, text: str) -> ParseDelta:

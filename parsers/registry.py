@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from parsers.base import ReasoningParser, ToolParser
@@ -62,11 +62,13 @@ def make_tool_parser(name: str, tools: list[dict[str, Any]] | None = None) -> To
     return cls(tools)
 
 
-def make_reasoning_parser(name: str, *, think_opened: bool = False) -> ReasoningParser:
+def make_reasoning_parser(
+    name: str, *, think_opened: bool = False, tool_blocks: Sequence[tuple[str, str]] = ()
+) -> ReasoningParser:
     """A fresh reasoning parser; ValueError listing the known names if ``name`` is unknown."""
     cls = _REASONING_PARSERS.get(name)
     if cls is None:
         raise ValueError(
             f"unknown reasoning parser {name!r}; known: {', '.join(reasoning_parser_names())}"
         )
-    return cls(think_opened=think_opened)
+    return cls(think_opened=think_opened, tool_blocks=tool_blocks)

@@ -127,6 +127,7 @@ PIPELINE_CASES: list[tuple[str | None, str | None, bool, Case]] = [
             "<｜tool▁calls▁end｜>",
             reasoning="Plan: call tool.",
             calls=(PARIS,),
+            think_opened=True,
         ),
     ),
     (

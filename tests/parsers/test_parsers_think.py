@@ -78,38 +78,57 @@ THINK_CASES = [
     ),
 ]
 
+# deepseek_r1 starts in reasoning only when the prompt opened the think block (R1's template
+# ends with "<think>\n", V3.1 thinking with "<think>", V3.1 non-thinking with "</think>").
 R1_CASES = [
     Case(
         "no-opening-tag",
         "Okay, the user asks 2+2.\n</think>\n\n2+2 = 4.",
         reasoning="Okay, the user asks 2+2.",
         content="2+2 = 4.",
+        think_opened=True,
     ),
     Case("with-opening-tag", "<think>\nr\n</think>\nA", reasoning="r", content="A"),
-    Case("truncated", "Hmm, let me see", reasoning="Hmm, let me see"),
+    Case("truncated", "Hmm, let me see", reasoning="Hmm, let me see", think_opened=True),
     Case("empty", ""),
-    Case("only-close", "</think>answer", content="answer"),
+    Case("empty-opened", "", think_opened=True),
+    Case("only-close", "</think>answer", content="answer", think_opened=True),
     Case("opened-flag", "r</think>c", reasoning="r", content="c", think_opened=True),
-    Case("partial-close", "thinking</th", reasoning="thinking</th"),
-    Case("partial-open", "<thi", reasoning="<thi"),
+    Case("partial-close", "thinking</th", reasoning="thinking</th", think_opened=True),
+    Case("partial-open", "<thi", content="<thi"),
+    Case("partial-open-opened", "<thi", reasoning="<thi", think_opened=True),
     Case("leading-ws", "\n\n<think>\nx</think>y", reasoning="x", content="y"),
-    Case("second-close", "a</think>b</think>c", reasoning="a", content="b</think>c"),
+    Case(
+        "second-close",
+        "a</think>b</think>c",
+        reasoning="a",
+        content="b</think>c",
+        think_opened=True,
+    ),
     Case(
         "multiline",
         "First, 3*3=9.\nThen +1.\n</think>\n\nThe result is **10**.\n",
         reasoning="First, 3*3=9.\nThen +1.",
         content="The result is **10**.\n",
+        think_opened=True,
     ),
-    Case("open-inside", "a <think> b</think>c", reasoning="a <think> b", content="c"),
-    Case("unicode", "思考中…</think>答案：４", reasoning="思考中…", content="答案：４"),
-    Case("ws-only", "  \n  ", reasoning=""),
+    Case("open-inside", "a <think> b</think>c", reasoning="a <think> b", content="c",
+         think_opened=True),
+    Case("unicode", "思考中…</think>答案：４", reasoning="思考中…", content="答案：４",
+         think_opened=True),
+    Case("ws-only", "  \n  ", reasoning="", think_opened=True),
     Case(
         "tool-block-after",
         "plan</think>\n\n<｜tool▁calls▁begin｜>",
         reasoning="plan",
         content="<｜tool▁calls▁begin｜>",
+        think_opened=True,
     ),
     Case("empty-think-block", "<think></think>Hi", content="Hi"),
+    # not opened: a non-thinking reply (V3.1 non-thinking mode, R1 without think) is content
+    Case("not-opened-plain-reply", "Hello! How can I help?", content="Hello! How can I help?"),
+    Case("not-opened-stray-close", "a</think>b", content="a</think>b"),
+    Case("not-opened-ws", "\n Hi\n", content="\n Hi\n"),
 ]
 
 
