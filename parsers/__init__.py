@@ -11,8 +11,9 @@ Interface (all parsers are per response/choice and not thread-safe):
   parameter values by JSON schema). Partial markers are held back until decided; at
   ``finish`` they become content. Malformed or truncated calls come back as content (or, for
   formats that announce the name first, as a call with the arguments that did parse).
-  Whitespace next to tool calls is trimmed from the content (one run is kept as a separator
-  when there is content on both sides).
+  Content next to tool calls is kept exactly, except the separator the format's chat
+  template puts before a call (``ToolParser.CONTENT_SEP``) and whitespace-only runs between
+  calls (``parsers.segments``).
 * ``parsers.base.ReasoningParser(*, think_opened=False)``: same ``feed``/``finish``;
   ``think_opened`` says the chat template already emitted the opening ``<think>``.
 * ``parsers.registry``: ``tool_parser_names()``, ``reasoning_parser_names()``,

@@ -5,14 +5,27 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 from parsers.buffer import TextBuffer
 from parsers.calls import CallCounter
-from parsers.channel import TextChannel
 from parsers.jsonutil import dumps_canonical
 from parsers.schema import ToolSchemas
+from parsers.segments import ContentSegments
 from parsers.types import ParseDelta
+
+
+class ContentSink(Protocol):
+    """Where a tool parser's content goes: ContentSegments, or Harmony's message channel."""
+
+    def push(self, text: str) -> str:
+        """Feed text; return what can be released now."""
+
+    def cut(self) -> str:
+        """A call starts (or a message ends) here; return what that releases."""
+
+    def flush(self) -> str:
+        """End of stream: release held text."""
 
 
 class ToolParser(ABC):
@@ -23,10 +36,13 @@ class ToolParser(ABC):
     marker is held until it is decided, so chunking never changes the aggregated result.
     """
 
+    CONTENT_SEP: ClassVar[str] = ""
+    """What the format's chat template puts between content and a call (see ContentSegments)."""
+
     def __init__(self, tools: list[dict[str, Any]] | None = None) -> None:
         self.schemas = ToolSchemas(tools)
         self.calls = CallCounter()
-        self.content = TextChannel()
+        self.content: ContentSink = ContentSegments(self.CONTENT_SEP)
 
     def feed(self, text: str) -> ParseDelta:
         """Parse the next text delta."""
@@ -60,7 +76,7 @@ class ToolParser(ABC):
 
     def open_call(self, out: ParseDelta, name: str) -> None:
         """Start a call whose arguments will follow as increments."""
-        self.content.cut()
+        out.content += self.content.cut()
         out.tool_calls.append(self.calls.start(name))
 
     def emit_args(self, out: ParseDelta, arguments: str) -> None:
@@ -69,7 +85,7 @@ class ToolParser(ABC):
 
     def emit_call(self, out: ParseDelta, name: str, arguments: str) -> None:
         """Emit a complete call in a single delta."""
-        self.content.cut()
+        out.content += self.content.cut()
         out.tool_calls.append(self.calls.start(name, arguments))
 
     def emit_calls(self, out: ParseDelta, calls: list[tuple[str, dict[str, Any]]]) -> bool:

@@ -55,13 +55,14 @@ class TextChannel:
         self._pending = text[len(body) :]
         return out
 
-    def cut(self) -> None:
-        """Mark a cut point: hold back the whitespace around it."""
+    def cut(self) -> str:
+        """Mark a cut point: hold back the whitespace around it (releases nothing)."""
         if not self._skip:
             self._sep = self._pending
         self._pending = ""
         self._lead = ""
         self._skip = True
+        return ""
 
     def flush(self) -> str:
         """End of stream without a cut: release held whitespace."""

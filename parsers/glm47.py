@@ -20,6 +20,7 @@ class Glm47ToolParser(MarkupToolParser):
 
     BLOCK_OPEN: ClassVar[tuple[str, ...]] = ("<tool_call>",)
     BLOCK_CLOSE: ClassVar[str] = "</tool_call>"
+    CONTENT_SEP: ClassVar[str] = "\n"  # GLM-4.5+ templates: content + "\n<tool_call>"
 
     def read_header(self, text: str, pos: int, end: int) -> Header:
         """The function name: the first run of non-space, non-``<`` characters."""

@@ -13,6 +13,7 @@ class HermesToolParser(MarkupToolParser):
 
     BLOCK_OPEN: ClassVar[tuple[str, ...]] = ("<tool_call>",)
     BLOCK_CLOSE: ClassVar[str] = "</tool_call>"
+    CONTENT_SEP: ClassVar[str] = "\n"  # Qwen2.5/Qwen3 templates: content + "\n<tool_call>"
 
     def parse_deferred(self, body: str) -> list[tuple[str, dict[str, Any]]] | None:
         """The JSON call(s) in a block, or None when it is not valid JSON calls."""

@@ -7,13 +7,25 @@ from typing import Any
 from parsers.jsonutil import loads_sequence, loads_strict, strip_code_fence
 
 Call = tuple[str, dict[str, Any]]
+_MAX_DECODES = 2
 _CALL_KEYS = frozenset({"name", "arguments", "parameters", "type", "id"})
 
 
 def _arguments(value: Any) -> dict[str, Any] | None:
+    """The arguments object; a string holding serialized JSON is decoded (at most twice).
+
+    Arguments are always a JSON object (function parameters are object schemas, and clients
+    decode them into keyword arguments). A string that holds a serialized object (Granite 4,
+    some Qwen fine-tunes), even serialized twice, is decoded; any other value (a bare string
+    like ``"hello"``, a number, a list) is not a call: the block stays content, so nothing is
+    lost and nothing that is not an object reaches the client. vLLM instead returns such a
+    value JSON-encoded as the arguments text (``'"hello"'``).
+    """
     if value is None:
         return {}
-    if isinstance(value, str):
+    for _ in range(_MAX_DECODES):
+        if not isinstance(value, str):
+            break
         if not value.strip():
             return {}
         ok, value = loads_strict(value)

@@ -12,15 +12,17 @@ from parsers.jsoncalls import call_from_json
 from parsers.jsonutil import loads_strict
 from parsers.pyliteral import parse_call, parse_call_list
 from parsers.scan import BracketScanner
+from parsers.schema import tool_functions
 from parsers.types import ParseDelta
 
 Call = tuple[str, dict[str, Any]]
 _TAGS = ("<|python_tag|>", "<|python_start|>")
 _SKIPPABLE = ("<|python_end|>", "<|eom_id|>", "<|eot_id|>")
-_TAG_MARKS = MarkerSet(_TAGS)
+_PROSE_MARKS = MarkerSet(_TAGS + ("{",))
 _LEAD_TOKENS = _TAGS + _SKIPPABLE
 _MAX_TOKEN = max(len(t) for t in _LEAD_TOKENS)
 HEAD_WINDOW = 128
+PROSE_MAX = 32_768  # longest JSON call object recognised after prose
 # (complete head, head prefix) patterns deciding early whether a candidate can be a call
 _HEADS = {
     "{": (re.compile(r'\{\s*"'), re.compile(r"\{\s*")),
@@ -58,6 +60,23 @@ def parse_candidate(kind: str, text: str) -> list[Call] | None:
     return _normalise([call]) if call else None
 
 
+def prose_call(text: str, known: frozenset[str]) -> Call | None:
+    """A JSON call found after prose: an object with a name and ``parameters``/``arguments``.
+
+    When the request declares tools the name must be one of them (prose quoting JSON is
+    common, so a looser rule would turn examples into calls).
+    """
+    ok, value = loads_strict(text)
+    if not ok or not isinstance(value, dict):
+        return None
+    if "parameters" not in value and "arguments" not in value:
+        return None
+    call = call_from_json(value, strict_keys=True)
+    if call is None or (known and call[0] not in known):
+        return None
+    return call
+
+
 class _State(enum.Enum):
     LEAD = 0  # at the start, after a tag, or between calls
     CANDIDATE = 1
@@ -65,18 +84,26 @@ class _State(enum.Enum):
 
 
 class LlamaToolParser(StateMachineToolParser):
-    """Llama tool calls at the start of the output, after ``<|python_tag|>`` or between calls.
+    """Llama tool calls: at the start, after ``<|python_tag|>``, between calls, or after prose.
 
-    Text that merely starts with ``{`` or ``[`` but is not a call comes back as content.
+    As in vLLM's ``llama3_json`` parser, a JSON call object may follow prose ("Here is the
+    call: {...}") and several calls may be separated by ``;`` (the separators between calls
+    are dropped; all other text is kept as content exactly). After prose only a JSON object
+    with a name and ``parameters``/``arguments`` (and, when tools are declared, a declared
+    name) of at most ``PROSE_MAX`` characters counts. Text that merely starts with ``{`` or
+    ``[`` but is not a call comes back as content.
     """
 
     def __init__(self, tools: list[dict[str, Any]] | None = None) -> None:
         super().__init__(tools)
+        self._known = frozenset(tool_functions(tools))
         self._buf = TextBuffer()
         self._state = _State.LEAD
         self._after_tag = False
         self._after_call = False
+        self._sep = ""  # separators skipped after a call: dropped if another call follows
         self._kind = "{"
+        self._prose = False
         self._start = 0
         self._head_ok = False
         self._scanner = BracketScanner(0, python=False)
@@ -94,10 +121,14 @@ class LlamaToolParser(StateMachineToolParser):
         i = buf.pos
         while i < n and (text[i].isspace() or (text[i] == ";" and self._after_call)):
             i += 1
-        if not self._after_call:
+        if self._after_call:
+            self._sep += text[buf.pos : i]
+        else:
             self.emit_content(out, text[buf.pos : i])
         buf.pos = i
         if i >= n:
+            if final:
+                self._flush_sep(out)
             return False
         for token in _LEAD_TOKENS:
             if text.startswith(token, i):
@@ -113,56 +144,81 @@ class LlamaToolParser(StateMachineToolParser):
         c = text[i]
         kind = c if c in "{[" else ("a" if self._after_tag and (c.isalpha() or c == "_") else "")
         if not kind:
+            self._flush_sep(out)
             self._state = _State.CONTENT
             return True
+        self._start_candidate(kind, prose=False)
+        return True
+
+    def _start_candidate(self, kind: str, *, prose: bool) -> None:
+        buf = self._buf
         buf.compact()
         self._kind = kind
+        self._prose = prose
         self._start = buf.pos
         self._head_ok = False
         self._scanner = BracketScanner(buf.pos, python=kind != "{")
         self._state = _State.CANDIDATE
-        return True
 
     def _on_candidate(self, out: ParseDelta, final: bool) -> bool:
         buf = self._buf
         text = buf.text
+        start = self._start
         if not self._head_ok:
             full, prefix = _HEADS[self._kind]
-            end = min(len(text), self._start + HEAD_WINDOW)
-            if full.match(text, self._start, end):
+            end = min(len(text), start + HEAD_WINDOW)
+            if full.match(text, start, end):
                 self._head_ok = True
             else:
-                m = prefix.match(text, self._start, end)
-                if m is not None and m.end() == end and end - self._start < HEAD_WINDOW:
+                m = prefix.match(text, start, end)
+                if m is not None and m.end() == end and end - start < HEAD_WINDOW:
                     if not final:
                         return False
-                return self._reject()
-        end = self._scanner.scan(text)
+                return self._reject(out, start + 1 if self._kind == "{" else start)
+        limit = start + PROSE_MAX if self._prose else len(text)
+        end = self._scanner.scan(text, min(limit, len(text)))
         if end < 0:
-            return self._reject() if final else False
-        calls = parse_candidate(self._kind, text[self._start : end])
+            if self._prose and len(text) >= limit:
+                return self._reject(out, limit)
+            return self._reject(out, len(text)) if final else False
+        if self._prose:
+            call = prose_call(text[start:end], self._known)
+            calls = [call] if call else None
+        else:
+            calls = parse_candidate(self._kind, text[start:end])
         if not calls or not self.emit_calls(out, calls):
-            return self._reject()
+            return self._reject(out, end if self._kind == "{" else start)
+        self._sep = ""
         buf.pos = end
         self._after_call = True
         self._after_tag = False
         self._state = _State.LEAD
         return True
 
-    def _reject(self) -> bool:
+    def _reject(self, out: ParseDelta, upto: int) -> bool:
+        """The candidate is text: emit it up to ``upto`` and scan on as content."""
+        self._flush_sep(out)
+        self.emit_content(out, self._buf.take(upto))
         self._state = _State.CONTENT
         return True
 
+    def _flush_sep(self, out: ParseDelta) -> None:
+        self.emit_content(out, self._sep)
+        self._sep = ""
+
     def _on_content(self, out: ParseDelta, final: bool) -> bool:
         buf = self._buf
-        hit = buf.find(_TAG_MARKS)
+        hit = buf.find(_PROSE_MARKS)
         if hit is None:
-            keep = 0 if final else buf.held(_TAG_MARKS)
+            keep = 0 if final else buf.held(_PROSE_MARKS)
             self.emit_content(out, buf.take(len(buf) - keep))
             buf.compact()
             return False
         idx, marker = hit
         self.emit_content(out, buf.take(idx))
+        if marker == "{":
+            self._start_candidate("{", prose=True)
+            return True
         buf.pos += len(marker)
         self._after_tag = True
         self._after_call = False

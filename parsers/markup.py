@@ -123,7 +123,7 @@ class MarkupToolParser(StateMachineToolParser):
             if not (calls and self.emit_calls(out, calls)):
                 self.emit_content(out, self._buf.slice(self._raw_from, end))
         else:
-            self.content.cut()
+            out.content += self.content.cut()
         self._buf.pos = end
         self._state = _State.TEXT
 
@@ -168,7 +168,7 @@ class MarkupToolParser(StateMachineToolParser):
             self._state = _State.BLOCK
         else:
             if self._block_calls:
-                self.content.cut()
+                out.content += self.content.cut()
             self._state = _State.TEXT
         return True
 

@@ -18,6 +18,7 @@ class MiniMaxToolParser(MarkupToolParser):
     BLOCK_CLOSE: ClassVar[str] = "</minimax:tool_call>"
     CALL_OPEN: ClassVar[str | None] = "<invoke"
     CALL_CLOSE: ClassVar[str | None] = "</invoke>"
+    CONTENT_SEP: ClassVar[str] = "\n"  # MiniMax-M2 template: content + "\n<minimax:tool_call>"
 
     def read_header(self, text: str, pos: int, end: int) -> Header:
         """`` name="NAME">`` after ``<invoke``."""

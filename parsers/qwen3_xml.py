@@ -24,6 +24,7 @@ class Qwen3XmlToolParser(MarkupToolParser):
     CALL_OPEN: ClassVar[str | None] = "<function="
     CALL_CLOSE: ClassVar[str | None] = "</function>"
     BARE_CALLS: ClassVar[bool] = True
+    CONTENT_SEP: ClassVar[str] = "\n\n"  # Qwen3-Coder/Qwen3.5 templates: content + "\n\n<tool_call>"
 
     def read_header(self, text: str, pos: int, end: int) -> Header:
         """``NAME>`` after ``<function=``."""

@@ -25,16 +25,19 @@ class BracketScanner:
         self._escape = False
         self._opened = False
 
-    def scan(self, text: str) -> int:
-        """Index just past the bracket that closes the expression, or -1 if not there yet."""
-        i, n = self.pos, len(text)
+    def scan(self, text: str, end: int | None = None) -> int:
+        """Index just past the bracket that closes the expression, or -1 if not there yet.
+
+        Only ``text[:end]`` is scanned when ``end`` is given.
+        """
+        i, n = self.pos, len(text) if end is None else end
         while i < n:
             if self._escape:
                 self._escape = False
                 i += 1
                 continue
             if self._quote:
-                m = _IN_STRING[self._quote].search(text, i)
+                m = _IN_STRING[self._quote].search(text, i, n)
                 if m is None:
                     i = n
                     break
@@ -44,7 +47,7 @@ class BracketScanner:
                 else:
                     self._quote = ""
                 continue
-            m = self._outside.search(text, i)
+            m = self._outside.search(text, i, n)
             if m is None:
                 i = n
                 break

@@ -15,13 +15,49 @@ CASES = [
     Case(
         "text-before",
         f"Let me check the weather.\n\n<tool_call>\n{W}\n</tool_call>",
-        content="Let me check the weather.",
+        # the template renders content + "\n<tool_call>": one newline is the separator
+        content="Let me check the weather.\n",
         calls=(("get_weather", {"city": "Paris"}),),
+    ),
+    # exact content: only the template's "\n" before <tool_call> is a separator
+    Case(
+        "text-space-before-call",
+        f"Let me check. <tool_call>\n{W}\n</tool_call>",
+        content="Let me check. ",
+        calls=(("get_weather", {"city": "Paris"}),),
+    ),
+    Case(
+        "text-between-calls",
+        f"A\n<tool_call>{W}</tool_call>\n\n<tool_call>{W}</tool_call>  \n",
+        content="A",
+        calls=(("get_weather", {"city": "Paris"}), ("get_weather", {"city": "Paris"})),
+    ),
+    # arguments given as serialized JSON text (vLLM test_hermes_tool_parser.py, Granite 4)
+    Case(
+        "arguments-serialized-object",
+        '<tool_call>{"name": "f", "arguments": "{\\"p\\": \\"max\\"}"}</tool_call>',
+        calls=(("f", {"p": "max"}),),
+    ),
+    Case(
+        "arguments-serialized-twice",
+        '<tool_call>{"name": "f", "arguments": "\\"{\\\\\\"p\\\\\\": 1}\\""}</tool_call>',
+        calls=(("f", {"p": 1}),),
+    ),
+    # a bare string (or any non-object) is not a call's arguments: the block stays content
+    Case(
+        "arguments-bare-string",
+        '<tool_call>{"name": "f", "arguments": "hello"}</tool_call>',
+        content='<tool_call>{"name": "f", "arguments": "hello"}</tool_call>',
+    ),
+    Case(
+        "arguments-serialized-list",
+        '<tool_call>{"name": "f", "arguments": "[1]"}</tool_call>',
+        content='<tool_call>{"name": "f", "arguments": "[1]"}</tool_call>',
     ),
     Case(
         "text-after",
         f"<tool_call>\n{W}\n</tool_call>\nI asked for it.",
-        content="I asked for it.",
+        content="\nI asked for it.",
         calls=(("get_weather", {"city": "Paris"}),),
     ),
     Case(
@@ -99,7 +135,7 @@ CASES = [
     Case(
         "good-then-bad",
         '<tool_call>{"name": "a", "arguments": {}}</tool_call>\n<tool_call>oops</tool_call>',
-        content="<tool_call>oops</tool_call>",
+        content="\n<tool_call>oops</tool_call>",
         calls=(("a", {}),),
     ),
     Case(

@@ -66,7 +66,7 @@ CASES = [
     Case(
         "call-then-text",
         '{"name": "f", "parameters": {}}\n\nSome text',
-        content="Some text",
+        content="\n\nSome text",
         calls=(("f", {}),),
     ),
     Case(
@@ -74,10 +74,53 @@ CASES = [
         '{"name": "f", "parameters": {"a": ',
         content='{"name": "f", "parameters": {"a": ',
     ),
+    # after prose, a JSON object with a name and parameters/arguments is a call (vLLM llama3_json)
     Case(
-        "text-then-json-is-content",
+        "text-then-json-call",
         'Here is JSON: {"name": "f", "parameters": {}}',
-        content='Here is JSON: {"name": "f", "parameters": {}}',
+        content="Here is JSON: ",
+        calls=(("f", {}),),
+    ),
+    Case(
+        "prose-calls-semicolons-then-text",
+        'Calls: {"name": "a", "parameters": {"q": 1}}; {"name": "b", "arguments": {}} Done.',
+        content="Calls:  Done.",
+        calls=(("a", {"q": 1}), ("b", {})),
+    ),
+    Case(
+        "prose-json-without-parameters-is-text",
+        'Example: {"name": "John"} ok',
+        content='Example: {"name": "John"} ok',
+    ),
+    Case(
+        "prose-json-data-is-text",
+        'Data {"name": "John", "age": 3} and {"q": "x"}',
+        content='Data {"name": "John", "age": 3} and {"q": "x"}',
+    ),
+    Case(
+        "prose-call-unknown-tool-is-text",
+        'Try {"name": "nope", "parameters": {}}',
+        content='Try {"name": "nope", "parameters": {}}',
+        tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
+    ),
+    Case(
+        "prose-call-known-tool",
+        'Try {"name": "f", "parameters": {}}',
+        content="Try ",
+        calls=(("f", {}),),
+        tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
+    ),
+    Case("prose-brace-text", "Use {x} or {", content="Use {x} or {"),
+    Case(
+        "call-then-semicolon-text",
+        '{"name": "f", "parameters": {}}; bye',
+        content="; bye",
+        calls=(("f", {}),),
+    ),
+    Case(
+        "prose-truncated-call",
+        'So: {"name": "f", "parameters": {"a": ',
+        content='So: {"name": "f", "parameters": {"a": ',
     ),
     Case("positional-args", "[f(1)]", content="[f(1)]"),
     Case(
@@ -127,3 +170,16 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=ids(CASES))
 def test_llama(case: Case) -> None:
     check_case(tool_factory("llama", case), case)
+
+
+def test_prose_call_length_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After prose, a JSON object longer than PROSE_MAX is text (and is not held longer)."""
+    import parsers.llama
+
+    monkeypatch.setattr(parsers.llama, "PROSE_MAX", 40)
+    long = 'A {"name": "f", "parameters": {"s": "' + "x" * 30 + '"}} and {"name": "f", "parameters": {}}'
+    check_case(
+        tool_factory("llama", Case("x", "")),
+        Case("long", long, content='A {"name": "f", "parameters": {"s": "' + "x" * 30 + '"}} and ',
+             calls=(("f", {}),)),
+    )

@@ -107,7 +107,7 @@ CASES = [
     Case(
         "text-after",
         block(invoke("get_weather", city="A")) + "\n\nDone.",
-        content="Done.",
+        content="\n\nDone.",
         calls=(("get_weather", {"city": "A"}),),
         tools=T,
     ),

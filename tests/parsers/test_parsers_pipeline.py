@@ -77,7 +77,7 @@ PIPELINE_CASES: list[tuple[str | None, str | None, bool, Case]] = [
         "hermes",
         None,
         True,
-        Case("tools-only", "Hi " + HERMES_CALL, content="Hi", calls=(PARIS,)),
+        Case("tools-only", "Hi " + HERMES_CALL, content="Hi ", calls=(PARIS,)),
     ),
     (None, None, True, Case("passthrough", "<think>x</think>", content="<think>x</think>")),
     (

@@ -64,6 +64,9 @@ THINK_CASES = [
         reasoning="r",
         content="Answer\n",
     ),
+    # after </think> only the template's line breaks go; other text is kept exactly
+    Case("content-keeps-leading-spaces", "<think>r</think>  A ", reasoning="r", content="  A "),
+    Case("content-newlines-then-spaces", "<think>r</think>\r\n\n  A", reasoning="r", content="  A"),
     Case(
         "multiline-reasoning",
         "<think>\nStep 1: add.\n\nStep 2: check.\n</think>\n\n**4**",
