@@ -62,13 +62,20 @@ _DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite
 
 
 def loads_sequence(text: str) -> list[Any] | None:
-    """Parse one or more whitespace-separated JSON values; None if any part is not JSON."""
+    """Parse one or more JSON values separated by whitespace or a comma; None if any part
+    is not JSON (``{..}, {..}`` is how some models put several calls in one block)."""
     values: list[Any] = []
     i, n = 0, len(text)
     try:
         while True:
             while i < n and text[i] in " \t\r\n":
                 i += 1
+            if values and i < n and text[i] == ",":
+                i += 1
+                while i < n and text[i] in " \t\r\n":
+                    i += 1
+                if i >= n:
+                    return None
             if i >= n:
                 break
             value, i = _DECODER.raw_decode(text, i)

@@ -18,7 +18,7 @@ from parsers.types import ParseDelta
 Call = tuple[str, dict[str, Any]]
 _TAGS = ("<|python_tag|>", "<|python_start|>")
 _SKIPPABLE = ("<|python_end|>", "<|eom_id|>", "<|eot_id|>")
-_PROSE_MARKS = MarkerSet(_TAGS + ("{",))
+_PROSE_MARKS = MarkerSet(_TAGS + ("{", "["))
 _LEAD_TOKENS = _TAGS + _SKIPPABLE
 _MAX_TOKEN = max(len(t) for t in _LEAD_TOKENS)
 HEAD_WINDOW = 128
@@ -60,21 +60,28 @@ def parse_candidate(kind: str, text: str) -> list[Call] | None:
     return _normalise([call]) if call else None
 
 
-def prose_call(text: str, known: frozenset[str]) -> Call | None:
-    """A JSON call found after prose: an object with a name and ``parameters``/``arguments``.
+def prose_calls(kind: str, text: str, known: frozenset[str]) -> list[Call] | None:
+    """Calls found after prose: a JSON object with a name and ``parameters``/``arguments``
+    (vLLM ``llama3_json``) or a pythonic list ``[f(a=1)]`` (SGLang ``pythonic``).
 
-    When the request declares tools the name must be one of them (prose quoting JSON is
-    common, so a looser rule would turn examples into calls).
+    When the request declares tools every name must be one of them (prose quoting JSON or
+    code is common, so a looser rule would turn examples into calls).
     """
-    ok, value = loads_strict(text)
-    if not ok or not isinstance(value, dict):
+    calls: list[Call] | None
+    if kind == "[":
+        found = parse_call_list(text)
+        calls = _normalise(found) if found else None
+    else:
+        ok, value = loads_strict(text)
+        if not ok or not isinstance(value, dict):
+            return None
+        if "parameters" not in value and "arguments" not in value:
+            return None
+        call = call_from_json(value, strict_keys=True)
+        calls = [call] if call else None
+    if not calls or (known and any(name not in known for name, _ in calls)):
         return None
-    if "parameters" not in value and "arguments" not in value:
-        return None
-    call = call_from_json(value, strict_keys=True)
-    if call is None or (known and call[0] not in known):
-        return None
-    return call
+    return calls
 
 
 class _State(enum.Enum):
@@ -88,9 +95,9 @@ class LlamaToolParser(StateMachineToolParser):
 
     As in vLLM's ``llama3_json`` parser, a JSON call object may follow prose ("Here is the
     call: {...}") and several calls may be separated by ``;`` (the separators between calls
-    are dropped; all other text is kept as content exactly). After prose only a JSON object
-    with a name and ``parameters``/``arguments`` (and, when tools are declared, a declared
-    name) of at most ``PROSE_MAX`` characters counts. Text that merely starts with ``{`` or
+    are dropped; all other text is kept as content exactly); as in SGLang's ``pythonic``
+    parser, so may a pythonic call list. After prose only such calls (see ``prose_calls``)
+    of at most ``PROSE_MAX`` characters count. Text that merely starts with ``{`` or
     ``[`` but is not a call comes back as content.
     """
 
@@ -174,7 +181,7 @@ class LlamaToolParser(StateMachineToolParser):
                 if m is not None and m.end() == end and end - start < HEAD_WINDOW:
                     if not final:
                         return False
-                return self._reject(out, start + 1 if self._kind == "{" else start)
+                return self._reject(out, start + 1 if self._kind == "{" or self._prose else start)
         limit = start + PROSE_MAX if self._prose else len(text)
         end = self._scanner.scan(text, min(limit, len(text)))
         if end < 0:
@@ -182,12 +189,11 @@ class LlamaToolParser(StateMachineToolParser):
                 return self._reject(out, limit)
             return self._reject(out, len(text)) if final else False
         if self._prose:
-            call = prose_call(text[start:end], self._known)
-            calls = [call] if call else None
+            calls = prose_calls(self._kind, text[start:end], self._known)
         else:
             calls = parse_candidate(self._kind, text[start:end])
         if not calls or not self.emit_calls(out, calls):
-            return self._reject(out, end if self._kind == "{" else start)
+            return self._reject(out, end if self._kind == "{" or self._prose else start)
         self._sep = ""
         buf.pos = end
         self._after_call = True
@@ -216,8 +222,8 @@ class LlamaToolParser(StateMachineToolParser):
             return False
         idx, marker = hit
         self.emit_content(out, buf.take(idx))
-        if marker == "{":
-            self._start_candidate("{", prose=True)
+        if marker in ("{", "["):
+            self._start_candidate(marker, prose=True)
             return True
         buf.pos += len(marker)
         self._after_tag = True

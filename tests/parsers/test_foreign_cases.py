@@ -5,7 +5,9 @@ deliberately differs from the source's, the comment says how and why.
 
 Sources (vLLM, Apache-2.0): tests/tool_parsers/test_llama3_json_tool_parser.py (L3),
 tests/tool_parsers/test_hermes_tool_parser.py (H), tests/reasoning/test_deepseekr1_reasoning_parser.py
-(R1), tests/reasoning/test_qwen3_tool_call_recovery.py (QR).
+(R1), tests/reasoning/test_qwen3_tool_call_recovery.py (QR). SGLang (Apache-2.0):
+test/srt/test_function_call_parser.py, classes TestPythonicDetector (SP), TestLlama32Detector
+(SL), TestBaseFormatDetector (SB), TestQwen3CoderDetector (SQ), TestGlm4MoeDetector (SG).
 """
 
 from __future__ import annotations
@@ -13,6 +15,22 @@ from __future__ import annotations
 import pytest
 
 from tests.parsers.parsers_harness import Case, check_case, ids, pipeline_factory
+
+
+def _tools(*specs: tuple[str, dict[str, str]]) -> list[dict[str, object]]:
+    return [
+        {"type": "function", "function": {"name": name, "parameters": {
+            "type": "object", "properties": {k: {"type": t} for k, t in props.items()}}}}
+        for name, props in specs
+    ]
+
+
+SP_TOOLS = _tools(("get_weather", {"location": "string", "unit": "string"}),
+                  ("search", {"query": "string"}))
+SL_TOOLS = _tools(("get_weather", {"city": "string"}), ("get_tourist_attractions", {"city": "string"}))
+SQ_TOOLS = _tools(("get_current_weather", {"city": "string", "state": "string"}),
+                  ("calculate_area", {"shape": "string", "dimensions": "object"}))
+SG_TOOLS = _tools(("get_weather", {"city": "string", "date": "string"}))
 
 SEARCH1 = '{"name": "searchTool", "parameters": {"query": "test1"}}'
 INCIDENTS = '{"name": "getOpenIncidentsTool", "parameters": {}}'
@@ -192,6 +210,133 @@ CASES: list[tuple[str | None, str | None, Case]] = [
         "<think>Let me think about this carefully.\nThe answer is 42.</think>The answer is 42.",
         reasoning="Let me think about this carefully.\nThe answer is 42.",
         content="The answer is 42.")),
+    # SP: SGLang's pythonic detector finds [f(...)] lists after prose, as our llama parser
+    # now does (Llama 4 pythonic); text around them is kept exactly.
+    ("llama", None, Case("sp-no-brackets", "This is just normal text without any tool calls.",
+                         content="This is just normal text without any tool calls.",
+                         tools=SP_TOOLS)),
+    ("llama", None, Case(
+        "sp-complete-after-prose",
+        "Here's a tool call: [get_weather(location='New York', unit='celsius')]",
+        content="Here's a tool call: ",
+        calls=(("get_weather", {"location": "New York", "unit": "celsius"}),), tools=SP_TOOLS)),
+    ("llama", None, Case(
+        "sp-text-before", "This is some text before [get_weather(location='London')]",
+        content="This is some text before ", calls=(("get_weather", {"location": "London"}),),
+        tools=SP_TOOLS)),
+    ("llama", None, Case(
+        "sp-no-text-before", "[search(query='python programming')]",
+        calls=(("search", {"query": "python programming"}),), tools=SP_TOOLS)),
+    ("llama", None, Case(
+        "sp-text-after", "[get_weather(location='Tokyo')] Here's the forecast:",
+        content=" Here's the forecast:", calls=(("get_weather", {"location": "Tokyo"}),),
+        tools=SP_TOOLS)),
+    ("llama", None, Case(
+        "sp-two-lists", "[get_weather(location='Berlin')] and [search(query='restaurants')]",
+        content=" and ",
+        calls=(("get_weather", {"location": "Berlin"}), ("search", {"query": "restaurants"})),
+        tools=SP_TOOLS)),
+    ("llama", None, Case("sp-opening-bracket-only", "Let's try this: [",
+                         content="Let's try this: [", tools=SP_TOOLS)),
+    ("llama", None, Case(
+        "sp-nested-brackets",
+        "[get_weather(location='New York', unit='celsius', data=[1, 2, 3])]",
+        calls=(("get_weather", {"location": "New York", "unit": "celsius", "data": [1, 2, 3]}),),
+        tools=SP_TOOLS)),
+    ("llama", None, Case(
+        "sp-nested-dict",
+        "[search(query='test', config={'options': [1, 2], 'nested': {'key': 'value'}})]",
+        calls=(("search", {"query": "test",
+                           "config": {"options": [1, 2], "nested": {"key": "value"}}}),),
+        tools=SP_TOOLS)),
+    ("llama", None, Case(
+        "sp-two-in-one-list",
+        "[get_weather(location='Paris', data=[10, 20]), search(query='test', filters=['a', 'b'])]",
+        calls=(("get_weather", {"location": "Paris", "data": [10, 20]}),
+               ("search", {"query": "test", "filters": ["a", "b"]})), tools=SP_TOOLS)),
+    ("llama", None, Case(
+        "sp-python-start-end-in-text",
+        "User wants to get the weather in Mars. <|python_start|>[get_weather(location='Mars', "
+        "unit='celsius')]<|python_end|> In this way we will get the weather in Mars.",
+        content="User wants to get the weather in Mars.  In this way we will get the weather in Mars.",
+        calls=(("get_weather", {"location": "Mars", "unit": "celsius"}),), tools=SP_TOOLS)),
+    ("llama", None, Case(  # SL test_single_json
+        "sl-single", '{"name": "get_weather", "parameters": {"city": "Paris"}}',
+        calls=(("get_weather", {"city": "Paris"}),), tools=SL_TOOLS)),
+    ("llama", None, Case(  # SL test_multiple_json_with_separator
+        "sl-python-tag-semicolon",
+        '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}};'
+        '{"name": "get_tourist_attractions", "parameters": {"city": "Paris"}}',
+        calls=(("get_weather", {"city": "Paris"}), ("get_tourist_attractions", {"city": "Paris"})),
+        tools=SL_TOOLS)),
+    ("llama", None, Case(  # SL test_multiple_json_with_separator_customized
+        "sl-python-tag-twice",
+        '<|python_tag|>{"name": "get_weather", "parameters": {}}'
+        '<|python_tag|>{"name": "get_tourist_attractions", "parameters": {}}',
+        calls=(("get_weather", {}), ("get_tourist_attractions", {})), tools=SL_TOOLS)),
+    ("llama", None, Case(  # SL test_json_with_trailing_text
+        "sl-trailing-text", '{"name": "get_weather", "parameters": {}} Some follow-up text',
+        content=" Some follow-up text", calls=(("get_weather", {}),), tools=SL_TOOLS)),
+    # SL test_invalid_then_valid_json: SGLang recovers the call nested inside an unclosed
+    # object. Out of scope: that needs rescanning text already scanned (not linear); the
+    # malformed text stays content.
+    ("llama", None, Case(
+        "sl-invalid-then-valid",
+        '{"name": "get_weather", "parameters": {{"name": "get_weather", "parameters": {}}',
+        content='{"name": "get_weather", "parameters": {{"name": "get_weather", "parameters": {}}',
+        tools=SL_TOOLS)),
+    ("llama", None, Case(  # SL test_with_python_tag_prefix
+        "sl-intro-then-tag", 'Some intro. <|python_tag|>{"name": "get_weather", "parameters": {}}',
+        content="Some intro. ", calls=(("get_weather", {}),), tools=SL_TOOLS)),
+    ("hermes", None, Case(  # SB test_sequential_tool_index_assignment: comma-separated calls
+        "sb-comma-separated-in-block",
+        '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}, '
+        '{"name": "get_tourist_attractions", "arguments": {"city": "London"}}</tool_call>',
+        calls=(("get_weather", {"city": "Paris"}), ("get_tourist_attractions", {"city": "London"})),
+        tools=SL_TOOLS)),
+    ("qwen3_coder_xml", None, Case(  # SQ test_edge_case_no_parameters
+        "sq-no-parameters", "<tool_call>\n<function=get_current_weather>\n</function>\n</tool_call>",
+        calls=(("get_current_weather", {}),), tools=SQ_TOOLS)),
+    ("qwen3_coder_xml", None, Case(  # SQ test_edge_case_special_chars_in_value
+        "sq-special-chars",
+        "<tool_call>\n<function=get_current_weather>\n<parameter=city>\nDallas->TX\n</parameter>\n"
+        "</function>\n</tool_call>",
+        calls=(("get_current_weather", {"city": "Dallas->TX"}),), tools=SQ_TOOLS)),
+    ("qwen3_coder_xml", None, Case(  # SQ test_extract_tool_calls_fallback_no_tags
+        "sq-no-wrapper",
+        "<function=get_current_weather>\n<parameter=city>\nDallas\n</parameter>\n"
+        "<parameter=state>\nTX\n</parameter>\n</function>",
+        calls=(("get_current_weather", {"city": "Dallas", "state": "TX"}),), tools=SQ_TOOLS)),
+    ("qwen3_coder_xml", None, Case(  # SQ test_extract_tool_calls_type_conversion
+        "sq-type-conversion",
+        "<tool_call>\n<function=test_types>\n<parameter=int_param>\n42\n</parameter>\n"
+        "<parameter=float_param>\n3.14\n</parameter>\n<parameter=bool_param>\ntrue\n</parameter>\n"
+        "<parameter=str_param>\nhello world\n</parameter>\n<parameter=obj_param>\n"
+        '{"key": "value"}\n</parameter>\n</function>\n</tool_call>',
+        calls=(("test_types", {"int_param": 42, "float_param": 3.14, "bool_param": True,
+                               "str_param": "hello world", "obj_param": {"key": "value"}}),),
+        tools=_tools(("test_types", {"int_param": "integer", "float_param": "number",
+                                     "bool_param": "boolean", "str_param": "string",
+                                     "obj_param": "object"})))),
+    ("qwen3_coder_xml", None, Case(  # SQ test_parse_streaming_incremental (unindented form)
+        "sq-text-then-call",
+        "I'll check the weather.<tool_call>\n<function=get_current_weather>\n<parameter=city>\n"
+        "Dallas\n</parameter>\n<parameter=state>\nTX\n</parameter>\n</function>\n</tool_call>",
+        content="I'll check the weather.",
+        calls=(("get_current_weather", {"city": "Dallas", "state": "TX"}),), tools=SQ_TOOLS)),
+    ("glm47", None, Case(  # SG test_single_tool_call
+        "sg-single",
+        "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Beijing</arg_value>\n"
+        "<arg_key>date</arg_key>\n<arg_value>2024-06-27</arg_value>\n</tool_call>",
+        calls=(("get_weather", {"city": "Beijing", "date": "2024-06-27"}),), tools=SG_TOOLS)),
+    ("glm47", None, Case(  # SG test_multiple_tool_calls
+        "sg-two",
+        "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Beijing</arg_value>\n"
+        "<arg_key>date</arg_key>\n<arg_value>2024-06-27</arg_value>\n</tool_call>"
+        "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Shanghai</arg_value>\n"
+        "<arg_key>date</arg_key>\n<arg_value>2024-06-28</arg_value>\n</tool_call>",
+        calls=(("get_weather", {"city": "Beijing", "date": "2024-06-27"}),
+               ("get_weather", {"city": "Shanghai", "date": "2024-06-28"})), tools=SG_TOOLS)),
 ]
 
 
