@@ -14,10 +14,13 @@ Interface (all parsers are per response/choice and not thread-safe):
   Content next to tool calls is kept exactly, except the separator the format's chat
   template puts before a call (``ToolParser.CONTENT_SEP``) and whitespace-only runs between
   calls (``parsers.segments``).
-* ``parsers.base.ReasoningParser(*, think_opened=False)``: same ``feed``/``finish``;
-  ``think_opened`` says the chat template already emitted the opening ``<think>``.
+* ``parsers.base.ReasoningParser(*, think_opened=False, tool_blocks=())``: same
+  ``feed``/``finish``; ``think_opened`` says the chat template already emitted the opening
+  ``<think>``; ``tool_blocks`` (from ``ToolParser.reasoning_exits()``) are the call blocks
+  that may end a reasoning section implicitly (``parsers.thinkcalls``).
 * ``parsers.registry``: ``tool_parser_names()``, ``reasoning_parser_names()``,
-  ``make_tool_parser(name, tools=None)``, ``make_reasoning_parser(name, *, think_opened)``;
+  ``make_tool_parser(name, tools=None)``,
+  ``make_reasoning_parser(name, *, think_opened, tool_blocks=())``;
   unknown names raise ``ValueError`` listing the known ones.
   Tool parsers: hermes, qwen3_xml, qwen3_coder_xml, glm47, harmony, ui_tars, llama,
   deepseek, minimax. Reasoning parsers: qwen3, deepseek_r1, glm4, harmony, minimax.

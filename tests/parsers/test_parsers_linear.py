@@ -80,3 +80,18 @@ def test_long_reasoning_is_linear(name: str) -> None:
         return "<think>" + x + "</think>ok"
 
     _assert_linear(lambda: make_reasoning_parser(name), build)
+
+
+def test_llama_prose_candidate_is_linear() -> None:
+    """A long JSON-looking object after prose (held until decided) is scanned once."""
+    _assert_linear(lambda: make_tool_parser("llama"), lambda x: 'Hi {"s": "' + x + '"} end')
+
+
+def test_call_region_in_reasoning_is_linear() -> None:
+    """A long tool-call block inside reasoning (held until decided) is scanned once."""
+    from parsers import OutputParser
+
+    _assert_linear(
+        lambda: OutputParser("hermes", "qwen3", think_opened=True),  # type: ignore[return-value]
+        lambda x: 'r <tool_call>{"name": "f", "arguments": {"s": "' + x + '"}}</tool_call>',
+    )
