@@ -17,14 +17,13 @@ class ContentSegments:
     does not depend on how the text was chunked.
     """
 
-    __slots__ = ("_sep", "_pending", "_has_text", "_cuts", "emitted")
+    __slots__ = ("_sep", "_pending", "_has_text", "_cuts")
 
     def __init__(self, sep: str = "") -> None:
         self._sep = sep
         self._pending = ""  # whitespace not yet released (the whole segment while it has no text)
         self._has_text = False  # the current segment has non-whitespace text
         self._cuts = 0
-        self.emitted = False
 
     def push(self, text: str) -> str:
         """Feed content text; return what can be released now."""
@@ -37,7 +36,6 @@ class ContentSegments:
         out = self._pending + body
         self._pending = text[len(body) :]
         self._has_text = True
-        self.emitted = True
         return out
 
     def cut(self) -> str:
