@@ -7,7 +7,9 @@ from typing import Any
 
 import msgspec
 
+from gateway import ops_schemas as o
 from gateway import schemas as s
+from gateway.admin import SwapRequest
 from gateway.anthropic import reply as ar
 from gateway.anthropic import schemas as a
 from gateway.anthropic.errors import is_messages_path
@@ -31,16 +33,17 @@ ROUTES: list[tuple[str, str, str, type | None, type | None, bool]] = [
      ar.AnthropicMessage, True),
     ("/v1/messages/count_tokens", "post", "Count a message's input tokens (Anthropic API)",
      a.CountTokensRequest, ar.AnthropicTokenCount, False),
-    ("/v1/health", "get", "Health of the gateway and of each model worker", None, None, False),
-    ("/v1/health/{alias}", "get", "Health of one alias", None, None, False),
-    ("/v1/workers", "get", "Status of every worker process", None, None, False),
-    ("/v1/workers/{alias}", "get", "Status of one alias's worker", None, None, False),
-    ("/livez", "get", "Liveness probe (process up)", None, None, False),
+    ("/v1/health", "get", "Health of the gateway and of each model worker", None,
+     o.HealthReport, False),
+    ("/v1/health/{alias}", "get", "Health of one alias", None, o.OneAliasHealth, False),
+    ("/v1/workers", "get", "Status of every worker process", None, o.WorkerList, False),
+    ("/v1/workers/{alias}", "get", "Status of one alias's worker", None, o.WorkerInfo, False),
+    ("/livez", "get", "Liveness probe (process up)", None, o.Liveness, False),
     ("/readyz", "get", "Readiness probe (503 until every alias is ready, and while draining)",
-     None, None, False),
+     None, o.Readiness, False),
     ("/metrics", "get", "Prometheus metrics", None, None, False),
-    ("/admin/swap/{alias}", "post", "Hot-swap one alias's worker (needs --admin-key)", None,
-     None, False),
+    ("/admin/swap/{alias}", "post", "Hot-swap one alias's worker (needs --admin-key)",
+     SwapRequest, o.SwapResult, False),
 ]
 
 # the events each streaming route sends with `stream: true` (a streaming route not listed here
@@ -62,6 +65,18 @@ ERROR_STATUSES: dict[str, tuple[str, tuple[str, ...] | None]] = {
     "413": ("The body is larger than the limit", ("post",)),
     "415": ("The body is not `application/json`", ("post",)),
     "503": ("Model not ready or busy (see Retry-After)", None)}
+
+
+# answers other than 200 whose body is not an error: path -> {status: (description, type)}
+OTHER_ANSWERS: dict[str, dict[str, tuple[str, type]]] = {
+    "/v1/health": {"503": ("No alias serves, or the gateway is draining", o.HealthReport)},
+    "/v1/health/{alias}": {"503": ("The alias does not serve now", o.OneAliasHealth)},
+    "/livez": {"503": ("The gateway no longer hears its workers", o.Liveness)},
+    "/readyz": {"503": ("Not every alias has been ready yet, or draining", o.Readiness)},
+    "/admin/swap/{alias}": {"202": ("Swap started; the new worker is not serving yet",
+                                    o.SwapResult)},
+}
+OPTIONAL_BODIES = {"/admin/swap/{alias}"}  # an empty body takes every default
 
 
 def _ref(t: type) -> dict[str, str]:
@@ -89,11 +104,14 @@ def event_stream_schema(path: str) -> dict[str, Any]:
 
 
 def error_responses(path: str, method: str) -> dict[str, Any]:
-    """The 4xx/503 responses of one operation, in its protocol's error shape."""
+    """The 4xx/503 responses of one operation, in its protocol's error shape (or the route's own
+    body where OTHER_ANSWERS names one)."""
     error = ar.AnthropicError if is_messages_path(path) else s.ErrorResponse
-    return {code: {"description": text, "content": {"application/json": {"schema": _ref(error)}}}
-            for code, (text, methods) in ERROR_STATUSES.items()
-            if methods is None or method in methods}
+    out: dict[str, tuple[str, type]] = {code: (text, error) for code, (text, methods) in ERROR_STATUSES.items()
+           if methods is None or method in methods}
+    out.update(OTHER_ANSWERS.get(path, {}))
+    return {code: {"description": text, "content": {"application/json": {"schema": _ref(t)}}}
+            for code, (text, t) in sorted(out.items())}
 
 
 def build_openapi(version: str) -> dict[str, Any]:
@@ -101,6 +119,7 @@ def build_openapi(version: str) -> dict[str, Any]:
     types = [t for r in ROUTES for t in (r[3], r[4]) if t is not None] + [s.ErrorResponse,
                                                                           ar.AnthropicError]
     types += [t for events in STREAM_EVENTS.values() for t in events]
+    types += [t for answers in OTHER_ANSWERS.values() for _, t in answers.values()]
     _, components = msgspec.json.schema_components(types, ref_template="#/components/schemas/{name}")
     paths: dict[str, Any] = {}
     for path, method, summary, body, resp, streams in ROUTES:
@@ -117,7 +136,7 @@ def build_openapi(version: str) -> dict[str, Any]:
                           **error_responses(path, method)},
         }
         if body is not None:
-            op["requestBody"] = {"required": True, "content": {
+            op["requestBody"] = {"required": path not in OPTIONAL_BODIES, "content": {
                 "application/json": {"schema": _ref(body)}}}
         params = re.findall(r"{(\w+)}", path)
         if params:

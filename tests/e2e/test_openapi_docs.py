@@ -120,6 +120,21 @@ def test_errors_conform(server: Server, check: SpecCheck, path: str) -> None:
     check.check("/v1/models/{model}", "get", 404, models.json())
 
 
+def test_operations_answers_conform(server: Server, check: SpecCheck) -> None:
+    for path, url in [("/v1/models", "/v1/models"), ("/v1/models/{model}", "/v1/models/default"),
+                      ("/v1/health", "/v1/health"), ("/v1/health/{alias}", "/v1/health/default"),
+                      ("/v1/workers", "/v1/workers"), ("/v1/workers/{alias}", "/v1/workers/default"),
+                      ("/livez", "/livez"), ("/readyz", "/readyz"),
+                      ("/v1/health/{alias}", "/v1/health/nope"),
+                      ("/v1/workers/{alias}", "/v1/workers/nope")]:
+        r = httpx.get(server.base + url, timeout=30)
+        assert r.status_code in (200, 404), (url, r.text)
+        check.check(path, "get", r.status_code, r.json())
+    swap = httpx.post(f"{server.base}/admin/swap/default", json={})  # no --admin-key: disabled
+    assert swap.status_code == 403
+    check.check("/admin/swap/{alias}", "post", 403, swap.json())
+
+
 def test_docs_serve_swagger_ui_offline(server: Server) -> None:
     r = httpx.get(f"{server.base}/docs")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
