@@ -12,6 +12,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	sh deploy/ensure-blas.sh
+	sh deploy/ensure-test-browser.sh
 	touch $(STAMP)
 
 install: $(STAMP)

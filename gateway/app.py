@@ -22,6 +22,7 @@ from gateway.completions import CompletionsEndpoint
 from gateway.config import GatewayConfig
 from gateway.cors import CorsPolicy
 from gateway.curve import CurveServer
+from gateway.docs_page import DocsEndpoints
 from gateway.edge import EdgeMiddleware
 from gateway.errors import APIError, handle_api_error, handle_http_error, handle_unexpected
 from gateway.health import HealthEndpoints
@@ -88,6 +89,7 @@ def build_app(config: GatewayConfig) -> Starlette:
                 shutil.rmtree(private_dir, ignore_errors=True)
 
     messages = MessagesEndpoint(hub, served, config.anthropic_model_map)
+    docs = DocsEndpoints("rapid-mlx")
     routes = [
         Route("/v1/models", info.models, methods=["GET"]),
         Route("/v1/models/{model:path}", info.model, methods=["GET"]),
@@ -106,7 +108,8 @@ def build_app(config: GatewayConfig) -> Starlette:
         Route("/v1/workers", workers.list, methods=["GET"]),
         Route("/v1/workers/{alias}", workers.one, methods=["GET"]),
         Route("/openapi.json", info.openapi, methods=["GET"]),
-        Route("/docs", info.docs, methods=["GET"]),
+        Route("/docs", docs.page, methods=["GET"]),
+        Route("/docs/static/{name}", docs.asset, methods=["GET"]),
     ]
     app = Starlette(
         routes=routes,

@@ -12,7 +12,7 @@ from gateway.errors import APIError, respond
 
 PROBES = ("/livez", "/readyz")
 HEALTH = ("/v1/health", "/health")
-DOCS = ("/docs", "/openapi.json")
+DOCS = ("/docs", "/openapi.json")  # and Swagger UI's files under /docs/static/
 
 
 def bearer(headers: Headers) -> str:
@@ -52,7 +52,8 @@ class ApiKeyMiddleware:
         self.app = app
         self.keys = list(keys)
         self.exact = frozenset(public)
-        self.prefixes = tuple(p + "/" for p in public if p in HEALTH)
+        self.prefixes = tuple(p + "/" for p in public if p in HEALTH) + (
+            ("/docs/static/",) if "/docs" in public else ())
 
     def is_public(self, path: str) -> bool:
         """True when PATH needs no API key."""

@@ -1,40 +1,66 @@
-"""GET /docs: a self-contained HTML reference rendered from the OpenAPI document (no CDN)."""
+"""GET /docs: Swagger UI on /openapi.json, its files served from the swagger-ui-bundle-v2 package
+(no CDN: the page works offline and loads nothing from elsewhere)."""
 
 from __future__ import annotations
 
-import json
 from html import escape
-from typing import Any
+from pathlib import Path
 
-_STYLE = """body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem}
-.op{border:1px solid #ccc;border-radius:6px;margin:1rem 0;padding:.5rem 1rem}
-.m{font-weight:bold;text-transform:uppercase;padding:.1rem .4rem;border-radius:4px;color:#fff}
-.get{background:#2a7}.post{background:#27c}pre{background:#f6f6f6;padding:.5rem;overflow:auto}
-details{margin:.3rem 0}"""
+from starlette.requests import Request
+from starlette.responses import FileResponse, HTMLResponse, Response
+
+from gateway.errors import APIError
+
+STATIC_PREFIX = "/docs/static/"
+# the only files the page needs, and their content types (the rest of the package is not served)
+ASSETS = {"swagger-ui-bundle.js": "text/javascript; charset=utf-8",
+          "swagger-ui.css": "text/css; charset=utf-8",
+          "favicon-32x32.png": "image/png", "favicon-16x16.png": "image/png"}
+
+# relative URLs, so the page also works behind a proxy that mounts the server under a prefix;
+# validatorUrl null: Swagger UI would otherwise send the document to an online validator
+_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{title} API reference</title>
+<link rel="stylesheet" href="docs/static/swagger-ui.css">
+<link rel="icon" type="image/png" href="docs/static/favicon-32x32.png" sizes="32x32">
+<link rel="icon" type="image/png" href="docs/static/favicon-16x16.png" sizes="16x16">
+</head><body><div id="swagger-ui"></div>
+<script src="docs/static/swagger-ui-bundle.js"></script>
+<script>
+window.ui = SwaggerUIBundle({{url: "openapi.json", dom_id: "#swagger-ui", deepLinking: true,
+  validatorUrl: null, presets: [SwaggerUIBundle.presets.apis], layout: "BaseLayout",
+  displayRequestDuration: true}});
+</script></body></html>
+"""
 
 
-def _schema_block(name: str, schema: dict[str, Any]) -> str:
-    return (f"<details id='{escape(name)}'><summary><code>{escape(name)}</code></summary>"
-            f"<pre>{escape(json.dumps(schema, indent=2))}</pre></details>")
+def swagger_ui_dir() -> Path:
+    """The directory of Swagger UI's dist files inside the installed package."""
+    from swagger_ui_bundle import swagger_ui_path
+
+    return Path(str(swagger_ui_path))
 
 
-def render_docs(spec: dict[str, Any]) -> str:
-    """The HTML page for SPEC."""
-    info = spec.get("info", {})
-    ops = []
-    for path, methods in spec.get("paths", {}).items():
-        for method, op in methods.items():
-            body = op.get("requestBody", {}).get("content", {}).get("application/json", {})
-            ref = body.get("schema", {}).get("$ref", "")
-            link = f" — body: <a href='#{ref.rsplit('/', 1)[-1]}'>{escape(ref.rsplit('/', 1)[-1])}</a>" if ref else ""
-            codes = ", ".join(op.get("responses", {}))
-            ops.append(f"<div class='op'><span class='m {method}'>{method}</span> "
-                       f"<code>{escape(path)}</code> {escape(op.get('summary', ''))}{link}"
-                       f"<br><small>responses: {escape(codes)}</small></div>")
-    schemas = "".join(_schema_block(n, s) for n, s in
-                      spec.get("components", {}).get("schemas", {}).items())
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(info.get('title', 'API'))}"
-            f" docs</title><style>{_STYLE}</style></head><body><h1>{escape(info.get('title', ''))}"
-            f" <small>{escape(info.get('version', ''))}</small></h1><p>{escape(info.get('description', ''))}"
-            f" The machine-readable document is at <a href='/openapi.json'>/openapi.json</a>.</p>"
-            f"<h2>Endpoints</h2>{''.join(ops)}<h2>Schemas</h2>{schemas}</body></html>")
+def render_docs(title: str) -> str:
+    """The Swagger UI page for the API named TITLE."""
+    return _PAGE.format(title=escape(title))
+
+
+class DocsEndpoints:
+    """GET /docs and GET /docs/static/{name}."""
+
+    def __init__(self, title: str) -> None:
+        self.html = render_docs(title)
+        self.dir = swagger_ui_dir()
+
+    async def page(self, request: Request) -> Response:
+        """The Swagger UI page."""
+        return HTMLResponse(self.html)
+
+    async def asset(self, request: Request) -> Response:
+        """One of Swagger UI's files, or 404."""
+        name = request.path_params["name"]
+        if name not in ASSETS:
+            raise APIError(404, f"No such file: {STATIC_PREFIX}{name}.", code="not_found")
+        return FileResponse(self.dir / name, media_type=ASSETS[name],
+                            headers={"Cache-Control": "public, max-age=86400"})

@@ -1,13 +1,12 @@
-"""GET /v1/models, /openapi.json and /docs."""
+"""GET /v1/models and /openapi.json."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import JSONResponse, Response
 
-from gateway.docs_page import render_docs
 from gateway.hub import Hub
 from gateway.openapi import build_openapi
 from gateway.served import ServedModel
@@ -20,7 +19,6 @@ class InfoEndpoints:
         self.hub = hub
         self.served = served
         self.spec = build_openapi(version)
-        self.docs_html = render_docs(self.spec)
 
     def card(self, alias: str) -> dict[str, Any]:
         """One model in OpenAI's shape, with our parser and capability fields."""
@@ -46,7 +44,3 @@ class InfoEndpoints:
     async def openapi(self, request: Request) -> Response:
         """The OpenAPI document."""
         return JSONResponse(self.spec)
-
-    async def docs(self, request: Request) -> Response:
-        """Human-readable API reference."""
-        return HTMLResponse(self.docs_html)

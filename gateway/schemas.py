@@ -262,6 +262,9 @@ class ModelCard(msgspec.Struct):
     supports_spec_decode: bool = False
     context_length: int | None = None
     state: str | None = None
+    model: str | None = None  # what the alias serves: a path or a hub repo
+    revision: str | None = None
+    boot_id: str | None = None  # of the alias's current worker
 
 
 class ModelList(msgspec.Struct):

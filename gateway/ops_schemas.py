@@ -1,0 +1,104 @@
+"""Bodies of the operations routes (health, probes, workers, hot swap) as msgspec structs: they
+document /openapi.json, and tests check the live answers against it."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+State = Literal["starting", "ready", "draining", "stopped", "failed"]
+
+
+class AliasHealth(msgspec.Struct, kw_only=True):
+    """One alias in GET /v1/health."""
+
+    state: State
+    ready: bool
+    model: str
+    boot_id: str | None
+    pid: int | None
+    restarts: int
+    last_exit: str | None
+    in_flight: int
+
+
+class OneAliasHealth(AliasHealth, kw_only=True):
+    """GET /v1/health/{alias} (503 with the same body while the alias does not serve)."""
+
+    alias: str
+
+
+class HealthReport(msgspec.Struct, kw_only=True):
+    """GET /v1/health: ok (every alias serves), degraded (some do), unavailable (none: 503) or
+    draining (503)."""
+
+    status: Literal["ok", "degraded", "unavailable", "draining"]
+    uptime_s: float
+    models: dict[str, AliasHealth]
+
+
+class Liveness(msgspec.Struct):
+    """GET /livez: ok, or 503 failing (the gateway no longer hears its workers)."""
+
+    status: Literal["ok", "failing"]
+
+
+class Readiness(msgspec.Struct, kw_only=True):
+    """GET /readyz: ready, or 503 not_ready / draining; with API keys only the status."""
+
+    status: Literal["ready", "not_ready", "draining"]
+    models: dict[str, State] | UnsetType = UNSET
+
+
+class WorkerInfo(msgspec.Struct, kw_only=True):
+    """A worker process: the supervisor's facts and the worker's live status (`live`: null when
+    it did not answer, and then its fields fall back to the last heartbeat)."""
+
+    alias: str
+    model: str
+    revision: str | None
+    path: str | None
+    state: State
+    pid: int | None
+    boot_id: str | None
+    uptime_s: float | None
+    restarts: int
+    last_exit: str | None
+    in_flight: int
+    running: int
+    waiting: int
+    requests: list[Any]
+    kv_format: str
+    kv_pages_used: int | None
+    kv_pages_free: int | None
+    kv_bytes_per_token: float | None
+    prefix_cache_queries: int | None
+    prefix_cache_hits: int | None
+    prefix_cache_hit_rate: float | None
+    prefill_tokens_per_s: float | None
+    decode_tokens_per_s: float | None
+    last_step_at: float | None
+    last_step_age_s: float | None
+    last_heartbeat_age_s: float | None
+    live: dict[str, Any] | None
+
+
+class WorkerList(msgspec.Struct):
+    """GET /v1/workers."""
+
+    data: list[WorkerInfo]
+    object: Literal["list"] = "list"
+
+
+class SwapResult(msgspec.Struct, kw_only=True):
+    """POST /admin/swap/{alias}: 200 when the new worker serves, 202 when it was not awaited."""
+
+    alias: str
+    model: str
+    revision: str | None
+    previous_boot_id: str | None
+    boot_id: str | None
+    state: State
+    last_exit: str | None
