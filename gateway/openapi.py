@@ -21,8 +21,15 @@ ROUTES: list[tuple[str, str, str, type | None, type | None, bool]] = [
      s.ChatCompletion, True),
     ("/v1/completions", "post", "Create a text completion", s.CompletionRequest, s.Completion,
      True),
-    ("/v1/responses", "post", "Create a model response (OpenAI Responses API; not stored yet)",
-     rs.CreateResponse, ro.ResponseObject, True),
+    ("/v1/responses", "post", "Create a model response (OpenAI Responses API; stored unless "
+     "`store` is false or the server runs with --no-store)", rs.CreateResponse,
+     ro.ResponseObject, True),
+    ("/v1/responses/{response_id}", "get", "Retrieve a stored response", None, ro.ResponseObject,
+     False),
+    ("/v1/responses/{response_id}", "delete", "Delete a stored response", None,
+     ro.DeletedResponse, False),
+    ("/v1/responses/{response_id}/input_items", "get", "List a stored response's input items",
+     None, ro.ResponseItemList, False),
     ("/v1/messages", "post", "Create a message (Anthropic Messages API)", a.MessagesRequest,
      ar.AnthropicMessage, True),
     ("/v1/messages/count_tokens", "post", "Count a message's input tokens (Anthropic API)",
@@ -39,8 +46,16 @@ ROUTES: list[tuple[str, str, str, type | None, type | None, bool]] = [
      None, False),
 ]
 
+QUERY = {"/v1/responses/{response_id}/input_items": [
+    {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 100,
+                                                "default": 20}},
+    {"name": "order", "in": "query", "schema": {"type": "string", "enum": ["asc", "desc"],
+                                                "default": "desc"}},
+    {"name": "after", "in": "query", "schema": {"type": "string"},
+     "description": "An item id: list the items after it (in `order`)"}]}
+
 ERROR_STATUSES = {"400": "Invalid request", "401": "Missing or wrong API key",
-                  "404": "Unknown model", "415": "The body is not `application/json`",
+                  "404": "Unknown model (or stored response)", "415": "The body is not `application/json`",
                   "503": "Model not ready or busy (see Retry-After)"}
 
 
@@ -73,10 +88,10 @@ def build_openapi(version: str) -> dict[str, Any]:
         if body is not None:
             op["requestBody"] = {"required": True, "content": {
                 "application/json": {"schema": _ref(body)}}}
-        for name in ("alias", "model"):
+        for name in ("alias", "model", "response_id"):
             if f"{{{name}}}" in path:
                 op["parameters"] = [{"name": name, "in": "path", "required": True,
-                                     "schema": {"type": "string"}}]
+                                     "schema": {"type": "string"}}, *QUERY.get(path, [])]
         paths.setdefault(path, {})[method] = op
     return {
         "openapi": "3.1.0",

@@ -1,0 +1,71 @@
+"""What POST /v1/responses does with storage: who owns a response, the conversation that
+`previous_response_id` continues, and saving a finished response before the client hears of it."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Any
+
+from starlette.requests import Request
+
+from gateway.auth import bearer
+from gateway.errors import APIError, bad_request
+from gateway.responses.history import input_items, replay
+from gateway.responses.schemas import CreateResponse
+from gateway.storage.responses import ResponseStore
+
+log = logging.getLogger("rapid_mlx.gateway")
+
+DISABLED = ("previous_response_id needs stored responses, and storage is disabled on this "
+            "server (--no-store); send the whole conversation in input.")
+
+
+def not_found(rid: str, param: str = "response_id") -> APIError:
+    """OpenAI's 404 for a response that is unknown, deleted or another key's."""
+    return APIError(404, f"Response with id '{rid}' not found.", param=param, code=None)
+
+
+class Conversations:
+    """Storage as the Responses front door uses it; STORE None means --no-store."""
+
+    def __init__(self, store: ResponseStore | None, keyed: bool) -> None:
+        self.store = store
+        self.keyed = keyed  # API keys are configured: responses belong to the key
+
+    def owner(self, request: Request) -> str:
+        """SHA-256 (hex) of the request's API key when keys are configured, else ''."""
+        return hashlib.sha256(bearer(request.headers).encode()).hexdigest() if self.keyed else ""
+
+    def will_store(self, req: CreateResponse) -> bool:
+        """Whether this response is stored: storage on and the request did not say store false."""
+        return self.store is not None and req.store is not False
+
+    async def items(self, req: CreateResponse, owner: str) -> list[dict[str, Any]]:
+        """The whole conversation of this turn as stored items: the previous turn's input and
+        output (when `previous_response_id` names one of OWNER's), then this request's input."""
+        history: list[dict[str, Any]] = []
+        if req.previous_response_id is not None:
+            if self.store is None:
+                raise bad_request(DISABLED, param="previous_response_id",
+                                  code="unsupported_parameter")
+            found = await self.store.conversation(req.previous_response_id, owner)
+            if found is None:  # 400, as OpenAI answers an unknown previous_response_id
+                raise bad_request(f"Previous response with id '{req.previous_response_id}' "
+                                  "not found.", param="previous_response_id",
+                                  code="previous_response_not_found")
+            response, history = found
+            history += replay(response)
+        return history + input_items(req, {it["id"] for it in history})
+
+    async def save(self, owner: str, response: dict[str, Any],
+                   items: list[dict[str, Any]]) -> None:
+        """Commit RESPONSE (and the conversation ITEMS) before the client is told it finished;
+        a failure is a 500 rather than a `completed` the store cannot back."""
+        assert self.store is not None
+        try:
+            await self.store.put(response["id"], owner, response, items)
+        except Exception as exc:
+            log.exception("could not store response %s", response["id"])
+            raise APIError(500, f"The response could not be stored: {exc}",
+                           type="server_error", code="storage_error") from exc
