@@ -70,7 +70,7 @@ def _data_dir(path: str | None) -> str:
     """The data directory, created 0700 now, so a bad one stops the start with its reason."""
     try:
         return str(prepare_data_dir(path or default_data_dir()))
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
         raise click.ClickException(f"--data-dir: {exc}") from exc
 
 
