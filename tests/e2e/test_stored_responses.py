@@ -103,25 +103,35 @@ def test_previous_response_id_reuses_the_kv(server: Server) -> None:
     assert len(client.responses.input_items.list(third.id).data) == 5
 
 
-def test_tool_round_trip_through_previous_response_id(server: Server) -> None:
+@pytest.mark.parametrize("thinking", [False, True])
+def test_tool_round_trip_through_previous_response_id(server: Server, thinking: bool) -> None:
     client = _client(server)
+    kw: dict[str, Any] = {"extra_body": {"chat_template_kwargs": {"enable_thinking": True}}} \
+        if thinking else {"reasoning": NO_THINK}
     first = client.responses.create(model="default", input="What's the weather in Paris?",
-                                    tools=WEATHER, temperature=0, max_output_tokens=80,
-                                    reasoning=NO_THINK)  # type: ignore[arg-type]
+                                    tools=WEATHER, temperature=0, max_output_tokens=200,
+                                    **kw)  # type: ignore[arg-type]
     calls = [o for o in first.output if o.type == "function_call"]
     assert len(calls) == 1 and calls[0].name == "get_weather", first.output
     result = {"type": "function_call_output", "call_id": calls[0].call_id,
               "output": json.dumps({"city": "Paris", "temperature_c": 21, "sky": "sunny"})}
     second = client.responses.create(model="default", input=[result],  # type: ignore[list-item]
                                      previous_response_id=first.id, tools=WEATHER,
-                                     temperature=0, max_output_tokens=80,
-                                     reasoning=NO_THINK)  # type: ignore[arg-type]
+                                     temperature=0, max_output_tokens=120,
+                                     **kw)  # type: ignore[arg-type]
     assert second.output_text and not [o for o in second.output if o.type == "function_call"]
-    assert "21" in second.output_text or "sunny" in second.output_text.lower()
+    if not thinking:
+        assert "21" in second.output_text or "sunny" in second.output_text.lower()
     u1, u2 = first.usage, second.usage
     assert u1 is not None and u2 is not None
-    # the call is replayed exactly as generated: the KV of turn 1's prompt is reused
-    assert u2.input_tokens_details.cached_tokens >= (u1.input_tokens // PAGE) * PAGE > 0
+    cached = u2.input_tokens_details.cached_tokens
+    if thinking:
+        # the reasoning item and the call are replayed as generated, after the last user turn
+        # (which the template renders with its thinking): the KV of generated tokens is reused
+        assert [o.type for o in first.output] == ["reasoning", "function_call"]
+        assert cached > u1.input_tokens
+    else:  # the template drops the empty think block of the generation prompt from history
+        assert cached >= (u1.input_tokens // PAGE - 1) * PAGE > 0
 
 
 def test_streamed_response_is_stored(server: Server) -> None:
