@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from functools import partial
+from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
@@ -14,14 +13,14 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from gateway.checks import check_chars, check_template_kwargs, context_length, text_chars
 from gateway.choice import ChoiceAssembler
 from gateway.disconnect import until_disconnected
-from gateway.errors import APIError, read_body
+from gateway.errors import read_body
 from gateway.hub import Hub, Stream, Terminal
 from gateway.jobs import _pick, encodable
 from gateway.relay import abort_all, error_for, outputs, peek_first, submit_all
 from gateway.responses.events import ResponseBuilder
 from gateway.responses.history import as_input
 from gateway.responses.schemas import CreateResponse
-from gateway.responses.stored import Conversations
+from gateway.responses.stored import Conversations, Saver
 from gateway.responses.translate import refuse_unsupported, template_kwargs, to_messages, to_tools
 from gateway.served import ServedModel
 from gateway.streaming import SSE_HEADERS
@@ -74,8 +73,7 @@ class ResponsesEndpoint:
         messages = to_messages(req)  # checks this request's own input items first
         if req.previous_response_id is not None:
             messages = to_messages(msgspec.structs.replace(req, input=as_input(items)))
-        store = self.conv.will_store(req)
-        keep = partial(self.conv.save, owner, items=items) if store else None
+        saver = self.conv.saver(req, owner, items)
         check_chars(text_chars(messages) + text_chars(tools),
                     context_length(st.facts, served.context_length), "input")
         rid = f"resp_{uuid.uuid4().hex}"
@@ -93,38 +91,37 @@ class ResponsesEndpoint:
                               parse_tools=parse_tools, think_opened=first.think_opened,
                               prefix=prefix)
         parallel = req.parallel_tool_calls is not False
-        builder = ResponseBuilder(rid, _echo(req, params, store), parallel)
+        builder = ResponseBuilder(rid, _echo(req, params, saver.store), parallel)
         if req.stream:
-            body = self._stream(builder, asm, streams[0], first, keep)
+            body = self._stream(builder, asm, streams[0], first, saver)
             return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
         try:
             return await until_disconnected(request,
                                             self._collect(builder, asm, streams[0], first,
-                                                          keep))
+                                                          saver))
         finally:
             abort_all(self.hub, streams)
 
     async def _collect(self, b: ResponseBuilder, asm: ChoiceAssembler, stream: Stream,
-                       first: RequestOutput, keep: Keep | None) -> Response:
+                       first: RequestOutput, saver: Saver) -> Response:
         async for item in outputs(stream, first):
             if isinstance(item, Terminal) or item.error is not None:
                 raise error_for(item)
             before = asm.completion_tokens
             b.feed(asm.feed(item), asm.completion_tokens - before)
         final = b.finish(asm.finish_reason, _usage(asm))[-1]
-        if keep is not None:
-            await keep(final["response"])  # committed before the client hears of it
+        await saver.commit(final["response"])  # committed before the client hears of it
         return JSONResponse(final["response"])
 
     async def _stream(self, b: ResponseBuilder, asm: ChoiceAssembler, stream: Stream,
-                      first: RequestOutput, keep: Keep | None) -> AsyncIterator[bytes]:
+                      first: RequestOutput, saver: Saver) -> AsyncIterator[bytes]:
         try:
             for ev in b.start():
                 yield event_bytes(ev)
             async for item in outputs(stream, first):
                 if isinstance(item, Terminal) or item.error is not None:
                     err = error_for(item)
-                    for ev in await _failed(b, err.message, keep):
+                    for ev in await saver.failed(b.fail("server_error", err.message)):
                         yield event_bytes(ev)
                     return
                 before = asm.completion_tokens
@@ -133,28 +130,9 @@ class ResponsesEndpoint:
             *events, last = b.finish(asm.finish_reason, _usage(asm))
             for ev in events:
                 yield event_bytes(ev)
-            if keep is not None:
-                try:
-                    await keep(last["response"])  # committed before the final event is sent
-                except APIError as exc:
-                    last = b.fail("server_error", exc.message)[-1]
-            yield event_bytes(last)
+            yield event_bytes(await saver.final(b, last))  # stored before it is sent
         finally:
             abort_all(self.hub, [stream])
-
-
-Keep = Callable[[dict[str, Any]], Awaitable[None]]
-
-
-async def _failed(b: ResponseBuilder, message: str, keep: Keep | None) -> list[dict[str, Any]]:
-    """The response.failed event, the failed response stored first when it is to be kept."""
-    events = b.fail("server_error", message)
-    if keep is not None:
-        try:
-            await keep(events[-1]["response"])
-        except APIError:
-            pass  # already logged; the client learns of the failure anyway
-    return events
 
 
 def _echo(req: CreateResponse, params: SamplingParams, store: bool) -> dict[str, Any]:

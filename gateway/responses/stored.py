@@ -11,6 +11,7 @@ from starlette.requests import Request
 
 from gateway.auth import bearer
 from gateway.errors import APIError, bad_request
+from gateway.responses.events import ResponseBuilder
 from gateway.responses.history import input_items, replay
 from gateway.responses.schemas import CreateResponse
 from gateway.storage.responses import ResponseStore
@@ -37,9 +38,10 @@ class Conversations:
         """SHA-256 (hex) of the request's API key when keys are configured, else ''."""
         return hashlib.sha256(bearer(request.headers).encode()).hexdigest() if self.keyed else ""
 
-    def will_store(self, req: CreateResponse) -> bool:
-        """Whether this response is stored: storage on and the request did not say store false."""
-        return self.store is not None and req.store is not False
+    def saver(self, req: CreateResponse, owner: str, items: list[dict[str, Any]]) -> Saver:
+        """What stores this request's response: nothing with --no-store or `store: false`."""
+        keep = self.store is not None and req.store is not False
+        return Saver(self if keep else None, owner, items)
 
     async def items(self, req: CreateResponse, owner: str) -> list[dict[str, Any]]:
         """The whole conversation of this turn as stored items: the previous turn's input and
@@ -69,3 +71,35 @@ class Conversations:
             log.exception("could not store response %s", response["id"])
             raise APIError(500, f"The response could not be stored: {exc}",
                            type="server_error", code="storage_error") from exc
+
+
+class Saver:
+    """Stores one turn's response before its client is told it finished (CONV None: never)."""
+
+    def __init__(self, conv: Conversations | None, owner: str,
+                 items: list[dict[str, Any]]) -> None:
+        self.conv = conv
+        self.owner = owner
+        self.items = items
+        self.store = conv is not None  # what the response object says
+
+    async def commit(self, response: dict[str, Any]) -> None:
+        """Store RESPONSE now (a 500 if that fails)."""
+        if self.conv is not None:
+            await self.conv.save(self.owner, response, self.items)
+
+    async def final(self, b: ResponseBuilder, last: dict[str, Any]) -> dict[str, Any]:
+        """The stream's last event LAST once its response is stored, or response.failed."""
+        try:
+            await self.commit(last["response"])
+        except APIError as exc:
+            return b.fail("server_error", exc.message)[-1]
+        return last
+
+    async def failed(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """EVENTS (ending with response.failed), its response stored first when possible."""
+        try:
+            await self.commit(events[-1]["response"])
+        except APIError:
+            pass  # logged; the client learns of the failure anyway
+        return events

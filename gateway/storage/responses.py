@@ -26,6 +26,7 @@ from typing import Any, Literal, TypeVar
 import msgspec
 
 from gateway.storage.schema import connect
+from gateway.storage.schema import transaction as _transaction
 
 T = TypeVar("T")
 Order = Literal["asc", "desc"]
@@ -162,16 +163,3 @@ class ResponseStore:
         """How many responses are stored (all owners)."""
         return await self._run(lambda: int(self._db().execute(
             "SELECT count(*) FROM responses").fetchone()[0]))
-
-
-class _transaction:
-    """BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error) on an autocommit connection."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self.db = db
-
-    def __enter__(self) -> None:
-        self.db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, kind: object, exc: object, tb: object) -> None:
-        self.db.execute("COMMIT" if kind is None else "ROLLBACK")

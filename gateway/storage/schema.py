@@ -59,3 +59,16 @@ def connect(path: Path) -> sqlite3.Connection:
         raise SchemaError(f"{path} has schema version {version}, newer than this rapid-mlx "
                           f"understands ({SCHEMA_VERSION}); upgrade, or use another --data-dir")
     return conn
+
+
+class transaction:  # noqa: N801 - used as a context manager, like a function
+    """BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error) on an autocommit connection."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, kind: object, exc: object, tb: object) -> None:
+        self.db.execute("COMMIT" if kind is None else "ROLLBACK")
