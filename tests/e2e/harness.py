@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import signal
@@ -35,6 +36,7 @@ class Server:
             prefix="rapid-mlx-test-data-")
         if self.own_data_dir:
             args = (*args, "--data-dir", self.own_data_dir)
+            atexit.register(shutil.rmtree, self.own_data_dir, ignore_errors=True)  # no stop()
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.url = f"{self.base}/v1"
