@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +22,8 @@ from gateway.aliases import (
 from gateway.anthropic.models import parse_model_map
 from gateway.config import GatewayConfig
 from gateway.served import ServedModel
-from gateway.storage.paths import default_data_dir, prepare_data_dir
+from gateway.storage.paths import RESPONSES_DB, default_data_dir, prepare_data_dir
+from gateway.storage.schema import SchemaError, connect
 
 DEFAULT_ALIAS = "default"  # the embedded demo model (gateway/data/aliases.toml)
 
@@ -67,11 +69,14 @@ def _served(models: tuple[str, ...], names: tuple[str, ...], tool_parser: str | 
 
 
 def _data_dir(path: str | None) -> str:
-    """The data directory, created 0700 now, so a bad one stops the start with its reason."""
+    """The data directory, created 0700 with its database now, so that a bad one (unwritable,
+    not a database, a newer schema) stops the start with its reason."""
     try:
-        return str(prepare_data_dir(path or default_data_dir()))
-    except (OSError, ValueError) as exc:
+        directory = prepare_data_dir(path or default_data_dir())
+        connect(directory / RESPONSES_DB).close()
+    except (OSError, ValueError, sqlite3.Error, SchemaError) as exc:
         raise click.ClickException(f"--data-dir: {exc}") from exc
+    return str(directory)
 
 
 def _listed(values: tuple[str, ...]) -> list[str]:

@@ -119,3 +119,8 @@ def test_serve_storage_flags(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     assert out.exit_code == 1 and "--data-dir" in out.output and len(seen) == 2
     out = CliRunner().invoke(cli.main, ["serve", "--responses-max-count", "-1"])
     assert out.exit_code == 2
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "responses.sqlite3").write_text("not a database, just text" * 100)
+    out = CliRunner().invoke(cli.main, ["serve", "--data-dir", str(bad)])
+    assert out.exit_code == 1 and "--data-dir: file is not a database" in out.output, out.output
