@@ -7,6 +7,7 @@ import logging
 import shutil
 from collections.abc import AsyncIterator
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -30,6 +31,10 @@ from gateway.hosts import HostPolicy
 from gateway.hub import AliasState, Hub
 from gateway.info import InfoEndpoints
 from gateway.responses.endpoint import ResponsesEndpoint
+from gateway.responses.retrieve import StoredEndpoints
+from gateway.responses.stored import Conversations
+from gateway.storage.paths import RESPONSES_DB
+from gateway.storage.responses import ResponseStore
 from gateway.supervisor import Supervisor, WorkerSpec
 from gateway.swap_targets import SwapTargets
 from gateway.workers_api import WorkersEndpoints
@@ -74,8 +79,16 @@ def build_app(config: GatewayConfig) -> Starlette:
                           config.swap_allow_paths, config.swap_allow_repos)
     admin = AdminEndpoints(hub, supervisor, config.admin_key, config.swap_drain_timeout, targets)
 
+    store = ResponseStore(Path(config.data_dir) / RESPONSES_DB, config.responses_max_count,
+                          config.responses_max_age_days * 86400) \
+        if config.store_responses and config.data_dir else None
+    conversations = Conversations(store, keyed=bool(config.api_keys))
+    stored = StoredEndpoints(conversations)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if store is not None:
+            await store.open()
         hub.start()
         if supervisor is not None:
             supervisor.start()
@@ -87,6 +100,8 @@ def build_app(config: GatewayConfig) -> Starlette:
             await hub.close()
             if private_dir:
                 shutil.rmtree(private_dir, ignore_errors=True)
+            if store is not None:
+                await store.close()
 
     messages = MessagesEndpoint(hub, served, config.anthropic_model_map)
     docs = DocsEndpoints("rapid-mlx")
@@ -95,7 +110,11 @@ def build_app(config: GatewayConfig) -> Starlette:
         Route("/v1/models/{model:path}", info.model, methods=["GET"]),
         Route("/v1/chat/completions", ChatEndpoint(hub, served).handle, methods=["POST"]),
         Route("/v1/completions", CompletionsEndpoint(hub).handle, methods=["POST"]),
-        Route("/v1/responses", ResponsesEndpoint(hub, served).handle, methods=["POST"]),
+        Route("/v1/responses", ResponsesEndpoint(hub, served, conversations).handle,
+              methods=["POST"]),
+        Route("/v1/responses/{response_id}", stored.get, methods=["GET"]),
+        Route("/v1/responses/{response_id}", stored.delete, methods=["DELETE"]),
+        Route("/v1/responses/{response_id}/input_items", stored.input_items, methods=["GET"]),
         Route("/v1/messages", messages.handle, methods=["POST"]),
         Route("/v1/messages/count_tokens", messages.count_tokens, methods=["POST"]),
         Route("/v1/health", health.health, methods=["GET"]),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +22,8 @@ from gateway.aliases import (
 from gateway.anthropic.models import parse_model_map
 from gateway.config import GatewayConfig
 from gateway.served import ServedModel
+from gateway.storage.paths import RESPONSES_DB, default_data_dir, prepare_data_dir
+from gateway.storage.schema import SchemaError, connect
 
 DEFAULT_ALIAS = "default"  # the embedded demo model (gateway/data/aliases.toml)
 
@@ -63,6 +66,17 @@ def _served(models: tuple[str, ...], names: tuple[str, ...], tool_parser: str | 
     if len({s.alias for s in out}) != len(out):
         raise click.UsageError("two models would share an alias; use --served-model-name")
     return out
+
+
+def _data_dir(path: str | None) -> str:
+    """The data directory, created 0700 with its database now, so that a bad one (unwritable,
+    not a database, a newer schema) stops the start with its reason."""
+    try:
+        directory = prepare_data_dir(path or default_data_dir())
+        connect(directory / RESPONSES_DB).close()
+    except (OSError, ValueError, sqlite3.Error, SchemaError) as exc:
+        raise click.ClickException(f"--data-dir: {exc}") from exc
+    return str(directory)
 
 
 def _listed(values: tuple[str, ...]) -> list[str]:
@@ -168,6 +182,17 @@ def main() -> None:
 @click.option("--heartbeat-timeout", default=1.0, show_default=True, type=float,
               help="seconds a worker connection may leave a ping unanswered before an "
                    "external worker is declared gone")
+@click.option("--data-dir", default=None, envvar="RAPID_MLX_DATA_DIR",
+              help="where stored responses live (created 0700) [default: "
+                   "$XDG_DATA_HOME/rapid-mlx or ~/.local/share/rapid-mlx]")
+@click.option("--no-store", is_flag=True,
+              help="store no responses: /v1/responses answers store false and refuses "
+                   "previous_response_id")
+@click.option("--responses-max-count", default=10000, show_default=True,
+              type=click.IntRange(min=0), help="keep at most this many stored responses (0: no "
+                                              "bound)")
+@click.option("--responses-max-age", default=30.0, show_default=True,
+              type=click.FloatRange(min=0), help="days a stored response is kept (0: no bound)")
 @_edge_options
 def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
           api_keys: tuple[str, ...], tool_call_parser: str | None, reasoning_parser: str | None,
@@ -177,7 +202,9 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
           shutdown_timeout: float, swap_wait: float, swap_drain_timeout: float,
           max_start_crashes: int, restart_backoff: float, admin_key: str | None,
           curve_dir: str | None, worker_token_file: str | None, insecure_worker_transport: bool,
-          heartbeat_timeout: float, model_map: tuple[str, ...], **edge: Any) -> None:
+          heartbeat_timeout: float, model_map: tuple[str, ...], data_dir: str | None,
+          no_store: bool, responses_max_count: int, responses_max_age: float,
+          **edge: Any) -> None:
     """Serve MODELS (aliases, Hugging Face repo ids or local folders); none: the embedded demo."""
     if no_spawn_workers and not worker_address:
         raise click.UsageError("--no-spawn-workers needs --worker-address (where workers connect)")
@@ -212,7 +239,9 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
         public_metrics=edge["public_metrics"], public_health=edge["public_health"],
         public_docs=edge["public_docs"], swap_allow_paths=list(edge["swap_allow_paths"]),
         swap_allow_repos=edge["swap_allow_repos"], header_timeout=edge["header_timeout"],
-        alias_models={name: entry.repo for name, entry in aliases.items()})
+        alias_models={name: entry.repo for name, entry in aliases.items()},
+        data_dir=None if no_store else _data_dir(data_dir), store_responses=not no_store,
+        responses_max_count=responses_max_count, responses_max_age_days=responses_max_age)
     refusal = config.exposure_error() or config.worker_plane_problem()
     if refusal:
         raise click.ClickException(refusal)

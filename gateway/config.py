@@ -48,6 +48,11 @@ class GatewayConfig:
     insecure_worker_transport: bool = False  # tcp:// without CURVE, external workers without proof
     heartbeat_timeout: float = 1.0  # seconds a worker connection may leave a ping unanswered
     anthropic_model_map: list[tuple[str, str]] = field(default_factory=list)  # glob -> alias
+    # stored responses (gateway/storage/): None or store_responses False: nothing is stored
+    data_dir: str | None = None
+    store_responses: bool = True
+    responses_max_count: int = 10000  # 0: no count bound
+    responses_max_age_days: float = 30.0  # 0: no age bound
 
     def exposure_error(self) -> str | None:
         """Why this configuration must not start (a non-loopback host without keys), or None."""

@@ -27,8 +27,15 @@ ROUTES: list[tuple[str, str, str, type | None, type | None, bool]] = [
      s.ChatCompletion, True),
     ("/v1/completions", "post", "Create a text completion", s.CompletionRequest, s.Completion,
      True),
-    ("/v1/responses", "post", "Create a model response (OpenAI Responses API; not stored yet)",
-     rs.CreateResponse, ro.ResponseObject, True),
+    ("/v1/responses", "post", "Create a model response (OpenAI Responses API; stored unless "
+     "`store` is false or the server runs with --no-store)", rs.CreateResponse,
+     ro.ResponseObject, True),
+    ("/v1/responses/{response_id}", "get", "Retrieve a stored response", None, ro.ResponseObject,
+     False),
+    ("/v1/responses/{response_id}", "delete", "Delete a stored response", None,
+     ro.DeletedResponse, False),
+    ("/v1/responses/{response_id}/input_items", "get", "List a stored response's input items",
+     None, ro.ResponseItemList, False),
     ("/v1/messages", "post", "Create a message (Anthropic Messages API)", a.MessagesRequest,
      ar.AnthropicMessage, True),
     ("/v1/messages/count_tokens", "post", "Count a message's input tokens (Anthropic API)",
@@ -61,7 +68,7 @@ ERROR_STATUSES: dict[str, tuple[str, tuple[str, ...] | None]] = {
     "400": ("Invalid request: the message (and `param`) name the field", None),
     "401": ("Missing or wrong API key", None),
     "403": ("Cross-origin request refused (see --cors-allow-origins)", ("post", "delete")),
-    "404": ("Unknown model", None),
+    "404": ("Unknown model (or stored response)", None),
     "413": ("The body is larger than the limit", ("post",)),
     "415": ("The body is not `application/json`", ("post",)),
     "503": ("Model not ready or busy (see Retry-After)", None)}
@@ -77,6 +84,14 @@ OTHER_ANSWERS: dict[str, dict[str, tuple[str, type]]] = {
                                     o.SwapResult)},
 }
 OPTIONAL_BODIES = {"/admin/swap/{alias}"}  # an empty body takes every default
+
+QUERY = {"/v1/responses/{response_id}/input_items": [
+    {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 100,
+                                                "default": 20}},
+    {"name": "order", "in": "query", "schema": {"type": "string", "enum": ["asc", "desc"],
+                                                "default": "desc"}},
+    {"name": "after", "in": "query", "schema": {"type": "string"},
+     "description": "An item id: list the items after it (in `order`)"}]}
 
 
 def _ref(t: type) -> dict[str, str]:
@@ -139,9 +154,10 @@ def build_openapi(version: str) -> dict[str, Any]:
             op["requestBody"] = {"required": path not in OPTIONAL_BODIES, "content": {
                 "application/json": {"schema": _ref(body)}}}
         params = re.findall(r"{(\w+)}", path)
-        if params:
-            op["parameters"] = [{"name": name, "in": "path", "required": True,
-                                 "schema": {"type": "string"}} for name in params]
+        if params or path in QUERY:
+            op["parameters"] = [*({"name": name, "in": "path", "required": True,
+                                   "schema": {"type": "string"}} for name in params),
+                                *QUERY.get(path, [])]
         paths.setdefault(path, {})[method] = op
     return {
         "openapi": "3.1.0",

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_MODELS = ROOT.parent / "shared" / "models"
+
+# no test writes to the real data dir: `serve` started by any test (subprocess or CliRunner)
+# defaults its --data-dir under this temporary XDG_DATA_HOME
+_DATA_HOME = tempfile.mkdtemp(prefix="rapid-mlx-test-xdg-")
+os.environ["XDG_DATA_HOME"] = _DATA_HOME
+atexit.register(shutil.rmtree, _DATA_HOME, ignore_errors=True)
 
 
 def shared_model(name: str) -> Path:

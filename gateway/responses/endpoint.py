@@ -1,4 +1,4 @@
-"""POST /v1/responses, streamed and not (responses are not stored yet)."""
+"""POST /v1/responses, streamed and not; stored (and continued) through stored.py."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ from gateway.hub import Hub, Stream, Terminal
 from gateway.jobs import _pick, encodable
 from gateway.relay import abort_all, error_for, outputs, peek_first, submit_all
 from gateway.responses.events import ResponseBuilder
+from gateway.responses.history import as_input
 from gateway.responses.schemas import CreateResponse
+from gateway.responses.stored import Conversations, Saver
 from gateway.responses.translate import refuse_unsupported, template_kwargs, to_messages, to_tools
 from gateway.served import ServedModel
 from gateway.streaming import SSE_HEADERS
@@ -44,15 +46,19 @@ def _usage(a: ChoiceAssembler) -> dict[str, Any]:
 class ResponsesEndpoint:
     """Validates a Responses request, submits one chat job and relays it as Responses items."""
 
-    def __init__(self, hub: Hub, served: dict[str, ServedModel]) -> None:
+    def __init__(self, hub: Hub, served: dict[str, ServedModel],
+                 conversations: Conversations | None = None) -> None:
         self.hub = hub
         self.served = served
+        self.conv = conversations or Conversations(None, keyed=False)
 
     async def handle(self, request: Request) -> Response:
         """Handle one POST /v1/responses."""
         req = await read_body(request, CreateResponse)
         refuse_unsupported(req)
         check_template_kwargs(req.chat_template_kwargs)
+        owner = self.conv.owner(request)
+        items = await self.conv.items(req, owner)  # previous turn + this input, as stored
         st = await self.hub.wait_ready(req.model)
         served = self.served[req.model]
         d = served.sampling
@@ -64,7 +70,10 @@ class ResponsesEndpoint:
             repetition_penalty=_pick(None, d, "repetition_penalty", 1.0),
             presence_penalty=_pick(None, d, "presence_penalty", 0.0), ignore_eos=req.ignore_eos)
         tools, parse_tools, prefix = to_tools(req, served.tool_call_parser)
-        messages = to_messages(req)
+        messages = to_messages(req)  # checks this request's own input items first
+        if req.previous_response_id is not None:
+            messages = to_messages(msgspec.structs.replace(req, input=as_input(items)))
+        saver = self.conv.saver(req, owner, items)
         check_chars(text_chars(messages) + text_chars(tools),
                     context_length(st.facts, served.context_length), "input")
         rid = f"resp_{uuid.uuid4().hex}"
@@ -82,55 +91,59 @@ class ResponsesEndpoint:
                               parse_tools=parse_tools, think_opened=first.think_opened,
                               prefix=prefix)
         parallel = req.parallel_tool_calls is not False
-        builder = ResponseBuilder(rid, _echo(req, params), parallel)
+        builder = ResponseBuilder(rid, _echo(req, params, saver.store), parallel)
         if req.stream:
-            body = self._stream(builder, asm, streams[0], first)
+            body = self._stream(builder, asm, streams[0], first, saver)
             return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
         try:
             return await until_disconnected(request,
-                                            self._collect(builder, asm, streams[0], first))
+                                            self._collect(builder, asm, streams[0], first,
+                                                          saver))
         finally:
             abort_all(self.hub, streams)
 
     async def _collect(self, b: ResponseBuilder, asm: ChoiceAssembler, stream: Stream,
-                       first: RequestOutput) -> Response:
+                       first: RequestOutput, saver: Saver) -> Response:
         async for item in outputs(stream, first):
             if isinstance(item, Terminal) or item.error is not None:
                 raise error_for(item)
             before = asm.completion_tokens
             b.feed(asm.feed(item), asm.completion_tokens - before)
         final = b.finish(asm.finish_reason, _usage(asm))[-1]
+        await saver.commit(final["response"])  # committed before the client hears of it
         return JSONResponse(final["response"])
 
     async def _stream(self, b: ResponseBuilder, asm: ChoiceAssembler, stream: Stream,
-                      first: RequestOutput) -> AsyncIterator[bytes]:
+                      first: RequestOutput, saver: Saver) -> AsyncIterator[bytes]:
         try:
             for ev in b.start():
                 yield event_bytes(ev)
             async for item in outputs(stream, first):
                 if isinstance(item, Terminal) or item.error is not None:
                     err = error_for(item)
-                    for ev in b.fail("server_error", err.message):
+                    for ev in await saver.failed(b.fail("server_error", err.message)):
                         yield event_bytes(ev)
                     return
                 before = asm.completion_tokens
                 for ev in b.feed(asm.feed(item), asm.completion_tokens - before):
                     yield event_bytes(ev)
-            for ev in b.finish(asm.finish_reason, _usage(asm)):
+            *events, last = b.finish(asm.finish_reason, _usage(asm))
+            for ev in events:
                 yield event_bytes(ev)
+            yield event_bytes(await saver.final(b, last))  # stored before it is sent
         finally:
             abort_all(self.hub, [stream])
 
 
-def _echo(req: CreateResponse, params: SamplingParams) -> dict[str, Any]:
+def _echo(req: CreateResponse, params: SamplingParams, store: bool) -> dict[str, Any]:
     """The request fields the response object repeats."""
     choice: Any = req.tool_choice if isinstance(req.tool_choice, str) or req.tool_choice is None \
         else msgspec.to_builtins(req.tool_choice)
     effort = req.reasoning.effort if req.reasoning else None
     return {"instructions": req.instructions, "max_output_tokens": req.max_output_tokens,
             "model": req.model, "parallel_tool_calls": req.parallel_tool_calls is not False,
-            "previous_response_id": None, "reasoning": {"effort": effort, "summary": None},
-            "store": False, "temperature": params.temperature,
+            "previous_response_id": req.previous_response_id, "reasoning": {"effort": effort, "summary": None},
+            "store": store, "temperature": params.temperature,
             "text": {"format": {"type": "text"}}, "tool_choice": choice or "auto",
             "tools": [{"type": t.type, "name": t.name, "description": t.description,
                        "parameters": t.parameters, "strict": t.strict} for t in req.tools or []],

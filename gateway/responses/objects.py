@@ -87,3 +87,22 @@ class ResponseObject(msgspec.Struct, kw_only=True):
     usage: ResponseUsage | None
     user: str | None
     metadata: dict[str, str]
+
+
+class DeletedResponse(msgspec.Struct, kw_only=True):
+    """Response of DELETE /v1/responses/{response_id}."""
+
+    id: str
+    object: Literal["response"] = "response"
+    deleted: bool
+
+
+class ResponseItemList(msgspec.Struct, kw_only=True):
+    """Response of GET /v1/responses/{response_id}/input_items: one page of input items (each
+    a `message`, `function_call`, `function_call_output` or `reasoning` item with an `id`)."""
+
+    object: Literal["list"] = "list"
+    data: list[dict[str, Any]]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool

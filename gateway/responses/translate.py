@@ -132,10 +132,6 @@ def template_kwargs(req: CreateResponse) -> dict[str, Any]:
 
 def refuse_unsupported(req: CreateResponse) -> None:
     """Refuse what this server does not do yet, rather than ignore it."""
-    if req.previous_response_id is not None:
-        raise bad_request("previous_response_id is not supported yet: stored responses are not "
-                          "available on this server; send the whole conversation in input.",
-                          param="previous_response_id", code="unsupported_parameter")
     fmt = req.text.format if req.text else None
     if fmt is not None and fmt.type != "text":
         raise bad_request(f"text.format of type '{fmt.type}' is not supported yet: structured "

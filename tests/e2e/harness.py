@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -25,9 +28,15 @@ def free_port() -> int:
 
 
 class Server:
-    """One `python -m gateway serve` process with its workers."""
+    """One `python -m gateway serve` process with its workers; without a `--data-dir` in ARGS
+    it stores responses in a fresh temporary one, removed by stop()."""
 
     def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        self.own_data_dir = None if "--data-dir" in args else tempfile.mkdtemp(
+            prefix="rapid-mlx-test-data-")
+        if self.own_data_dir:
+            args = (*args, "--data-dir", self.own_data_dir)
+            atexit.register(shutil.rmtree, self.own_data_dir, ignore_errors=True)  # no stop()
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.url = f"{self.base}/v1"
@@ -89,4 +98,6 @@ class Server:
                 p.kill()
             code = self.proc.wait(5)
         psutil.wait_procs(procs, timeout=10)
+        if self.own_data_dir:
+            shutil.rmtree(self.own_data_dir, ignore_errors=True)
         return code

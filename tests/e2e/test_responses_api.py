@@ -82,7 +82,7 @@ def test_plain_answer(server: Server) -> None:
                                             temperature=0)
     assert resp.object == "response" and resp.id.startswith("resp_")
     assert resp.status in ("completed", "incomplete") and resp.output_text
-    assert resp.store is False
+    assert resp.store is True  # OpenAI's default; storage is on in the harness's data dir
     assert [o.type for o in resp.output] == ["message"]
     assert resp.output[0].id.startswith("msg_")
     u = resp.usage
@@ -218,6 +218,7 @@ def test_worker_death_mid_stream_ends_with_failed() -> None:
     try:
         pid = srv.worker("default")["pid"]
         types: list[str] = []
+        last = ""
         with httpx.stream("POST", f"{srv.url}/responses", timeout=30, json={
                 "model": "default", "input": "Hello", "max_output_tokens": 1500,
                 "ignore_eos": True, "stream": True}) as r:
@@ -228,8 +229,13 @@ def test_worker_death_mid_stream_ends_with_failed() -> None:
                     if sum(t.endswith(".delta") for t in types) == 3 and pid:
                         os.kill(pid, signal.SIGKILL)
                         pid = 0
+                elif line.startswith("data: "):
+                    last = line[6:]
         assert time.monotonic() - started < 20
         assert types[-1] == "response.failed", types[-5:]
+        failed = json.loads(last)["response"]  # stored too, as OpenAI keeps failed responses
+        stored = httpx.get(f"{srv.url}/responses/{failed['id']}", timeout=10).json()
+        assert stored == failed and stored["status"] == "failed"
     finally:
         srv.stop()
 

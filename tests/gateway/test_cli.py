@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -95,3 +96,31 @@ def test_serve_refuses_a_model_map_to_an_unserved_alias(monkeypatch: pytest.Monk
     out = CliRunner().invoke(cli.main, ["serve", "--anthropic-model-map", "claude-*=default"])
     assert out.exit_code == 0, out.output
     assert seen[0].anthropic_model_map == [("claude-*", "default")]  # type: ignore[attr-defined]
+
+
+def test_serve_storage_flags(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import gateway.server
+
+    seen: list[Any] = []
+    monkeypatch.setattr(gateway.server, "run", seen.append)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert CliRunner().invoke(cli.main, ["serve"]).exit_code == 0
+    assert seen[-1].data_dir == str(tmp_path / "xdg" / "rapid-mlx") and seen[-1].store_responses
+    assert (seen[-1].responses_max_count, seen[-1].responses_max_age_days) == (10000, 30.0)
+    out = CliRunner().invoke(cli.main, ["serve", "--no-store", "--data-dir", str(tmp_path / "n"),
+                                        "--responses-max-count", "3",
+                                        "--responses-max-age", "0.5"])
+    assert out.exit_code == 0, out.output
+    assert seen[-1].data_dir is None and not seen[-1].store_responses
+    assert (seen[-1].responses_max_count, seen[-1].responses_max_age_days) == (3, 0.5)
+    assert not (tmp_path / "n").exists()  # --no-store creates nothing
+    (tmp_path / "file").write_text("")
+    out = CliRunner().invoke(cli.main, ["serve", "--data-dir", str(tmp_path / "file" / "d")])
+    assert out.exit_code == 1 and "--data-dir" in out.output and len(seen) == 2
+    out = CliRunner().invoke(cli.main, ["serve", "--responses-max-count", "-1"])
+    assert out.exit_code == 2
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "responses.sqlite3").write_text("not a database, just text" * 100)
+    out = CliRunner().invoke(cli.main, ["serve", "--data-dir", str(bad)])
+    assert out.exit_code == 1 and "--data-dir: file is not a database" in out.output, out.output

@@ -1,0 +1,111 @@
+"""What POST /v1/responses does with storage: who owns a response, the conversation that
+`previous_response_id` continues, and saving a finished response before the client hears of it.
+
+Each stored turn keeps its whole conversation as input items (the previous turn's items and
+output, then its own input), so deleting or pruning an earlier turn never breaks a later one and
+continuing needs one read; the price is storage that grows with the square of a chain's length.
+Failed responses (a stream whose worker died) are stored too, as OpenAI keeps them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Any
+
+from starlette.requests import Request
+
+from gateway.auth import bearer
+from gateway.errors import APIError, bad_request
+from gateway.responses.events import ResponseBuilder
+from gateway.responses.history import input_items, replay
+from gateway.responses.schemas import CreateResponse
+from gateway.storage.responses import ResponseStore
+
+log = logging.getLogger("rapid_mlx.gateway")
+
+DISABLED = ("previous_response_id needs stored responses, and storage is disabled on this "
+            "server (--no-store); send the whole conversation in input.")
+
+
+def not_found(rid: str, param: str = "response_id") -> APIError:
+    """OpenAI's 404 for a response that is unknown, deleted or another key's."""
+    return APIError(404, f"Response with id '{rid}' not found.", param=param, code=None)
+
+
+class Conversations:
+    """Storage as the Responses front door uses it; STORE None means --no-store."""
+
+    def __init__(self, store: ResponseStore | None, keyed: bool) -> None:
+        self.store = store
+        self.keyed = keyed  # API keys are configured: responses belong to the key
+
+    def owner(self, request: Request) -> str:
+        """SHA-256 (hex) of the request's API key when keys are configured, else ''."""
+        return hashlib.sha256(bearer(request.headers).encode()).hexdigest() if self.keyed else ""
+
+    def saver(self, req: CreateResponse, owner: str, items: list[dict[str, Any]]) -> Saver:
+        """What stores this request's response: nothing with --no-store or `store: false`."""
+        keep = self.store is not None and req.store is not False
+        return Saver(self if keep else None, owner, items)
+
+    async def items(self, req: CreateResponse, owner: str) -> list[dict[str, Any]]:
+        """The whole conversation of this turn as stored items: the previous turn's input and
+        output (when `previous_response_id` names one of OWNER's), then this request's input."""
+        history: list[dict[str, Any]] = []
+        if req.previous_response_id is not None:
+            if self.store is None:
+                raise bad_request(DISABLED, param="previous_response_id",
+                                  code="unsupported_parameter")
+            found = await self.store.conversation(req.previous_response_id, owner)
+            if found is None:  # 400, as OpenAI answers an unknown previous_response_id
+                raise bad_request(f"Previous response with id '{req.previous_response_id}' "
+                                  "not found.", param="previous_response_id",
+                                  code="previous_response_not_found")
+            response, history = found
+            history += replay(response)
+        return history + input_items(req, {it["id"] for it in history})
+
+    async def save(self, owner: str, response: dict[str, Any],
+                   items: list[dict[str, Any]]) -> None:
+        """Commit RESPONSE (and the conversation ITEMS) before the client is told it finished;
+        a failure is a 500 rather than a `completed` the store cannot back."""
+        assert self.store is not None
+        try:
+            await self.store.put(response["id"], owner, response, items)
+        except Exception as exc:
+            log.exception("could not store response %s", response["id"])
+            raise APIError(500, f"The response could not be stored: {exc}",
+                           type="server_error", code="storage_error") from exc
+
+
+class Saver:
+    """Stores one turn's response before its client is told it finished (CONV None: never)."""
+
+    def __init__(self, conv: Conversations | None, owner: str,
+                 items: list[dict[str, Any]]) -> None:
+        self.conv = conv
+        self.owner = owner
+        self.items = items
+        self.store = conv is not None  # what the response object says
+
+    async def commit(self, response: dict[str, Any]) -> None:
+        """Store RESPONSE now (a 500 if that fails)."""
+        if self.conv is not None:
+            await self.conv.save(self.owner, response, self.items)
+
+    async def final(self, b: ResponseBuilder, last: dict[str, Any]) -> dict[str, Any]:
+        """The stream's last event LAST once its response is stored, or response.failed."""
+        try:
+            await self.commit(last["response"])
+        except APIError as exc:
+            return b.fail("server_error", exc.message)[-1]
+        return last
+
+    async def failed(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """EVENTS (ending with response.failed), its response stored first when possible."""
+        try:
+            await self.commit(events[-1]["response"])
+        except APIError:
+            pass  # logged; the client learns of the failure anyway
+        return events

@@ -1,0 +1,165 @@
+"""Stored Responses API objects in SQLite, off the event loop.
+
+Threading: one connection, owned by one dedicated thread (a single-worker executor). Every
+call is a job on that thread, so the event loop never waits on the disk, the connection is never
+shared between threads (no locks, sqlite3's default thread check stays on), and the jobs run one
+at a time in arrival order, which is all a gateway's write rate needs (each job is one short
+transaction). Durability is in `schema.connect`: WAL with synchronous=NORMAL.
+
+Owners: rows carry the SHA-256 of the API key that created them ('' without keys); every read
+and delete matches it, so another key's response looks exactly like an unknown one.
+
+Retention, checked in the transaction of every insert (two indexed deletes, usually empty): at
+most MAX_COUNT responses (the most recently stored), none older than MAX_AGE seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import msgspec
+
+from gateway.storage.schema import connect
+from gateway.storage.schema import transaction as _transaction
+
+T = TypeVar("T")
+Order = Literal["asc", "desc"]
+
+
+class UnknownItem(LookupError):
+    """An `after` cursor that is not an item of the response."""
+
+
+class ResponseStore:
+    """Stored responses and their input items, in one SQLite file."""
+
+    def __init__(self, path: Path, max_count: int = 0, max_age: float = 0.0) -> None:
+        self.path = path
+        self.max_count = max_count  # 0: no count bound
+        self.max_age = max_age  # seconds; 0: no age bound
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rapid-mlx-store")
+        self._conn: sqlite3.Connection | None = None
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise RuntimeError("the response store is not open")
+        return self._conn
+
+    async def open(self) -> None:
+        """Open the database (creating it) and apply the age bound."""
+        await self._run(self._open)
+
+    def _open(self) -> None:
+        self._conn = connect(self.path)
+        with _transaction(self._conn):
+            self._prune_age(self._conn)
+
+    async def close(self) -> None:
+        """Close the connection and stop the thread."""
+        await self._run(self._close)
+        self._pool.shutdown(wait=True)
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    async def put(self, rid: str, owner: str, response: dict[str, Any],
+                  items: list[dict[str, Any]]) -> None:
+        """Store (or replace) RESPONSE with its input ITEMS; committed when this returns."""
+        body = msgspec.json.encode(response)
+        rows = [(it["id"], msgspec.json.encode(it)) for it in items]
+        await self._run(self._put, rid, owner, int(response.get("created_at") or time.time()),
+                        body, rows)
+
+    def _put(self, rid: str, owner: str, created_at: int, body: bytes,
+             rows: list[tuple[str, bytes]]) -> None:
+        db = self._db()
+        with _transaction(db):
+            db.execute("DELETE FROM responses WHERE id = ?", (rid,))  # a re-put replaces
+            seq = db.execute("INSERT INTO responses (id, owner, created_at, body) "
+                             "VALUES (?, ?, ?, ?)", (rid, owner, created_at, body)).lastrowid
+            db.executemany("INSERT INTO input_items (response_seq, pos, id, body) "
+                           "VALUES (?, ?, ?, ?)",
+                           [(seq, pos, iid, b) for pos, (iid, b) in enumerate(rows)])
+            if self.max_count > 0 and seq is not None:
+                db.execute("DELETE FROM responses WHERE seq <= ?", (seq - self.max_count,))
+            self._prune_age(db)
+
+    def _prune_age(self, db: sqlite3.Connection) -> None:
+        if self.max_age > 0:
+            db.execute("DELETE FROM responses WHERE created_at < ?",
+                       (int(time.time() - self.max_age),))
+
+    def _seq(self, rid: str, owner: str) -> tuple[int, bytes] | None:
+        row = self._db().execute("SELECT seq, body FROM responses WHERE id = ? AND owner = ?",
+                                 (rid, owner)).fetchone()
+        return (row[0], row[1]) if row else None
+
+    async def get(self, rid: str, owner: str) -> dict[str, Any] | None:
+        """The stored response RID of OWNER, or None."""
+        found = await self._run(self._seq, rid, owner)
+        return msgspec.json.decode(found[1]) if found else None
+
+    async def conversation(self, rid: str, owner: str
+                           ) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        """The stored response RID of OWNER and all its input items in order, or None."""
+        return await self._run(self._conversation, rid, owner)
+
+    def _conversation(self, rid: str, owner: str
+                      ) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        found = self._seq(rid, owner)
+        if found is None:
+            return None
+        rows = self._db().execute("SELECT body FROM input_items WHERE response_seq = ? "
+                                  "ORDER BY pos", (found[0],)).fetchall()
+        return msgspec.json.decode(found[1]), [msgspec.json.decode(r[0]) for r in rows]
+
+    async def items(self, rid: str, owner: str, limit: int, order: Order, after: str | None
+                    ) -> tuple[list[dict[str, Any]], bool] | None:
+        """One page of RID's input items (and whether more follow), or None for no such response;
+        raises UnknownItem when AFTER is not one of its items."""
+        return await self._run(self._items, rid, owner, limit, order, after)
+
+    def _items(self, rid: str, owner: str, limit: int, order: Order, after: str | None
+               ) -> tuple[list[dict[str, Any]], bool] | None:
+        db = self._db()
+        found = self._seq(rid, owner)
+        if found is None:
+            return None
+        seq = found[0]
+        bound = -1 if order == "asc" else 2**62
+        if after is not None:
+            row = db.execute("SELECT min(pos) FROM input_items WHERE response_seq = ? AND id = ?",
+                             (seq, after)).fetchone()
+            if row[0] is None:
+                raise UnknownItem(after)
+            bound = row[0]
+        cmp, direction = (">", "ASC") if order == "asc" else ("<", "DESC")
+        rows = db.execute(f"SELECT body FROM input_items WHERE response_seq = ? AND pos {cmp} ? "
+                          f"ORDER BY pos {direction} LIMIT ?", (seq, bound, limit + 1)).fetchall()
+        return [msgspec.json.decode(r[0]) for r in rows[:limit]], len(rows) > limit
+
+    async def delete(self, rid: str, owner: str) -> bool:
+        """Delete RID of OWNER (and its input items); False when there was none."""
+        return await self._run(self._delete, rid, owner)
+
+    def _delete(self, rid: str, owner: str) -> bool:
+        db = self._db()
+        with _transaction(db):
+            cur = db.execute("DELETE FROM responses WHERE id = ? AND owner = ?", (rid, owner))
+        return cur.rowcount > 0
+
+    async def count(self) -> int:
+        """How many responses are stored (all owners)."""
+        return await self._run(lambda: int(self._db().execute(
+            "SELECT count(*) FROM responses").fetchone()[0]))

@@ -1,0 +1,109 @@
+"""Stored conversations without a server: item ids, replay, previous_response_id, saving."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from starlette.requests import Request
+
+from gateway.errors import APIError
+from gateway.responses.events import ResponseBuilder
+from gateway.responses.history import as_input, input_items, replay
+from gateway.responses.schemas import CreateResponse
+from gateway.responses.stored import Conversations
+from gateway.responses.translate import to_messages
+from gateway.storage.responses import ResponseStore
+
+
+def _req(**kw: Any) -> CreateResponse:
+    return msgspec.convert({"model": "m", "input": "hi", **kw}, CreateResponse)
+
+
+def _request(key: str | None) -> Request:
+    headers = [(b"authorization", f"Bearer {key}".encode())] if key else []
+    return Request({"type": "http", "method": "POST", "path": "/v1/responses",
+                    "headers": headers})
+
+
+def test_input_items_get_unique_ids_and_text_parts() -> None:
+    assert input_items(_req(), set())[0]["content"] == [{"type": "input_text", "text": "hi"}]
+    items = input_items(_req(input=[
+        {"role": "assistant", "content": "a", "id": "msg_1"},
+        {"role": "user", "content": "b", "id": "msg_1"},  # a duplicate id is replaced
+        {"type": "function_call_output", "call_id": "c", "output": "{}"}]), {"msg_0"})
+    assert items[0] == {"id": "msg_1", "type": "message", "role": "assistant",
+                        "content": [{"type": "output_text", "text": "a"}]}
+    assert items[1]["id"].startswith("msg_") and items[1]["id"] != "msg_1"
+    assert items[2]["id"].startswith("fco_") and items[2]["output"] == "{}"
+
+
+def test_replay_keeps_calls_and_reasoning_for_the_template() -> None:
+    out = [{"id": "rs_1", "type": "reasoning", "summary": [], "status": "completed",
+            "content": [{"type": "reasoning_text", "text": "think"}]},
+           {"id": "fc_1", "type": "function_call", "call_id": "call_1", "name": "f",
+            "arguments": '{"x": 1}', "status": "completed"}]
+    items = replay({"output": out})
+    follow = [{"type": "function_call_output", "call_id": "call_1", "output": "42"}]
+    msgs = to_messages(_req(input=items + follow))
+    assert msgs[0]["role"] == "assistant" and msgs[0]["reasoning_content"] == "think"
+    assert msgs[0]["tool_calls"][0]["function"] == {"name": "f", "arguments": {"x": 1}}
+    assert msgs[1] == {"role": "tool", "tool_call_id": "call_1", "content": "42", "name": "f"}
+    assert [it.type for it in as_input(items)] == ["reasoning", "function_call"]
+
+
+def test_owner_is_the_key_digest_only_with_keys() -> None:
+    assert Conversations(None, keyed=False).owner(_request("k")) == ""
+    keyed = Conversations(None, keyed=True)
+    assert keyed.owner(_request("k")) == hashlib.sha256(b"k").hexdigest()
+
+
+def test_previous_response_id(tmp_path: Path) -> None:
+    async def body() -> None:
+        store = ResponseStore(tmp_path / "r.sqlite3")
+        await store.open()
+        try:
+            conv = Conversations(store, keyed=False)
+            first = _req(input="one")
+            items = await conv.items(first, "")
+            b = ResponseBuilder("resp_1", {"store": True}, True)
+            b.output.append({"id": "msg_out", "type": "message", "role": "assistant",
+                             "status": "completed",
+                             "content": [{"type": "output_text", "text": "two"}]})
+            await conv.saver(first, "", items).commit(b.response("completed"))
+            got = await conv.items(_req(input="three", previous_response_id="resp_1"), "")
+            assert [(it["id"], it["content"][0]["text"]) for it in got][1:2] == [
+                ("msg_out", "two")]
+            assert [it["content"][0]["text"] for it in got] == ["one", "two", "three"]
+            for owner, code in [("other", "previous_response_not_found")]:
+                with pytest.raises(APIError) as exc:
+                    await conv.items(_req(previous_response_id="resp_1"), owner)
+                assert (exc.value.status, exc.value.code, exc.value.param) == (
+                    400, code, "previous_response_id")
+            assert not conv.saver(_req(store=False), "", []).store
+        finally:
+            await store.close()
+    asyncio.run(body())
+    with pytest.raises(APIError) as exc:
+        asyncio.run(Conversations(None, keyed=False).items(
+            _req(previous_response_id="resp_1"), ""))
+    assert exc.value.code == "unsupported_parameter" and "--no-store" in exc.value.message
+    assert not Conversations(None, keyed=False).saver(_req(), "", []).store
+
+
+def test_a_failed_write_is_never_reported_completed(tmp_path: Path) -> None:
+    store = ResponseStore(tmp_path / "r.sqlite3")  # never opened: every write fails
+    saver = Conversations(store, keyed=False).saver(_req(), "", [])
+    b = ResponseBuilder("resp_1", {"store": True}, True)
+    done = {"type": "response.completed", "response": b.response("completed")}
+    with pytest.raises(APIError) as exc:
+        asyncio.run(saver.commit(done["response"]))
+    assert exc.value.status == 500 and exc.value.code == "storage_error"
+    last = asyncio.run(saver.final(b, done))
+    assert last["type"] == "response.failed" and "could not be stored" in str(last)
+    failed = b.fail("server_error", "worker died")
+    assert asyncio.run(saver.failed(failed)) == failed  # no second error on top

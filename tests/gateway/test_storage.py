@@ -1,0 +1,177 @@
+"""gateway/storage: the data directory and the stored-responses database (no server)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from gateway.storage.paths import RESPONSES_DB, default_data_dir, prepare_data_dir
+from gateway.storage.responses import ResponseStore, UnknownItem
+from gateway.storage.schema import SCHEMA_VERSION, SchemaError
+
+T = TypeVar("T")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _resp(rid: str, created_at: int | None = None) -> dict[str, Any]:
+    return {"id": rid, "object": "response", "created_at": created_at or int(time.time()),
+            "output": [{"id": f"msg_out_{rid}", "type": "message", "role": "assistant",
+                        "content": [{"type": "output_text", "text": "hi"}]}]}
+
+
+def _items(n: int, tag: str = "") -> list[dict[str, Any]]:
+    return [{"id": f"msg_{tag}{i}", "type": "message", "role": "user",
+             "content": [{"type": "input_text", "text": str(i)}]} for i in range(n)]
+
+
+def _with_store(path: Path, body: Callable[[ResponseStore], Awaitable[T]], **kw: Any) -> T:
+    async def run() -> T:
+        store = ResponseStore(path / RESPONSES_DB, **kw)
+        await store.open()
+        try:
+            return await body(store)
+        finally:
+            await store.close()
+    return asyncio.run(run())
+
+
+def test_data_dir_created_private_and_narrowed(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    made = prepare_data_dir(tmp_path / "a" / "b")
+    assert made.is_dir() and stat.S_IMODE(made.stat().st_mode) == 0o700
+    wide = tmp_path / "wide"
+    wide.mkdir(mode=0o755)
+    wide.chmod(0o755)
+    assert stat.S_IMODE(prepare_data_dir(wide).stat().st_mode) == 0o700
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert default_data_dir() == tmp_path / "xdg" / "rapid-mlx"
+    monkeypatch.setenv("XDG_DATA_HOME", "relative/ignored")  # the XDG spec: absolute only
+    assert default_data_dir() == Path.home() / ".local" / "share" / "rapid-mlx"
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OSError):
+        prepare_data_dir(tmp_path / "file" / "sub")
+
+
+def test_put_get_owner_delete(tmp_path: Path) -> None:
+    async def body(s: ResponseStore) -> None:
+        await s.put("resp_1", "alice", _resp("resp_1"), _items(3))
+        assert (await s.get("resp_1", "alice")) == _resp("resp_1") | {
+            "created_at": (await s.get("resp_1", "alice") or {})["created_at"]}
+        assert await s.get("resp_1", "bob") is None  # another owner sees nothing
+        assert await s.get("resp_2", "alice") is None
+        found = await s.conversation("resp_1", "alice")
+        assert found is not None and found[1] == _items(3)
+        assert not await s.delete("resp_1", "bob")
+        assert await s.delete("resp_1", "alice")
+        assert await s.get("resp_1", "alice") is None
+        assert not await s.delete("resp_1", "alice")
+        assert await s.count() == 0
+    _with_store(tmp_path, body)
+
+
+def test_item_pages(tmp_path: Path) -> None:
+    async def body(s: ResponseStore) -> None:
+        await s.put("resp_1", "", _resp("resp_1"), _items(5))
+        ids = [f"msg_{i}" for i in range(5)]
+        page = await s.items("resp_1", "", 2, "asc", None)
+        assert page is not None and [it["id"] for it in page[0]] == ids[:2] and page[1]
+        page = await s.items("resp_1", "", 2, "asc", "msg_3")
+        assert page is not None and [it["id"] for it in page[0]] == ["msg_4"] and not page[1]
+        page = await s.items("resp_1", "", 20, "desc", None)
+        assert page is not None and [it["id"] for it in page[0]] == ids[::-1] and not page[1]
+        page = await s.items("resp_1", "", 2, "desc", "msg_3")
+        assert page is not None and [it["id"] for it in page[0]] == ["msg_2", "msg_1"]
+        assert page[1]
+        assert await s.items("resp_1", "other", 2, "asc", None) is None
+        with pytest.raises(UnknownItem):
+            await s.items("resp_1", "", 2, "asc", "msg_nope")
+    _with_store(tmp_path, body)
+
+
+def test_count_bound_prunes_oldest_with_their_items(tmp_path: Path) -> None:
+    async def body(s: ResponseStore) -> None:
+        for i in range(5):
+            await s.put(f"resp_{i}", "", _resp(f"resp_{i}"), _items(2, tag=str(i)))
+        assert [await s.get(f"resp_{i}", "") is not None for i in range(5)] == [
+            False, False, True, True, True]
+        assert await s.count() == 3
+    _with_store(tmp_path, body, max_count=3)
+    with sqlite3.connect(tmp_path / RESPONSES_DB) as db:
+        assert db.execute("SELECT count(*) FROM input_items").fetchone()[0] == 6  # cascaded
+
+
+def test_age_bound(tmp_path: Path) -> None:
+    old = int(time.time()) - 3 * 86400
+
+    async def fill(s: ResponseStore) -> None:
+        await s.put("resp_old", "", _resp("resp_old", old), _items(1))
+        await s.put("resp_new", "", _resp("resp_new"), _items(1))
+        assert await s.count() == 2
+    _with_store(tmp_path, fill)  # no bound: both kept
+
+    async def check(s: ResponseStore) -> None:
+        assert await s.get("resp_old", "") is None  # pruned when the store opened
+        assert await s.get("resp_new", "") is not None
+    _with_store(tmp_path, check, max_age=86400)
+
+
+def test_schema_wal_and_versions(tmp_path: Path) -> None:
+    async def on_thread(s: ResponseStore) -> str:
+        return await s._run(lambda: threading.current_thread().name)
+    name = _with_store(tmp_path, on_thread)
+    assert name.startswith("rapid-mlx-store") and name != threading.current_thread().name
+    db = sqlite3.connect(tmp_path / RESPONSES_DB)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    db.close()
+    with pytest.raises(SchemaError):
+        _with_store(tmp_path, on_thread)
+
+
+WRITER = """
+import asyncio, sys, time
+from pathlib import Path
+from gateway.storage.responses import ResponseStore
+
+async def main():
+    store = ResponseStore(Path(sys.argv[1]))
+    await store.open()
+    for i in range(10_000):
+        rid = f"resp_{i}"
+        await store.put(rid, "", {"id": rid, "created_at": int(time.time())}, [])
+        print(rid, flush=True)  # reported only once committed
+
+asyncio.run(main())
+"""
+
+
+def test_sigkill_loses_no_committed_row(tmp_path: Path) -> None:
+    path = tmp_path / RESPONSES_DB
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], cwd=ROOT,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    reported = []
+    for line in proc.stdout:
+        reported.append(line.strip())
+        if len(reported) == 300:
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+    reported += [line.strip() for line in proc.stdout if line.strip()]
+    proc.wait(10)
+
+    async def check(s: ResponseStore) -> list[str]:
+        return [rid for rid in reported if await s.get(rid, "") is None]
+    assert _with_store(tmp_path, check) == []
