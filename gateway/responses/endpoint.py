@@ -19,6 +19,7 @@ from gateway.jobs import _pick, encodable
 from gateway.relay import abort_all, error_for, outputs, peek_first, submit_all
 from gateway.responses.events import ResponseBuilder
 from gateway.responses.schemas import CreateResponse
+from gateway.responses.tooltypes import served_tools
 from gateway.responses.translate import refuse_unsupported, template_kwargs, to_messages, to_tools
 from gateway.served import ServedModel
 from gateway.streaming import SSE_HEADERS
@@ -83,6 +84,7 @@ class ResponsesEndpoint:
                               prefix=prefix)
         parallel = req.parallel_tool_calls is not False
         builder = ResponseBuilder(rid, _echo(req, params), parallel)
+        builder.namespaces = served_tools(req.tools or [])[1]
         if req.stream:
             body = self._stream(builder, asm, streams[0], first)
             return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
