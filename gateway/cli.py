@@ -140,7 +140,8 @@ def main() -> None:
 @click.option("--prefill-budget", default=512, show_default=True, type=int,
               help="prompt tokens computed per engine step")
 @click.option("--max-waiting", default=256, show_default=True, type=int)
-@click.option("--context-length", default=0, type=int, help="cap every model's context")
+@click.option("--context-length", default=0, type=int,
+              help="every model's context in tokens (above the trained length: degraded)")
 @click.option("--worker-address", default="", help="bind workers here (default: private ipc)")
 @click.option("--hang-timeout", default=30.0, show_default=True, type=float,
               help="seconds without progress, with work, before a worker is declared hung")
