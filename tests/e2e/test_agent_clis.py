@@ -161,3 +161,17 @@ def test_launch_write_then_claude_uses_it(srv: Server, tmp_path: Path) -> None:
     assert res.returncode == 0, (seen, res.stdout[-3000:] + res.stderr[-3000:])
     assert [s for s in seen if s[1].startswith("/v1/messages")], seen
     assert all(200 <= status < 300 for _, _, status in seen), seen
+
+
+def test_max_tokens_beyond_the_context_means_the_rest(srv: Server) -> None:
+    import anthropic
+
+    client = anthropic.Anthropic(base_url=srv.base, api_key="x", max_retries=0)
+    with client.messages.stream(model="claude-opus-5-5", max_tokens=128000,
+                                messages=[{"role": "user", "content": "Hello!"}]) as stream:
+        msg = stream.get_final_message()
+    assert msg.stop_reason == "end_turn" and msg.content[0].type == "text"
+    assert msg.model == "claude-opus-5-5"
+    with pytest.raises(anthropic.BadRequestError):  # below the context, still checked
+        client.messages.create(model="default", max_tokens=4000,
+                               messages=[{"role": "user", "content": "Hello! " * 60}])

@@ -77,3 +77,19 @@ def test_render_shows_file_env_and_note() -> None:
     out = render(BUILDERS["codex"](T, Path("/h")))
     assert out.startswith("# codex: /h/.codex/config.toml\n")
     assert 'wire_api = "responses"' in out and "export RAPID_MLX_API_KEY=sk-1" in out
+
+
+def test_launch_without_the_client_says_how_to_install(monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from gateway.cli import main
+
+    monkeypatch.setattr("gateway.launch.run.target", lambda url, alias, key: T)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    res = CliRunner().invoke(main, ["launch", "opencode", "--write"])
+    assert res.exit_code == 0, res.output
+    assert "npm install -g opencode-ai" in res.output
+    assert json.loads((tmp_path / ".config/opencode/opencode.json").read_text())["model"] == \
+        "rapid-mlx/qwen"
