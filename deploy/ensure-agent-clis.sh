@@ -15,7 +15,7 @@ if [ -x "$PREFIX/node_modules/.bin/codex" ] && [ -x "$PREFIX/node_modules/.bin/c
     exit 0
 fi
 mkdir -p "$PREFIX"
-if ! npm install --prefix "$PREFIX" --no-audit --no-fund --loglevel=error "$CODEX" "$CLAUDE" >"$PREFIX/npm-install.log" 2>&1; then
+if ! npm install --prefix "$PREFIX" --no-audit --no-fund --loglevel=error --fetch-retries=1 --fetch-timeout=30000 "$CODEX" "$CLAUDE" >"$PREFIX/npm-install.log" 2>&1; then
     echo "ensure-agent-clis: npm install failed (see $PREFIX/npm-install.log); the agent CLI tests will skip" >&2
 fi
 exit 0
