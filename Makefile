@@ -13,6 +13,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	sh deploy/ensure-blas.sh
 	sh deploy/ensure-test-browser.sh
+	sh deploy/ensure-agent-clis.sh $(VENV)/agent-clis
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -22,6 +23,7 @@ serve: $(STAMP)
 
 # The test process runs MLX too: preload the same optimized BLAS the workers use (worker/blas.py).
 test: $(STAMP)
+	sh deploy/ensure-agent-clis.sh $(VENV)/agent-clis
 	LD_PRELOAD="$$($(BIN)/python -m worker.blas)" $(BIN)/python -m pytest -q -ra
 
 lint: $(STAMP)

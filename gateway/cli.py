@@ -154,7 +154,8 @@ def main() -> None:
 @click.option("--prefill-budget", default=512, show_default=True, type=int,
               help="prompt tokens computed per engine step")
 @click.option("--max-waiting", default=256, show_default=True, type=int)
-@click.option("--context-length", default=0, type=int, help="cap every model's context")
+@click.option("--context-length", default=0, type=int,
+              help="every model's context in tokens (above the trained length: degraded)")
 @click.option("--worker-address", default="", help="bind workers here (default: private ipc)")
 @click.option("--hang-timeout", default=30.0, show_default=True, type=float,
               help="seconds without progress, with work, before a worker is declared hung")
@@ -362,3 +363,20 @@ def pull(model: str, revision: str | None, aliases_file: str | None) -> None:
         todo = "check the network and HF_HUB_OFFLINE, then try again" if exc.offline else exc.todo
         raise DownloadError(f"cannot download '{repo}': {exc.why}; {todo}") from exc
     click.echo(f"{model}: {repo} is in the local cache: {path}")
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.argument("client", type=click.Choice(["codex", "claude", "opencode", "aider"]))
+@click.argument("client_args", nargs=-1, type=click.UNPROCESSED)
+@_URL
+@click.option("--model", "alias", default=None, help="the alias to use (default: the first served)")
+@click.option("--api-key", default=None, envvar="RAPID_MLX_API_KEY")
+@click.option("--write", "do_write", is_flag=True,
+              help="merge it into the file the client reads (the old file is backed up)")
+@click.option("--no-exec", "no_exec", is_flag=True, help="only print or write; do not run CLIENT")
+def launch(client: str, client_args: tuple[str, ...], url: str, alias: str | None,
+           api_key: str | None, do_write: bool, no_exec: bool) -> None:
+    """Print the configuration pointing CLIENT at the running server, then run CLIENT."""
+    from gateway.launch.run import launch as run
+
+    run(client, url, alias, api_key, do_write, not no_exec, client_args)

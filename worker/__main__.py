@@ -26,7 +26,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-batch", type=int, default=32)
     p.add_argument("--prefill-budget", type=int, default=512)
     p.add_argument("--max-waiting", type=int, default=256)
-    p.add_argument("--context-length", type=int, default=0, help="cap the model's context")
+    p.add_argument("--context-length", type=int, default=0, help="the model's context (tokens)")
     p.add_argument("--kv-cache-turboquant", choices=["k8v4", "none"], default="k8v4",
                    help="KV page format: 8-bit keys + 4-bit values, or full precision")
     p.add_argument("--kv-cache-memory", default="0.1",
@@ -98,7 +98,11 @@ def main(argv: list[str] | None = None) -> int:
         loaded = load_model(args.model, args.revision)
         context_length = loaded.facts.context_length
         if args.context_length:
-            context_length = min(context_length, args.context_length)
+            if args.context_length > context_length:
+                logging.warning("--context-length %d exceeds %s's trained %d: longer prompts run, "
+                            "with degraded output", args.context_length, args.model,
+                            context_length)
+            context_length = args.context_length
             loaded.facts.context_length = context_length
         plan = plan_kv(loaded.model, model_dtype(loaded.model), kind=args.kv_cache_turboquant,
                        memory=args.kv_cache_memory, page_size=args.kv_page_size,

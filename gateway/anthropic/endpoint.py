@@ -47,8 +47,10 @@ class MessagesEndpoint:
         served = self.served[alias]
         messages = chat_messages(req)
         tools, parse_tools, prefix = chat_tools(req, served.tool_call_parser)
-        check_chars(text_chars(messages) + text_chars(tools),
-                    context_length(st.facts, served.context_length), "messages")
+        ctx = context_length(st.facts, served.context_length)
+        check_chars(text_chars(messages) + text_chars(tools), ctx, "messages")
+        if params.max_tokens >= ctx:  # more than any answer could get here (Claude Code: 128000)
+            params.max_tokens = 0  # the worker gives the rest of the context instead
         job = Generate(request_id=mid, params=params, messages=messages, tools=tools,
                        chat_template_kwargs=template_kwargs(req), assistant_prefix=prefix)
         encodable(job)

@@ -126,8 +126,11 @@ def chat_tools(req: CountTokensRequest, tool_parser: str | None) -> ToolPlan:
 
 
 def template_kwargs(req: CountTokensRequest) -> dict[str, Any]:
-    """thinking enabled turns reasoning on, disabled turns it off; absent keeps the default."""
-    if req.thinking is None or req.thinking.type == "adaptive":
+    """thinking enabled turns reasoning on; disabled or absent (Anthropic: no extended thinking
+    unless asked) turns it off; adaptive keeps the model's default."""
+    if req.thinking is None:
+        return {"enable_thinking": False}
+    if req.thinking.type == "adaptive":
         return {}
     return {"enable_thinking": req.thinking.type == "enabled"}
 

@@ -21,6 +21,7 @@ from gateway.responses.events import ResponseBuilder
 from gateway.responses.history import as_input
 from gateway.responses.schemas import CreateResponse
 from gateway.responses.stored import Conversations, Saver
+from gateway.responses.tooltypes import served_tools
 from gateway.responses.translate import refuse_unsupported, template_kwargs, to_messages, to_tools
 from gateway.served import ServedModel
 from gateway.streaming import SSE_HEADERS
@@ -92,6 +93,7 @@ class ResponsesEndpoint:
                               prefix=prefix)
         parallel = req.parallel_tool_calls is not False
         builder = ResponseBuilder(rid, _echo(req, params, saver.store), parallel)
+        builder.namespaces = served_tools(req.tools or [])[1]
         if req.stream:
             body = self._stream(builder, asm, streams[0], first, saver)
             return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)

@@ -30,6 +30,7 @@ class ResponseBuilder:
         self.open: dict[str, Any] | None = None
         self.calls: dict[int, dict[str, Any]] = {}  # parser call index -> item
         self.reasoning_tokens = 0.0
+        self.namespaces: dict[str, str] = {}  # function name -> its namespace tool's name
 
     def _ev(self, type_: str, **fields: Any) -> dict[str, Any]:
         ev = {"type": type_, "sequence_number": self.seq, **fields}
@@ -112,6 +113,8 @@ class ResponseBuilder:
             item = {"id": _id("fc"), "type": "function_call", "status": "in_progress",
                     "arguments": "", "call_id": tc.get("id") or _id("call"),
                     "name": tc["function"].get("name") or ""}
+            if item["name"] in self.namespaces:
+                item["namespace"] = self.namespaces[item["name"]]
             self.calls[index] = item
             self.output.append(item)
             evs.append(self._ev("response.output_item.added", output_index=len(self.output) - 1,

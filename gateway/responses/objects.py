@@ -28,6 +28,7 @@ class OutputItem(msgspec.Struct, kw_only=True):
     call_id: str | None = None
     name: str | None = None
     arguments: str | None = None
+    namespace: str | None = None  # a function_call to a function of a namespace tool
 
 
 class InputTokensDetails(msgspec.Struct):

@@ -33,7 +33,8 @@ class InputItem(_Body):
 
 
 class FunctionTool(_Body):
-    """A tool of a Responses request; only `function` tools are served."""
+    """A tool of a Responses request: `function` and `namespace` (a named group of function
+    tools) are served; see tooltypes.py for the others."""
 
     type: str
     name: Annotated[str, Meta(min_length=1, max_length=64,
@@ -41,6 +42,7 @@ class FunctionTool(_Body):
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
+    tools: list[FunctionTool] | None = None  # a namespace's tools
 
 
 class ToolChoiceNamed(_Body):

@@ -9,6 +9,7 @@ import msgspec
 from gateway.errors import bad_request
 from gateway.jsonguard import JSONLimitError, check_json
 from gateway.responses.schemas import ContentPart, CreateResponse, InputItem
+from gateway.responses.tooltypes import served_tools
 from gateway.tool_choice import ToolPlan, plan_tools
 
 ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
@@ -98,17 +99,7 @@ def to_messages(req: CreateResponse) -> list[dict[str, Any]]:
 
 def to_tools(req: CreateResponse, tool_parser: str | None) -> ToolPlan:
     """Chat-format tools to render, whether tool calls are parsed, and the forced prefix."""
-    tools: list[dict[str, Any]] = []
-    for i, t in enumerate(req.tools or []):
-        if t.type != "function":
-            raise bad_request(f"Tool type '{t.type}' is not supported: only function tools are.",
-                              param="tools", code="unsupported_parameter")
-        if not t.name:
-            raise bad_request("A function tool needs a name.", param=f"tools[{i}].name")
-        fn: dict[str, Any] = {"name": t.name, "description": t.description, "parameters": t.parameters,
-              "strict": t.strict}
-        tools.append({"type": "function",
-                      "function": {k: v for k, v in fn.items() if v is not None}})
+    tools, _ = served_tools(req.tools or [])
     choice = req.tool_choice
     if choice is None or isinstance(choice, str):
         return plan_tools(tools or None, choice or "auto", None, tool_parser)

@@ -176,7 +176,9 @@ def test_sdk_stream_helper(server: Server) -> None:
 @pytest.mark.parametrize(("body", "param"), [
     ({"model": "default", "input": 5}, "input"),
     ({"model": "default", "input": "hi", "temperature": "hot"}, "temperature"),
-    ({"model": "default", "input": "hi", "tools": [{"type": "web_search"}]}, "tools"),
+    ({"model": "default", "input": "hi", "tools": [{"type": "nope"}]}, "tools[0].type"),
+    ({"model": "default", "input": "hi", "tools": [{"type": "web_search"}],
+      "tool_choice": {"type": "web_search"}}, "tool_choice"),
     ({"model": "default", "input": "hi", "previous_response_id": "resp_x"},
      "previous_response_id"),
     ({"model": "default", "input": "hi", "text": {"format": {"type": "json_schema"}}},
@@ -193,8 +195,8 @@ def test_bad_requests_are_400(server: Server, body: dict[str, Any], param: str) 
 
 def test_sdk_sees_400(server: Server) -> None:
     with pytest.raises(openai.BadRequestError):
-        _client(server).responses.create(model="default", input="hi",
-                                         tools=[{"type": "web_search"}])  # type: ignore[list-item]
+        _client(server).responses.create(model="default", input="hi", tools=[
+            {"type": "web_search"}], tool_choice={"type": "web_search"})  # type: ignore[list-item,typeddict-item]
 
 
 def test_disconnect_aborts(server: Server) -> None:

@@ -95,7 +95,8 @@ def test_thinking_and_sampling() -> None:
     assert template_kwargs(_req(thinking={"type": "enabled", "budget_tokens": 1024})) == {
         "enable_thinking": True}
     assert template_kwargs(_req(thinking={"type": "disabled"})) == {"enable_thinking": False}
-    assert template_kwargs(_req()) == {}
+    assert template_kwargs(_req()) == {"enable_thinking": False}  # Claude Code without thinking
+    assert template_kwargs(_req(thinking={"type": "adaptive"})) == {}
     p = sampling(_req(temperature=0, top_p=0.5, top_k=7, stop_sequences=["END"],
                       metadata={"user_id": "u"}), {"temperature": 0.6, "min_p": 0.1})
     assert (p.max_tokens, p.temperature, p.top_p, p.top_k, p.min_p, p.stop) == (

@@ -82,7 +82,7 @@ def test_function_tools_and_choice() -> None:
     got, _, _ = to_tools(_req(tools=tools, tool_choice={"type": "function", "name": "g"}),
                          None)
     assert got is not None and [t["function"]["name"] for t in got] == ["g"]
-    for bad, param in [({"tools": [{"type": "web_search"}]}, "tools"),
+    for bad, param in [({"tools": [{"type": "nope"}]}, "tools[0].type"),
                        ({"tools": tools, "tool_choice": {"type": "function", "name": "h"}},
                         "tool_choice"),
                        ({"tool_choice": "required"}, "tool_choice")]:

@@ -1,0 +1,68 @@
+"""Which Responses tool types are served: function tools, namespaces of them, and the rest.
+
+Served: `function` tools, and `namespace` tools (a group of function tools; the model sees the
+functions, and a call to one comes back as a `function_call` carrying the `namespace`).
+
+Not served but known: the tools OpenAI runs on its side (web_search, file_search, ...) and the
+client-side tool types a model must be trained for (local_shell, custom, ...). Coding agents
+(Codex CLI) offer some of them on every request, so an offered one is left out of the prompt
+with a logged warning (the model simply never calls it, which any response may do); one that
+tool_choice forces is refused with a 400. An unknown type is refused with a 400 too.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from gateway.errors import bad_request
+from gateway.responses.schemas import FunctionTool
+
+log = logging.getLogger("rapid_mlx.gateway")
+
+NOT_SERVED = frozenset({
+    "web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11",
+    "file_search", "code_interpreter", "image_generation", "computer", "computer_use",
+    "computer_use_preview", "mcp", "local_shell", "shell", "apply_patch", "custom",
+    "tool_search"})
+
+
+def _function(t: FunctionTool, param: str) -> dict[str, Any]:
+    if not t.name:
+        raise bad_request("A function tool needs a name.", param=f"{param}.name")
+    fn: dict[str, Any] = {"name": t.name, "description": t.description,
+                          "parameters": t.parameters, "strict": t.strict}
+    return {"type": "function", "function": {k: v for k, v in fn.items() if v is not None}}
+
+
+def served_tools(tools: list[FunctionTool]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Chat-format function tools to render, and function name -> namespace for the calls."""
+    out: list[dict[str, Any]] = []
+    namespaces: dict[str, str] = {}
+    skipped: list[str] = []
+    for i, t in enumerate(tools):
+        if t.type == "function":
+            out.append(_function(t, f"tools[{i}]"))
+        elif t.type == "namespace":
+            if not t.name:
+                raise bad_request("A namespace tool needs a name.", param=f"tools[{i}].name")
+            for j, inner in enumerate(t.tools or []):
+                if inner.type != "function":
+                    skipped.append(f"{t.name}.{inner.type}")
+                    continue
+                out.append(_function(inner, f"tools[{i}].tools[{j}]"))
+                namespaces[inner.name or ""] = t.name
+        elif t.type in NOT_SERVED:
+            skipped.append(t.type)
+        else:
+            raise bad_request(f"Tool type '{t.type}' is not supported: only function and "
+                              "namespace tools are served.", param=f"tools[{i}].type",
+                              code="unsupported_parameter")
+    names = [t["function"]["name"] for t in out]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup is not None:
+        raise bad_request(f"Two tools are named '{dup}'.", param="tools")
+    if skipped:
+        log.warning("responses: tool types not served here left out of the prompt: %s",
+                    ", ".join(skipped))
+    return out, namespaces
