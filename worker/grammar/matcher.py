@@ -1,0 +1,42 @@
+"""One request's grammar state: which tokens may come next, advance, finished."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class Constraint:
+    """A request's matcher; every method is cheap except the mask fill (done in batches)."""
+
+    def __init__(self, matcher: Any) -> None:
+        self.matcher = matcher
+        self.consumed = 0  # tokens advanced so far
+
+    @property
+    def finished(self) -> bool:
+        """True when the grammar is complete: nothing but the end may follow."""
+        return bool(self.matcher.is_stopped())
+
+    @property
+    def accepting(self) -> bool:
+        """True when the text so far is a complete match (it may still go on)."""
+        return bool(self.matcher.is_accepting())
+
+    @property
+    def error(self) -> str | None:
+        """Why the matcher failed (a token it refused, a resource limit), or None."""
+        return str(self.matcher.get_error()) if self.matcher.is_error() else None
+
+    def advance(self, token: int) -> bool:
+        """Consume the sampled TOKEN; False (and an error state) when the grammar refuses it."""
+        if self.matcher.is_stopped():
+            return True  # the end token after a complete match: nothing left to check
+        ok = bool(self.matcher.consume_token(token))
+        self.consumed += ok
+        return ok
+
+    def rollback(self, n: int) -> bool:
+        """Undo the last N advanced tokens."""
+        ok = bool(self.matcher.rollback(n))
+        self.consumed -= n if ok else 0
+        return ok
