@@ -14,6 +14,7 @@ from protocol.messages import RequestOutput, SamplingParams, TokenLogprob
 from worker.failures import EngineBroken, discard, error_output, verify
 from worker.forward import Forward
 from worker.grammar import masks
+from worker.grammar.matcher import GrammarRefused
 from worker.kv_calibrate import calibrate_centers
 from worker.kv_manager import KVManager
 from worker.request import EngineStats, Inflight, KVTooSmall, QueueFull, Request
@@ -354,6 +355,9 @@ class Engine:
         try:
             lp = self._logprob(r, tok, logprobs[b]) if logprobs is not None and r.params.logprobs else None
             return self._update(r, int(tok), lp, now)
+        except GrammarRefused as exc:
+            r.finish_reason = "error"
+            return error_output(r, str(exc), "invalid_grammar")
         except Exception as exc:
             log.error("request %s failed on its token: %r", r.id, exc, exc_info=exc)
             r.finish_reason = "error"  # retired (and its sound pages cached) with the others
@@ -369,7 +373,7 @@ class Engine:
         finish = None
         text = ""
         if r.grammar is not None and not r.grammar.advance(tok):
-            raise RuntimeError(f"the grammar refused token {tok}: {r.grammar.error}")
+            raise GrammarRefused(f"the response format could not be followed: {r.grammar.error}")
         if (tok in self.eos_ids and (not p.ignore_eos or r.grammar is not None)
                 or tok in p.stop_token_ids):
             finish = "stop"

@@ -13,13 +13,19 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from gateway.checks import check_chars, check_template_kwargs, context_length, text_chars
 from gateway.choice import ChoiceAssembler
 from gateway.disconnect import until_disconnected
-from gateway.errors import read_body
+from gateway.errors import APIError, read_body
 from gateway.hub import Hub, Stream, Terminal
 from gateway.jobs import _pick, encodable
 from gateway.relay import abort_all, error_for, outputs, peek_first, submit_all
 from gateway.responses.events import ResponseBuilder
 from gateway.responses.schemas import CreateResponse
-from gateway.responses.translate import refuse_unsupported, template_kwargs, to_messages, to_tools
+from gateway.responses.translate import (
+    refuse_unsupported,
+    template_kwargs,
+    to_grammar,
+    to_messages,
+    to_tools,
+)
 from gateway.served import ServedModel
 from gateway.streaming import SSE_HEADERS
 from protocol.messages import Generate, RequestOutput, SamplingParams
@@ -52,6 +58,7 @@ class ResponsesEndpoint:
         """Handle one POST /v1/responses."""
         req = await read_body(request, CreateResponse)
         refuse_unsupported(req)
+        grammar = to_grammar(req)
         check_template_kwargs(req.chat_template_kwargs)
         st = await self.hub.wait_ready(req.model)
         served = self.served[req.model]
@@ -69,13 +76,16 @@ class ResponsesEndpoint:
                     context_length(st.facts, served.context_length), "input")
         rid = f"resp_{uuid.uuid4().hex}"
         job = Generate(request_id=rid, params=params, messages=messages, tools=tools,
-                       chat_template_kwargs=template_kwargs(req), assistant_prefix=prefix)
+                       chat_template_kwargs=template_kwargs(req), assistant_prefix=prefix,
+                       grammar=grammar)
         encodable(job)
         streams = submit_all(self.hub, req.model, [job])
         try:
             (first,) = await until_disconnected(request, peek_first(self.hub, streams))
-        except BaseException:
+        except BaseException as exc:
             abort_all(self.hub, streams)
+            if isinstance(exc, APIError) and exc.code == "invalid_response_format":
+                exc.param = "text.format"  # the worker names chat's parameter
             raise
         asm = ChoiceAssembler(0, tool_parser=served.tool_call_parser,
                               reasoning_parser=served.reasoning_parser, tools=tools,

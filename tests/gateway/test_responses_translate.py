@@ -14,9 +14,11 @@ from gateway.responses.schemas import CreateResponse
 from gateway.responses.translate import (
     refuse_unsupported,
     template_kwargs,
+    to_grammar,
     to_messages,
     to_tools,
 )
+from protocol.messages import GrammarSpec
 
 
 def _req(**body: Any) -> CreateResponse:
@@ -96,11 +98,24 @@ def test_effort_and_refusals() -> None:
     assert template_kwargs(_req(reasoning={"effort": "high"})) == {"reasoning_effort": "high"}
     assert template_kwargs(_req()) == {}
     refuse_unsupported(_req(text={"format": {"type": "text"}}, store=True))
-    for bad, param in [({"previous_response_id": "resp_1"}, "previous_response_id"),
-                       ({"text": {"format": {"type": "json_object"}}}, "text.format")]:
+    with pytest.raises(APIError) as exc:
+        refuse_unsupported(_req(previous_response_id="resp_1"))
+    assert exc.value.param == "previous_response_id"
+
+
+def test_text_format_becomes_the_grammar() -> None:
+    assert to_grammar(_req()) is None
+    assert to_grammar(_req(text={"format": {"type": "text"}})) is None
+    assert to_grammar(_req(text={"format": {"type": "json_object"}})) == GrammarSpec(
+        kind="json_object")
+    spec = to_grammar(_req(text={"format": {"type": "json_schema", "name": "n", "strict": True,
+                                            "schema": {"type": "object"}}}))
+    assert spec == GrammarSpec(kind="json_schema", text='{"type":"object"}')
+    for bad in ({"type": "yaml"}, {"type": "json_schema", "name": "bad name"},
+                {"type": "json_schema", "schema": {"enum": list(range(5000))}}):
         with pytest.raises(APIError) as exc:
-            refuse_unsupported(_req(**bad))
-        assert exc.value.param == param
+            to_grammar(_req(text={"format": bad}))
+        assert exc.value.param == "text.format", bad
 
 
 def _usage() -> dict[str, Any]:

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import llguidance
+import numpy as np
 
 from protocol.messages import GrammarSpec
 
@@ -61,6 +62,12 @@ def grammar_text(spec: GrammarSpec) -> str:
 def compile_matcher(tok: llguidance.LLTokenizer, spec: GrammarSpec) -> llguidance.LLMatcher:
     """A matcher at the start of SPEC's grammar; raises GrammarError naming the problem."""
     matcher = llguidance.LLMatcher(tok, grammar_text(spec), log_level=0, limits=limits())
+    if not matcher.is_error():  # the first mask builds the lexer's start: errors show up now
+        scratch = np.zeros(((tok.vocab_size + 31) // 32,), dtype=np.int32)
+        matcher.unsafe_compute_mask_ptr(scratch.ctypes.data, scratch.nbytes)
+        if not matcher.is_error() and not scratch.any():
+            raise GrammarError(f"the {spec.kind.replace('_', ' ')} cannot be used: it allows "
+                               "no text at all")
     if matcher.is_error():
         raise GrammarError(f"the {spec.kind.replace('_', ' ')} cannot be used: "
                            f"{_short(matcher.get_error())}")

@@ -5,6 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 
+class GrammarRefused(RuntimeError):
+    """A constrained request's matcher failed mid-answer (a resource limit, a refused token)."""
+
+
 class Constraint:
     """A request's matcher; every method is cheap except the mask fill (done in batches)."""
 
