@@ -211,7 +211,6 @@ class WorkerLoop:
             "decode_tokens_per_s": round(s.decode_rows / s.decode_seconds, 1)
             if s.decode_seconds else 0.0,
             "grammar_mask_seconds": round(s.mask_seconds, 4),
-            "grammar_mask_exposed_seconds": round(s.mask_wait_seconds, 4),
         }
 
 

@@ -71,7 +71,6 @@ class EngineStats:
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
     mask_seconds: float = 0.0  # filling grammar masks (overlapped with the forward pass)
-    mask_wait_seconds: float = 0.0  # of that, time the forward had already finished
 
 
 @dataclass
