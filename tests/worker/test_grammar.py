@@ -163,3 +163,14 @@ def test_engine_length_when_max_tokens_comes_first(demo: Any, compiler: GrammarC
 def test_random_model_path(tmp_path: Path) -> None:
     path = random_model(tmp_path / "m")
     assert (path / "model.safetensors").stat().st_size > 1_000_000
+
+
+def test_engine_stop_string_inside_the_grammar(demo: Any, compiler: GrammarCompiler) -> None:
+    """A stop string ends a constrained answer early, with the text before it (as OpenAI does)."""
+    model, tok = demo
+    engine = make_engine(model, tok)
+    params = SamplingParams(max_tokens=80, temperature=1.0, stop=['"age"'])
+    got = _drive(engine, {"g": (params, compiler.compile(spec(PERSON)))}, tok.encode("Hello"))
+    text, finish = got["g"]
+    assert finish == "stop" and text.startswith('{"name":"') and '"age"' not in text
+    assert text.endswith(",")
