@@ -30,7 +30,7 @@ from gateway.relay import abort_all, error_for, peek_first, submit_all
 from gateway.schemas import ChatCompletionRequest
 from gateway.served import ServedModel
 from gateway.streaming import DONE, SSE_HEADERS, merged, sse
-from gateway.structured import grammar_for
+from gateway.structured import grammar_for, thinks
 from gateway.tool_choice import ToolPlan, plan_tools
 from protocol.messages import Generate
 
@@ -87,6 +87,8 @@ class ChatEndpoint:
         kwargs = dict(req.chat_template_kwargs or {})
         if req.reasoning_effort is not None:
             kwargs.setdefault("reasoning_effort", req.reasoning_effort)
+        if grammar is not None:
+            grammar.after_think = thinks(served.reasoning_parser, kwargs)
         cid = f"chatcmpl-{uuid.uuid4().hex}"
         messages = _messages(req)
         check_chars(text_chars(messages) + text_chars(tools),

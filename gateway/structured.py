@@ -52,6 +52,12 @@ def grammar_for(kind: str | None, json_schema: dict[str, Any] | None,
     return GrammarSpec(kind="json_schema", text=json.dumps(schema, separators=(",", ":")))
 
 
+def thinks(reasoning_parser: str | None, template_kwargs: dict[str, Any]) -> bool:
+    """True when a reasoning section may come before the constrained answer: the model has a
+    reasoning parser and thinking is not turned off."""
+    return reasoning_parser is not None and template_kwargs.get("enable_thinking") is not False
+
+
 def check_schema(schema: dict[str, Any], param: str) -> None:
     """Refuse a schema over the size limits (characters, values, enum values, properties)."""
     text = json.dumps(schema, separators=(",", ":"))

@@ -47,6 +47,7 @@ class GrammarSpec(msgspec.Struct, array_like=True, omit_defaults=True, kw_only=T
 
     kind: str
     text: str = ""
+    after_think: bool = False  # a reasoning section (<think> ... </think>) may come first, free
 
 
 # ---- jobs: gateway -> worker -------------------------------------------------------------

@@ -65,6 +65,8 @@ class Engine:
         if len(self.waiting) >= self.max_waiting:
             raise QueueFull(f"wait queue is full ({self.max_waiting} requests)")
         pages = self.kv.pages_for(len(prompt_ids) + params.max_tokens)
+        if grammar is not None:
+            grammar.begin(think_opened)
         if pages > self.kv.pool.total:
             raise KVTooSmall(
                 f"this request needs {pages} KV pages but the KV cache holds "

@@ -28,6 +28,7 @@ from gateway.responses.translate import (
 )
 from gateway.served import ServedModel
 from gateway.streaming import SSE_HEADERS
+from gateway.structured import thinks
 from protocol.messages import Generate, RequestOutput, SamplingParams
 
 
@@ -74,6 +75,8 @@ class ResponsesEndpoint:
         messages = to_messages(req)
         check_chars(text_chars(messages) + text_chars(tools),
                     context_length(st.facts, served.context_length), "input")
+        if grammar is not None:
+            grammar.after_think = thinks(served.reasoning_parser, template_kwargs(req))
         rid = f"resp_{uuid.uuid4().hex}"
         job = Generate(request_id=rid, params=params, messages=messages, tools=tools,
                        chat_template_kwargs=template_kwargs(req), assistant_prefix=prefix,

@@ -3,7 +3,8 @@
 
 The issue's acceptance, 10 schemas x 30 samples at temperature 1.0 on each model (about 30 s on
 2 cores; RAPID_MLX_GRAMMAR_SAMPLES=6 for a quicker loop), plus streamed == non-streamed, a mixed
-batch, the other front doors, max_tokens before the end, and 20 hostile schemas.
+batch, the other front doors, max_tokens before the end, a reasoning section before the schema,
+and 20 hostile schemas.
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ def _fmt(name: str) -> dict[str, Any]:
 
 
 ASK = [{"role": "user", "content": "Describe a user as JSON."}]
+NO_THINK = {"chat_template_kwargs": {"enable_thinking": False}}  # the grammar from token one
 
 
 @pytest.mark.parametrize("model", ["default", "rand"])
@@ -103,7 +105,8 @@ def test_every_sample_validates(server: Server, model: str) -> None:
     def one(job: tuple[str, int]) -> list[tuple[str, Any, str | None]]:
         name, n = job
         r = client.chat.completions.create(model=model, messages=ASK, n=n, temperature=1.0,
-                                           max_tokens=200, response_format=_fmt(name))
+                                           max_tokens=200, response_format=_fmt(name),
+                                           extra_body=NO_THINK)
         return [(name, c.message.content, c.finish_reason) for c in r.choices]
 
     jobs = [(name, min(15, SAMPLES - k)) for name in SCHEMAS for k in range(0, SAMPLES, 15)]
@@ -119,7 +122,8 @@ def test_every_sample_validates(server: Server, model: str) -> None:
 def test_json_object_and_length(server: Server) -> None:
     client = _client(server)
     r = client.chat.completions.create(model="rand", messages=ASK, n=4, temperature=1.0,
-                                       max_tokens=60, response_format={"type": "json_object"})
+                                       max_tokens=60, response_format={"type": "json_object"},
+                                       extra_body=NO_THINK)
     for c in r.choices:  # an unbounded object may run out of tokens: a prefix, as OpenAI does
         assert c.message.content.startswith("{")
         if c.finish_reason == "stop":
@@ -127,7 +131,7 @@ def test_json_object_and_length(server: Server) -> None:
         else:
             assert c.finish_reason == "length"
     short = client.chat.completions.create(model="rand", messages=ASK, max_tokens=4,
-                                           response_format=_fmt("nested"))
+                                           response_format=_fmt("nested"), extra_body=NO_THINK)
     assert short.choices[0].finish_reason == "length"
     assert short.choices[0].message.content.startswith('{"')
 
@@ -137,7 +141,8 @@ def test_streamed_equals_non_streamed(server: Server, model: str) -> None:
     client = _client(server)
     for name in ("nested", "anyof"):
         args: dict[str, Any] = {"model": model, "messages": ASK, "temperature": 1.0, "seed": 11,
-                                "max_tokens": 200, "response_format": _fmt(name)}
+                                "max_tokens": 200, "response_format": _fmt(name),
+                                "extra_body": NO_THINK}
         whole = client.chat.completions.create(**args)
         text, finish = "", None
         for chunk in client.chat.completions.create(stream=True, **args):
@@ -148,12 +153,28 @@ def test_streamed_equals_non_streamed(server: Server, model: str) -> None:
         jsonschema.validate(json.loads(text), SCHEMAS[name])
 
 
+def test_thinking_comes_first_then_the_schema(server: Server) -> None:
+    """The demo model (qwen3 reasoning parser) may think freely, then answers in the schema;
+    with enable_thinking off the grammar starts at once."""
+    client = _client(server)
+    for kwargs, thinks in (({"enable_thinking": True}, True), ({"enable_thinking": False}, False)):
+        r = client.chat.completions.create(
+            model="default", messages=[{"role": "user", "content": "Hello!"}], temperature=0,
+            max_tokens=200, response_format=_fmt("nested"),
+            extra_body={"chat_template_kwargs": kwargs})
+        message = r.choices[0].message
+        assert r.choices[0].finish_reason == "stop"
+        assert bool(getattr(message, "reasoning_content", None)) is thinks, message
+        jsonschema.validate(json.loads(message.content or ""), SCHEMAS["nested"])
+
+
 def test_constrained_and_free_in_one_batch(server: Server) -> None:
     client = _client(server)
 
     def constrained(i: int) -> str | None:
         r = client.chat.completions.create(model="rand", messages=ASK, temperature=1.0,
-                                           max_tokens=200, response_format=_fmt("array"))
+                                           max_tokens=200, response_format=_fmt("array"),
+                                           extra_body=NO_THINK)
         jsonschema.validate(json.loads(r.choices[0].message.content or ""), SCHEMAS["array"])
         return r.choices[0].finish_reason
 
@@ -178,6 +199,7 @@ def test_completions_and_responses(server: Server) -> None:
     assert r.choices[0].finish_reason == "stop"
     jsonschema.validate(json.loads(r.choices[0].text), SCHEMAS["enum"])
     resp = client.responses.create(model="rand", input="JSON please", max_output_tokens=200,
+                                   reasoning={"effort": "none"},
                                    text={"format": {"type": "json_schema", "name": "enum",
                                                     "schema": SCHEMAS["enum"], "strict": True}})
     jsonschema.validate(json.loads(resp.output_text), SCHEMAS["enum"])
@@ -213,7 +235,8 @@ def test_hostile_schemas_are_4xx_fast_while_others_are_served(server: Server) ->
     client = _client(server)
     with cf.ThreadPoolExecutor(1) as pool:  # a normal request runs all the while
         fine = pool.submit(lambda: client.chat.completions.create(
-            model="rand", messages=ASK, max_tokens=200, response_format=_fmt("nested")))
+            model="rand", messages=ASK, max_tokens=200, response_format=_fmt("nested"),
+            extra_body=NO_THINK))
         for schema in HOSTILE:
             t0 = time.monotonic()
             r = httpx.post(f"{server.url}/chat/completions", timeout=30, json={

@@ -174,3 +174,32 @@ def test_engine_stop_string_inside_the_grammar(demo: Any, compiler: GrammarCompi
     text, finish = got["g"]
     assert finish == "stop" and text.startswith('{"name":"') and '"age"' not in text
     assert text.endswith(",")
+
+
+def test_a_reasoning_section_comes_first_and_is_free(demo: Any, compiler: GrammarCompiler) -> None:
+    model, tok = demo
+    assert compiler.think == (3, 4)  # the demo tokenizer's <think> and </think>
+    after = GrammarSpec(kind="json_schema", text=json.dumps(PERSON), after_think=True)
+    c = compiler.compile(after)
+    bits = masks.fill([c, compiler.compile(spec(PERSON))], 4096)
+    allowed = np.unpackbits(bits.view(np.uint8), axis=1, bitorder="little").astype(bool)
+    assert allowed[0, 3] and not allowed[1, 3]  # only the gated row may open thinking
+    assert np.array_equal(np.delete(allowed[0], 3), np.delete(allowed[1], 3))
+    for t in (3, *tok.encode("let me see"), 4):  # free inside, the grammar starts after </think>
+        assert c.advance(t) and not c.finished
+    assert masks.fill([c], 4096)[0].tolist() == masks.fill([compiler.compile(spec(PERSON))],
+                                                          4096)[0].tolist()
+    engine = make_engine(model, tok)
+    prompt = tok.apply_chat_template([{"role": "user", "content": "Hello!"}],
+                                     add_generation_prompt=True) + tok.encode("<think>\n")
+    opened = compiler.compile(after)
+    engine.add("t", prompt, SamplingParams(max_tokens=150, temperature=0.0), True, opened)
+    out = ""
+    finish = None
+    while engine.has_work:
+        for o in engine.step():
+            out += o.text
+            finish = o.finish_reason or finish
+    assert finish == "stop" and "</think>" in out, out
+    answer = out.split("</think>", 1)[1]
+    jsonschema.validate(json.loads(answer), PERSON)

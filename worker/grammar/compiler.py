@@ -27,6 +27,7 @@ class GrammarCompiler:
         self.timeout = timeout
         self.cache = GrammarCache()
         self._tok = make_tokenizer(tokenizer, n_vocab, eos_ids)
+        self.think = think_tokens(tokenizer)
         self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="grammar")
 
     def submit(self, spec: GrammarSpec) -> Future[Constraint]:
@@ -42,11 +43,21 @@ class GrammarCompiler:
         if matcher is None:
             matcher = compile_matcher(self._tok, spec)
             self.cache.put(key, matcher)
-        return Constraint(matcher)
+        return Constraint(matcher, self.think if spec.after_think else None)
 
     def close(self) -> None:
         """Stop taking work; a compile in progress finishes on its own."""
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def think_tokens(tokenizer: Any) -> tuple[int, int] | None:
+    """The ids of ``<think>`` and ``</think>`` when both are single tokens, else None."""
+    vocab = getattr(tokenizer, "vocab", None)
+    if not isinstance(vocab, dict):
+        get = getattr(tokenizer, "get_vocab", None)
+        vocab = get() if callable(get) else {}
+    ids = vocab.get("<think>"), vocab.get("</think>")
+    return (ids[0], ids[1]) if isinstance(ids[0], int) and isinstance(ids[1], int) else None
 
 
 class Compiling:

@@ -28,9 +28,13 @@ def fill(rows: Sequence[Constraint | None], vocab: int) -> np.ndarray:
     rows allow everything."""
     bits = np.full((len(rows), (vocab + 31) // 32), -1, dtype=np.int32)
     todo = [(c.matcher, b) for b, c in enumerate(rows)
-            if c is not None and not c.finished and c.error is None]
+            if c is not None and not c.free and not c.finished and c.error is None]
     if todo:
         fill_next_token_bitmask_par(executor(), todo, bits)
+    words = bits.view(np.uint32)
+    for b, c in enumerate(rows):
+        if c is not None and c.think is not None and c.state == "may_think":
+            words[b, c.think[0] // 32] |= np.uint32(1 << (c.think[0] % 32))  # may open thinking
     return bits
 
 
