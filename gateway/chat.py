@@ -14,7 +14,6 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from gateway.checks import (
     check_chars,
     check_fanout,
-    check_response_format,
     check_template_kwargs,
     context_length,
     text_chars,
@@ -31,6 +30,7 @@ from gateway.relay import abort_all, error_for, peek_first, submit_all
 from gateway.schemas import ChatCompletionRequest
 from gateway.served import ServedModel
 from gateway.streaming import DONE, SSE_HEADERS, merged, sse
+from gateway.structured import grammar_for, thinks
 from gateway.tool_choice import ToolPlan, plan_tools
 from protocol.messages import Generate
 
@@ -78,7 +78,8 @@ class ChatEndpoint:
         req = await read_body(request, ChatCompletionRequest)
         check_fanout(1, req.n)
         check_template_kwargs(req.chat_template_kwargs)
-        check_response_format(req.response_format.type if req.response_format else None)
+        fmt = req.response_format
+        grammar = grammar_for(fmt.type, fmt.json_schema) if fmt else None
         st = await self.hub.wait_ready(req.model)
         served = self.served[req.model]
         params = chat_params(req, served.sampling, vocab_size(st.facts))
@@ -86,12 +87,14 @@ class ChatEndpoint:
         kwargs = dict(req.chat_template_kwargs or {})
         if req.reasoning_effort is not None:
             kwargs.setdefault("reasoning_effort", req.reasoning_effort)
+        if grammar is not None:
+            grammar.after_think = thinks(served.reasoning_parser, kwargs)
         cid = f"chatcmpl-{uuid.uuid4().hex}"
         messages = _messages(req)
         check_chars(text_chars(messages) + text_chars(tools),
                     context_length(st.facts, served.context_length), "messages")
         jobs = [Generate(request_id=f"{cid}-{i}", params=params, messages=messages, tools=tools,
-                         chat_template_kwargs=kwargs, assistant_prefix=prefix)
+                         chat_template_kwargs=kwargs, assistant_prefix=prefix, grammar=grammar)
                 for i in range(req.n)]
         encodable(jobs[0])  # the choices differ only in request_id
         streams = submit_all(self.hub, req.model, jobs)

@@ -43,14 +43,6 @@ def check_template_kwargs(kwargs: dict[str, Any] | None) -> None:
                               code="unsupported_parameter")
 
 
-def check_response_format(kind: str | None) -> None:
-    """Refuse structured output until it is built, rather than ignore it."""
-    if kind not in (None, "text"):
-        raise bad_request(f"response_format of type '{kind}' is not supported yet: structured "
-                          "output is not implemented; use {\"type\": \"text\"}.",
-                          param="response_format", code="unsupported_parameter")
-
-
 def logit_bias(bias: dict[str, float] | None, vocab: int) -> dict[int, float]:
     """logit_bias with token-id keys checked against the vocabulary, as {id: bias}."""
     out: dict[int, float] = {}

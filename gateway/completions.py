@@ -19,6 +19,7 @@ from gateway.logprobs import completion_logprobs
 from gateway.relay import abort_all, error_for, peek_first, submit_all
 from gateway.schemas import CompletionRequest
 from gateway.streaming import DONE, SSE_HEADERS, merged, sse
+from gateway.structured import grammar_for
 from protocol.messages import Generate, RequestOutput, TokenLogprob
 
 
@@ -61,6 +62,8 @@ class CompletionsEndpoint:
         if req.suffix:
             raise bad_request("suffix is not supported.", param="suffix")
         check_fanout(prompt_count(req.prompt), req.n)  # before any job exists
+        fmt = req.response_format
+        grammar = grammar_for(fmt.type, fmt.json_schema) if fmt else None
         st = await self.hub.wait_ready(req.model)
         vocab = vocab_size(st.facts)
         params = completion_params(req, vocab=vocab)
@@ -71,7 +74,8 @@ class CompletionsEndpoint:
         for p_idx, prompt in enumerate(prompts):
             for i in range(req.n):
                 idx = p_idx * req.n + i
-                jobs.append(Generate(request_id=f"{cid}-{idx}", params=params, **prompt))
+                jobs.append(Generate(request_id=f"{cid}-{idx}", params=params, grammar=grammar,
+                                     **prompt))
                 choices.append(_Choice(idx, prompt.get("prompt", "") if req.echo else ""))
             encodable(jobs[-1])  # the choices of a prompt differ only in request_id
         streams = submit_all(self.hub, req.model, jobs)

@@ -82,7 +82,7 @@ class ToolCall(_Body):
 
 
 class ResponseFormat(_Body):
-    """response_format: only `text` is served yet (structured output is a later issue)."""
+    """response_format: text, json_object, or json_schema ({"name", "schema", "strict"})."""
 
     type: Literal["text", "json_object", "json_schema"]
     json_schema: dict[str, Any] | None = None
@@ -153,6 +153,7 @@ class CompletionRequest(_Body):
     seed: Seed | None = None
     ignore_eos: bool = False
     logit_bias: LogitBias | None = None
+    response_format: ResponseFormat | None = None  # an extension: structured output
     suffix: str | None = None
     user: str | None = None
 

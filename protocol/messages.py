@@ -41,6 +41,15 @@ class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True, kw_onl
     logit_bias: dict[int, float] = {}
 
 
+class GrammarSpec(msgspec.Struct, array_like=True, omit_defaults=True, kw_only=True):
+    """A constraint on the generated text: KIND is json_schema (TEXT: the schema as JSON text),
+    json_object (any JSON object), lark or regex (TEXT: the grammar)."""
+
+    kind: str
+    text: str = ""
+    after_think: bool = False  # a reasoning section (<think> ... </think>) may come first, free
+
+
 # ---- jobs: gateway -> worker -------------------------------------------------------------
 
 
@@ -56,6 +65,7 @@ class Generate(_Msg, tag="gen"):
     prompt_ids: list[int] | None = None
     echo: bool = False
     assistant_prefix: str = ""  # text the answer is forced to start with (tool_choice)
+    grammar: GrammarSpec | None = None  # structured output: the answer must match it
 
 
 class Abort(_Msg, tag="abort"):

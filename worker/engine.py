@@ -13,6 +13,8 @@ from cache.paged_kv import PagedKVStore
 from protocol.messages import RequestOutput, SamplingParams, TokenLogprob
 from worker.failures import EngineBroken, discard, error_output, verify
 from worker.forward import Forward
+from worker.grammar import masks
+from worker.grammar.matcher import GrammarRefused
 from worker.kv_calibrate import calibrate_centers
 from worker.kv_manager import KVManager
 from worker.request import EngineStats, Inflight, KVTooSmall, QueueFull, Request
@@ -58,11 +60,13 @@ class Engine:
     # ---- intake -------------------------------------------------------------------------
 
     def add(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
-            think_opened: bool = False) -> None:
+            think_opened: bool = False, grammar: Any = None) -> None:
         """Queue a request; it joins the running batch at a later step."""
         if len(self.waiting) >= self.max_waiting:
             raise QueueFull(f"wait queue is full ({self.max_waiting} requests)")
         pages = self.kv.pages_for(len(prompt_ids) + params.max_tokens)
+        if grammar is not None:
+            grammar.begin(think_opened)
         if pages > self.kv.pool.total:
             raise KVTooSmall(
                 f"this request needs {pages} KV pages but the KV cache holds "
@@ -70,7 +74,7 @@ class Engine:
         self.waiting.append(Request(
             id=request_id, prompt_len=len(prompt_ids), tokens=list(prompt_ids), params=params,
             sampler=RowSampler(params), detok=self.tokenizer.detokenizer,
-            stop=StopMatcher(params.stop), think_opened=think_opened))
+            stop=StopMatcher(params.stop), think_opened=think_opened, grammar=grammar))
 
     def abort(self, request_ids: list[str]) -> None:
         """Drop these requests; their pages go back (full ones stay cached)."""
@@ -205,13 +209,20 @@ class Engine:
         inputs = self._next_inputs(rows, previous)
         logits = self._forward.decode_lazy(inputs, [r.kv for r in rows],
                                            [r.computed for r in rows])
+        outputs: list[RequestOutput] = []
+        if any(r.grammar is not None for r in rows):
+            # the masks need the previous tokens: read them back while this forward runs
+            mx.async_eval(logits, *self.kv.store.arrays())  # type: ignore[no-untyped-call]
+            outputs = self._news = self._deliver(previous) if previous else []
+            self._inflight = previous = None
+            logits = self._masked(rows, logits)
         tokens, logprobs = sample(logits, [r.sampler for r in rows])
         mx.async_eval(tokens, *([logprobs] if logprobs is not None else []),  # type: ignore[no-untyped-call]
                       *self.kv.store.arrays())
         for r in rows:
             r.computed += 1  # this step's input is at r.computed (the pending token, if any)
         self._inflight = Inflight(rows, tokens, logprobs)
-        outputs = self._deliver(previous) if previous else []
+        outputs += self._deliver(previous) if previous else []
         self._retire()
         self.stats.steps += 1
         self.stats.decode_rows += len(rows)
@@ -312,8 +323,22 @@ class Engine:
 
     # ---- sampling and outputs -----------------------------------------------------------
 
+    def _masked(self, rows: list[Request], logits: mx.array) -> mx.array:
+        """LOGITS with each constrained row limited to its grammar's next tokens.
+
+        The caller has handed the forward to MLX (async_eval): the masks fill meanwhile.
+        """
+        t0 = time.perf_counter()
+        bits = masks.fill([r.grammar for r in rows], logits.shape[-1])
+        self.stats.mask_seconds += time.perf_counter() - t0
+        return masks.apply(logits, bits)  # lazy: the sample joins the queue behind the forward
+
     def _sample_and_update(self, rows: list[Request], logits: list[mx.array]) -> list[RequestOutput]:
-        tokens, logprobs = sample(mx.concatenate(logits, axis=0), [r.sampler for r in rows])
+        batch = mx.concatenate(logits, axis=0)
+        if any(r.grammar is not None for r in rows):
+            mx.async_eval(batch, *self.kv.store.arrays())  # type: ignore[no-untyped-call]
+            batch = self._masked(rows, batch)
+        tokens, logprobs = sample(batch, [r.sampler for r in rows])
         mx.eval(tokens, logprobs) if logprobs is not None else mx.eval(tokens)
         token_list: list[int] = tokens.tolist()  # type: ignore[assignment]
         now = time.monotonic()
@@ -328,6 +353,9 @@ class Engine:
         try:
             lp = self._logprob(r, tok, logprobs[b]) if logprobs is not None and r.params.logprobs else None
             return self._update(r, int(tok), lp, now)
+        except GrammarRefused as exc:
+            r.finish_reason = "error"
+            return error_output(r, str(exc), "invalid_grammar")
         except Exception as exc:
             log.error("request %s failed on its token: %r", r.id, exc, exc_info=exc)
             r.finish_reason = "error"  # retired (and its sound pages cached) with the others
@@ -342,12 +370,15 @@ class Engine:
         p = r.params
         finish = None
         text = ""
-        if (tok in self.eos_ids and not p.ignore_eos) or tok in p.stop_token_ids:
+        if r.grammar is not None and not r.grammar.advance(tok):
+            raise GrammarRefused(f"the response format could not be followed: {r.grammar.error}")
+        if (tok in self.eos_ids and (not p.ignore_eos or r.grammar is not None)
+                or tok in p.stop_token_ids):
             finish = "stop"
         else:
             r.detok.add_token(tok)
             text = r.stop.feed(r.detok.last_segment)
-            if r.stop.stopped:
+            if r.stop.stopped or (r.grammar is not None and r.grammar.finished):
                 finish = "stop"
         if finish is None and (r.generated >= p.max_tokens or len(r.tokens) >= self.context_length):
             finish = "length"

@@ -16,10 +16,11 @@ class EngineBroken(RuntimeError):
     """The engine's state cannot be trusted after a failure: the worker must exit."""
 
 
-def error_output(r: Request, message: str = STEP_FAILED) -> RequestOutput:
+def error_output(r: Request, message: str = STEP_FAILED,
+                 code: str = "internal_error") -> RequestOutput:
     """The terminal error output of a request the engine gave up on."""
     return RequestOutput(request_id=r.id, finish_reason="error", error=message,
-                         error_code="internal_error", prompt_tokens=r.prompt_len,
+                         error_code=code, prompt_tokens=r.prompt_len,
                          completion_tokens=max(r.generated, 0))
 
 

@@ -6,11 +6,13 @@ import logging
 import os
 import queue
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from protocol.messages import Generate
+from worker.grammar.compiler import Compiling, GrammarCompiler
 from worker.prompt import PromptError, render
 from worker.validate import JobError, check_params, check_prompt_ids, check_size
 
@@ -28,6 +30,8 @@ class Prepared:
     ids: list[int] = field(default_factory=list)
     think_opened: bool = False
     error: JobError | None = None
+    compiling: Compiling | None = None  # the job's grammar, until it is compiled
+    grammar: Any = None  # its Constraint, once compiled
 
 
 def prepare(tokenizer: Any, job: Generate, vocab: int, context_length: int,
@@ -60,8 +64,11 @@ class Intake:
     """One daemon thread preparing jobs; the loop polls ``fd`` and collects ``ready()`` ones."""
 
     def __init__(self, tokenizer: Any, vocab: int, context_length: int,
-                 chars_per_token: int = CHARS_PER_TOKEN) -> None:
+                 chars_per_token: int = CHARS_PER_TOKEN,
+                 grammars: GrammarCompiler | None = None) -> None:
         self.tokenizer = tokenizer
+        self.grammars = grammars
+        self._compiling: list[Prepared] = []  # loop side: prepared, grammar not yet compiled
         self.vocab = vocab
         self.context_length = context_length
         self.chars_per_token = chars_per_token
@@ -107,17 +114,38 @@ class Intake:
                 pass
         except BlockingIOError:
             pass
-        out = []
+        arrived = []
         while self._done:
-            p = self._done.popleft()
-            if self._live.get(p.job.request_id) == p.seq:
-                del self._live[p.job.request_id]
-                out.append(p)
+            arrived.append(self._done.popleft())
+        held, now = [], time.monotonic()
+        out = []
+        for p in [*self._compiling, *arrived]:
+            if self._live.get(p.job.request_id) != p.seq:
+                continue
+            if p.compiling is not None:
+                settled, p.grammar, error = p.compiling.settle(now)
+                if not settled:
+                    held.append(p)
+                    continue
+                p.compiling = None
+                if error is not None:
+                    p.error = JobError(error, "invalid_grammar")
+            del self._live[p.job.request_id]
+            out.append(p)
+        self._compiling = held
         return out
+
+    def _wake_loop(self, *_: Any) -> None:
+        try:
+            os.write(self._wake, b"\0")
+        except (BlockingIOError, OSError):  # full of wake-ups already, or closed
+            pass
 
     def close(self) -> None:
         """Stop the thread (after the job it is on) and close the pipe."""
         self._jobs.put(None)
+        if self.grammars is not None:
+            self.grammars.close()
         self._thread.join(timeout=5.0)
         if not self._thread.is_alive():  # else the thread may still write: leave the pipe open
             os.close(self.fd)
@@ -135,8 +163,19 @@ class Intake:
             except Exception as exc:  # rendering a hostile request must not end intake
                 log.warning("request %s could not be prepared: %r", job.request_id, exc)
                 p.error = JobError(f"the prompt could not be rendered or tokenized: {exc}")
+            if p.error is None and job.grammar is not None:
+                try:
+                    p.compiling = self._compile(job)
+                except Exception as exc:  # no compiler, or it is shut down
+                    p.error = JobError(f"structured output is not available: {exc}",
+                                       "invalid_grammar")
             self._done.append(p)
-            try:
-                os.write(self._wake, b"\0")
-            except BlockingIOError:  # the pipe is full of wake-ups already
-                pass
+            self._wake_loop()
+
+    def _compile(self, job: Generate) -> Compiling:
+        """Start compiling JOB's grammar; the loop is woken when it is done."""
+        if self.grammars is None or job.grammar is None:
+            raise RuntimeError("this worker has no grammar compiler")
+        future = self.grammars.submit(job.grammar)
+        future.add_done_callback(self._wake_loop)
+        return Compiling(job.grammar, future, time.monotonic() + self.grammars.timeout)

@@ -12,6 +12,7 @@ import zmq
 
 from protocol import messages as m
 from worker.engine import Engine, KVTooSmall, QueueFull
+from worker.grammar.compiler import GrammarCompiler
 from worker.intake import CHARS_PER_TOKEN, Intake, Prepared
 from worker.loader import LoadedModel
 from worker.validate import recover_request_id
@@ -41,7 +42,7 @@ class WorkerLoop:
         self._last_beat = 0.0
         self._pending: list[m.RequestOutput] = []
         self.intake = Intake(loaded.tokenizer, vocab_size(loaded), engine.context_length,
-                             chars_per_token)
+                             chars_per_token, grammar_compiler(loaded, engine))
         self._poller = zmq.Poller()
         self._poller.register(sock, zmq.POLLIN)
         self._poller.register(self.intake.fd, zmq.POLLIN)
@@ -138,7 +139,7 @@ class WorkerLoop:
             self._fail(rid, str(p.error), p.error.code)
             return
         try:
-            self.engine.add(rid, p.ids, p.job.params, p.think_opened)
+            self.engine.add(rid, p.ids, p.job.params, p.think_opened, p.grammar)
         except QueueFull as exc:
             self._fail(rid, str(exc), "queue_full")
         except KVTooSmall as exc:
@@ -209,7 +210,17 @@ class WorkerLoop:
             if s.prefill_seconds else 0.0,
             "decode_tokens_per_s": round(s.decode_rows / s.decode_seconds, 1)
             if s.decode_seconds else 0.0,
+            "grammar_mask_seconds": round(s.mask_seconds, 4),
         }
+
+
+def grammar_compiler(loaded: LoadedModel, engine: Engine) -> GrammarCompiler | None:
+    """The compiler for structured output, or None (logged) when this tokenizer cannot have one."""
+    try:
+        return GrammarCompiler(loaded.tokenizer, vocab_size(loaded), sorted(engine.eos_ids))
+    except Exception as exc:
+        log.warning("structured output is off for this model: %r", exc)
+        return None
 
 
 def vocab_size(loaded: LoadedModel) -> int:

@@ -34,6 +34,7 @@ class Request:
     finish_reason: str | None = None
     think_opened: bool = False
     preemptions: int = 0
+    grammar: Any = None  # a worker.grammar Constraint when the answer must match a grammar
 
     @property
     def generated(self) -> int:
@@ -69,6 +70,7 @@ class EngineStats:
     last_step_at: float = 0.0
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
+    mask_seconds: float = 0.0  # filling grammar masks (overlapped with the forward pass)
 
 
 @dataclass

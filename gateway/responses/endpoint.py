@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from gateway.checks import check_chars, check_template_kwargs, context_length, text_chars
 from gateway.choice import ChoiceAssembler
 from gateway.disconnect import until_disconnected
-from gateway.errors import read_body
+from gateway.errors import APIError, read_body
 from gateway.hub import Hub, Stream, Terminal
 from gateway.jobs import _pick, encodable
 from gateway.relay import abort_all, error_for, outputs, peek_first, submit_all
@@ -22,9 +22,15 @@ from gateway.responses.history import as_input
 from gateway.responses.schemas import CreateResponse
 from gateway.responses.stored import Conversations, Saver
 from gateway.responses.tooltypes import served_tools
-from gateway.responses.translate import refuse_unsupported, template_kwargs, to_messages, to_tools
+from gateway.responses.translate import (
+    template_kwargs,
+    to_grammar,
+    to_messages,
+    to_tools,
+)
 from gateway.served import ServedModel
 from gateway.streaming import SSE_HEADERS
+from gateway.structured import thinks
 from protocol.messages import Generate, RequestOutput, SamplingParams
 
 
@@ -56,7 +62,7 @@ class ResponsesEndpoint:
     async def handle(self, request: Request) -> Response:
         """Handle one POST /v1/responses."""
         req = await read_body(request, CreateResponse)
-        refuse_unsupported(req)
+        grammar = to_grammar(req)
         check_template_kwargs(req.chat_template_kwargs)
         owner = self.conv.owner(request)
         items = await self.conv.items(req, owner)  # previous turn + this input, as stored
@@ -77,15 +83,20 @@ class ResponsesEndpoint:
         saver = self.conv.saver(req, owner, items)
         check_chars(text_chars(messages) + text_chars(tools),
                     context_length(st.facts, served.context_length), "input")
+        if grammar is not None:
+            grammar.after_think = thinks(served.reasoning_parser, template_kwargs(req))
         rid = f"resp_{uuid.uuid4().hex}"
         job = Generate(request_id=rid, params=params, messages=messages, tools=tools,
-                       chat_template_kwargs=template_kwargs(req), assistant_prefix=prefix)
+                       chat_template_kwargs=template_kwargs(req), assistant_prefix=prefix,
+                       grammar=grammar)
         encodable(job)
         streams = submit_all(self.hub, req.model, [job])
         try:
             (first,) = await until_disconnected(request, peek_first(self.hub, streams))
-        except BaseException:
+        except BaseException as exc:
             abort_all(self.hub, streams)
+            if isinstance(exc, APIError) and exc.code == "invalid_response_format":
+                exc.param = "text.format"  # the worker names chat's parameter
             raise
         asm = ChoiceAssembler(0, tool_parser=served.tool_call_parser,
                               reasoning_parser=served.reasoning_parser, tools=tools,

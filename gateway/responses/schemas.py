@@ -60,9 +60,13 @@ class ReasoningParam(_Body):
 
 
 class TextFormat(_Body):
-    """text.format: only `text` is served (structured output is a later issue)."""
+    """text.format: text, json_object, or json_schema (name, schema, strict, description)."""
 
     type: str = "text"
+    name: str | None = None
+    schema: dict[str, Any] | None = None
+    strict: bool | None = None
+    description: str | None = None
 
 
 class TextParam(_Body):

@@ -10,7 +10,9 @@ from gateway.errors import bad_request
 from gateway.jsonguard import JSONLimitError, check_json
 from gateway.responses.schemas import ContentPart, CreateResponse, InputItem
 from gateway.responses.tooltypes import served_tools
+from gateway.structured import grammar_for
 from gateway.tool_choice import ToolPlan, plan_tools
+from protocol.messages import GrammarSpec
 
 ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 TEXT_PARTS = {"input_text", "output_text", "text", "reasoning_text", "summary_text"}
@@ -121,10 +123,10 @@ def template_kwargs(req: CreateResponse) -> dict[str, Any]:
     return kwargs
 
 
-def refuse_unsupported(req: CreateResponse) -> None:
-    """Refuse what this server does not do yet, rather than ignore it."""
+def to_grammar(req: CreateResponse) -> GrammarSpec | None:
+    """The job's grammar for text.format (json_schema carries name/schema/strict flat)."""
     fmt = req.text.format if req.text else None
-    if fmt is not None and fmt.type != "text":
-        raise bad_request(f"text.format of type '{fmt.type}' is not supported yet: structured "
-                          "output is not implemented; use {\"type\": \"text\"}.",
-                          param="text.format", code="unsupported_parameter")
+    if fmt is None:
+        return None
+    spec = {"name": fmt.name, "schema": fmt.schema} if fmt.type == "json_schema" else None
+    return grammar_for(fmt.type, spec, param="text.format")

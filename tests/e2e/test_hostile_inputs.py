@@ -116,11 +116,12 @@ CASES: list[tuple[str, str, Any, int, str | None, str | None]] = [
     ("bias-too-many", C, chat(logit_bias={str(i): 1 for i in range(301)}), 400, "logit_bias",
      None),
     ("bias-completions", P, comp("hi", logit_bias={"99999": 1}), 400, "logit_bias", None),
-    ("format-json-object", C, chat(response_format={"type": "json_object"}), 400,
-     "response_format", "unsupported_parameter"),
-    ("format-json-schema", C, chat(response_format={"type": "json_schema", "json_schema": {
-        "name": "x", "schema": {"type": "object"}}}), 400, "response_format",
-     "unsupported_parameter"),
+    ("format-schema-enum-bomb", C, chat(response_format={"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"enum": list(range(5000))}}}), 400, "response_format",
+     "schema_too_large"),
+    ("format-schema-bad-type", C, chat(response_format={"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": "strin"}}}), 400, "response_format",
+     "invalid_response_format"),
     ("format-unknown", C, chat(response_format={"type": "yaml"}), 400, "response_format.type",
      None),
     ("template-kwargs-unknown", C, chat(chat_template_kwargs={"tokenize": True}), 400,
@@ -129,6 +130,9 @@ CASES: list[tuple[str, str, Any, int, str | None, str | None]] = [
     ("ok-bias", C, chat(logit_bias={"5": -100, "6": 100}), 200, None, None),
     ("ok-bias-completions", P, comp("hi", logit_bias={"5": 3}), 200, None, None),
     ("ok-format-text", C, chat(response_format={"type": "text"}), 200, None, None),
+    ("ok-format-json-object", C, chat(response_format={"type": "json_object"}), 200, None, None),
+    ("ok-format-json-schema", C, chat(response_format={"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": "object"}}}), 200, None, None),
     ("ok-template-kwargs", C, chat(chat_template_kwargs={"enable_thinking": False}), 200, None,
      None),
     ("ok-ids", P, comp([4095, 5]), 200, None, None),

@@ -13,7 +13,15 @@ from gateway.errors import APIError, from_validation
 from gateway.jobs import chat_params, completion_params, encodable
 from gateway.limits import ALLOWED_TEMPLATE_KWARGS, CHARS_PER_TOKEN, MAX_CHOICES
 from gateway.schemas import ChatCompletionRequest, CompletionRequest
-from protocol.messages import Generate, ModelFacts, SamplingParams, decode_job, encode
+from gateway.structured import grammar_for
+from protocol.messages import (
+    Generate,
+    GrammarSpec,
+    ModelFacts,
+    SamplingParams,
+    decode_job,
+    encode,
+)
 from worker.prompt import ALLOWED_TEMPLATE_KWARGS as WORKER_ALLOWED
 
 VOCAB, CTX = 4096, 2048
@@ -138,11 +146,21 @@ def test_logit_bias_is_checked() -> None:
 
 
 def test_response_format() -> None:
-    checks.check_response_format(None)
-    checks.check_response_format(chat(response_format={"type": "text"}).response_format.type)
-    for kind in ("json_object", "json_schema"):
-        err = refused(checks.check_response_format, kind)
-        assert err.param == "response_format" and "not supported" in err.message
+    assert grammar_for(None, None) is None and grammar_for("text", None) is None
+    assert grammar_for("json_object", None) == GrammarSpec(kind="json_object")
+    spec = grammar_for("json_schema", {"name": "x", "schema": {"type": "object"}, "strict": True})
+    assert spec == GrammarSpec(kind="json_schema", text='{"type":"object"}')
+    bad: list[tuple[Any, str]] = [
+        (None, "missing_required_parameter"), ({"name": "a b", "schema": {}}, "invalid_value"),
+        ({"schema": [1]}, "invalid_value"),
+        ({"schema": {"enum": list(range(1001))}}, "schema_too_large"),
+        ({"schema": {"properties": {f"p{i}": {} for i in range(2001)}}}, "schema_too_large"),
+        ({"schema": {"description": "x" * 70_000}}, "schema_too_large"),
+        ({"schema": {"allOf": [[1] * 10] * 2001}}, "schema_too_large")]
+    for js, code in bad:
+        err = refused(grammar_for, "json_schema", js)
+        assert err.param == "response_format" and err.code == code, (js, err.message)
+    assert refused(grammar_for, "yaml", None, "text.format").param == "text.format"
     err = invalid(b'{"model": "m", "messages": [{"role": "user"}], "response_format": '
                   b'{"type": "yaml"}}', ChatCompletionRequest)
     assert err.param == "response_format.type"

@@ -12,11 +12,12 @@ from gateway.errors import APIError
 from gateway.responses.events import ResponseBuilder
 from gateway.responses.schemas import CreateResponse
 from gateway.responses.translate import (
-    refuse_unsupported,
     template_kwargs,
+    to_grammar,
     to_messages,
     to_tools,
 )
+from protocol.messages import GrammarSpec
 
 
 def _req(**body: Any) -> CreateResponse:
@@ -91,15 +92,25 @@ def test_function_tools_and_choice() -> None:
         assert exc.value.param == param
 
 
-def test_effort_and_refusals() -> None:
+def test_effort() -> None:
     assert template_kwargs(_req(reasoning={"effort": "none"})) == {"enable_thinking": False}
     assert template_kwargs(_req(reasoning={"effort": "high"})) == {"reasoning_effort": "high"}
     assert template_kwargs(_req()) == {}
-    refuse_unsupported(_req(text={"format": {"type": "text"}}, store=True))
-    for bad, param in [({"text": {"format": {"type": "json_object"}}}, "text.format")]:
+
+
+def test_text_format_becomes_the_grammar() -> None:
+    assert to_grammar(_req()) is None
+    assert to_grammar(_req(text={"format": {"type": "text"}})) is None
+    assert to_grammar(_req(text={"format": {"type": "json_object"}})) == GrammarSpec(
+        kind="json_object")
+    spec = to_grammar(_req(text={"format": {"type": "json_schema", "name": "n", "strict": True,
+                                            "schema": {"type": "object"}}}))
+    assert spec == GrammarSpec(kind="json_schema", text='{"type":"object"}')
+    for bad in ({"type": "yaml"}, {"type": "json_schema", "name": "bad name"},
+                {"type": "json_schema", "schema": {"enum": list(range(5000))}}):
         with pytest.raises(APIError) as exc:
-            refuse_unsupported(_req(**bad))
-        assert exc.value.param == param
+            to_grammar(_req(text={"format": bad}))
+        assert exc.value.param == "text.format", bad
 
 
 def _usage() -> dict[str, Any]:

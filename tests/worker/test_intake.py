@@ -117,6 +117,38 @@ def _collect(intake: Intake, n: int, timeout: float = 30.0) -> list[Prepared]:
     return got
 
 
+def test_grammars_compile_off_the_loop_with_errors_and_a_timeout(tok: Any) -> None:
+    """A compiled grammar comes out with its job; a bad one and a slow one fail only theirs."""
+    from worker.grammar.compiler import GrammarCompiler
+
+    compiler = GrammarCompiler(tok, VOCAB, sorted(tok.eos_token_ids), timeout=1.0)
+    real = compiler.compile
+
+    def compile_slowly(spec: m.GrammarSpec) -> Any:
+        if spec.text == '{"type":"string"}':
+            time.sleep(3.0)  # a hostile compile: the request is refused at the deadline
+        return real(spec)
+
+    compiler.compile = compile_slowly  # type: ignore[method-assign]
+    intake = Intake(tok, VOCAB, CTX, grammars=compiler)
+    try:
+        for rid, text in (("slow", '{"type":"string"}'), ("ok", '{"type":"integer"}'),
+                          ("bad", '{"type":"strin"}')):
+            intake.submit(_gen(rid, prompt="hi", grammar=m.GrammarSpec(kind="json_schema",
+                                                                       text=text)))
+        intake.submit(_gen("free", prompt="hi"))
+        t0 = time.monotonic()
+        got = {p.job.request_id: p for p in _collect(intake, 4)}
+        assert got["ok"].grammar is not None and got["ok"].error is None
+        assert got["free"].grammar is None and got["free"].error is None
+        for rid, words in (("bad", "strin"), ("slow", "too long")):
+            err = got[rid].error
+            assert err is not None and err.code == "invalid_grammar" and words in str(err), rid
+        assert time.monotonic() - t0 < 2.5  # refused at its deadline, not when the compile ends
+    finally:
+        intake.close()
+
+
 def test_request_id_is_recovered_from_undecodable_frames() -> None:
     good = m.encode(_gen("abc", prompt_ids=[1, 2]))
     raw = msgspec.msgpack.decode(good)

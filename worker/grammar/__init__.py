@@ -1,0 +1,1 @@
+"""Grammar-constrained decoding: compile a GrammarSpec once, then one matcher per request."""

@@ -1,0 +1,84 @@
+"""Compile grammar specs on worker threads, off the engine's step loop, through the cache."""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from protocol.messages import GrammarSpec
+from worker.grammar.backend import GrammarError, compile_matcher, make_tokenizer
+from worker.grammar.cache import GrammarCache, spec_key
+from worker.grammar.matcher import Constraint
+
+log = logging.getLogger("rapid_mlx.worker")
+
+COMPILE_TIMEOUT = 5.0  # seconds a request may wait for its grammar before it is refused
+MAX_SPEC_CHARS = 256 * 1024  # a grammar text longer than this is refused uncompiled
+THREADS = 2  # a hostile compile holds one; the other keeps serving
+
+
+class GrammarCompiler:
+    """Turns a GrammarSpec into a Constraint future; errors come back as GrammarError."""
+
+    def __init__(self, tokenizer: Any, n_vocab: int, eos_ids: list[int],
+                 timeout: float = COMPILE_TIMEOUT) -> None:
+        self.n_vocab = n_vocab
+        self.timeout = timeout
+        self.cache = GrammarCache()
+        self._tok = make_tokenizer(tokenizer, n_vocab, eos_ids)
+        self.think = think_tokens(tokenizer)
+        self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="grammar")
+
+    def submit(self, spec: GrammarSpec) -> Future[Constraint]:
+        """Start compiling SPEC (or take it from the cache); the future holds a fresh Constraint."""
+        return self._pool.submit(self.compile, spec)
+
+    def compile(self, spec: GrammarSpec) -> Constraint:
+        """Compile SPEC now, on the calling thread."""
+        if len(spec.text) > MAX_SPEC_CHARS:
+            raise GrammarError(f"the {spec.kind} is longer than {MAX_SPEC_CHARS} characters")
+        key = spec_key(spec)
+        matcher = self.cache.get(key)
+        if matcher is None:
+            matcher = compile_matcher(self._tok, spec)
+            self.cache.put(key, matcher)
+        return Constraint(matcher, self.think if spec.after_think else None)
+
+    def close(self) -> None:
+        """Stop taking work; a compile in progress finishes on its own."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def think_tokens(tokenizer: Any) -> tuple[int, int] | None:
+    """The ids of ``<think>`` and ``</think>`` when both are single tokens, else None."""
+    vocab = getattr(tokenizer, "vocab", None)
+    if not isinstance(vocab, dict):
+        get = getattr(tokenizer, "get_vocab", None)
+        vocab = get() if callable(get) else {}
+    ids = vocab.get("<think>"), vocab.get("</think>")
+    return (ids[0], ids[1]) if isinstance(ids[0], int) and isinstance(ids[1], int) else None
+
+
+class Compiling:
+    """A request's grammar being compiled, with the time by which it must be done."""
+
+    def __init__(self, spec: GrammarSpec, future: Future[Constraint], deadline: float) -> None:
+        self.spec = spec
+        self.future = future
+        self.deadline = deadline
+
+    def settle(self, now: float) -> tuple[bool, Constraint | None, str | None]:
+        """(settled, constraint, error): not settled while compiling and within the deadline."""
+        if self.future.done():
+            try:
+                return True, self.future.result(), None
+            except GrammarError as exc:
+                return True, None, str(exc)
+            except Exception as exc:  # a library failure on a hostile grammar fails only it
+                log.warning("grammar compile failed: %r", exc)
+                return True, None, f"the {self.spec.kind} could not be compiled: {exc}"
+        if now < self.deadline:
+            return False, None, None
+        self.future.cancel()  # a compile already running finishes on its thread, unused
+        return True, None, f"the {self.spec.kind} took too long to compile (over the limit)"
