@@ -14,30 +14,30 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.routing import Route
 
-from gateway.admin import AdminEndpoints
 from gateway.aliases import detect_into
 from gateway.anthropic.endpoint import MessagesEndpoint
-from gateway.auth import ApiKeyMiddleware, public_paths
-from gateway.chat import ChatEndpoint
-from gateway.completions import CompletionsEndpoint
 from gateway.config import GatewayConfig
-from gateway.cors import CorsPolicy
-from gateway.curve import CurveServer
-from gateway.docs_page import DocsEndpoints
-from gateway.edge import EdgeMiddleware
-from gateway.errors import APIError, handle_api_error, handle_http_error, handle_unexpected
-from gateway.health import HealthEndpoints
-from gateway.hosts import HostPolicy
-from gateway.hub import AliasState, Hub
-from gateway.info import InfoEndpoints
+from gateway.edge.auth import ApiKeyMiddleware, public_paths
+from gateway.edge.cors import CorsPolicy
+from gateway.edge.errors import APIError, handle_api_error, handle_http_error, handle_unexpected
+from gateway.edge.hosts import HostPolicy
+from gateway.edge.middleware import EdgeMiddleware
+from gateway.openai.chat import ChatEndpoint
+from gateway.openai.completions import CompletionsEndpoint
+from gateway.ops.admin import AdminEndpoints
+from gateway.ops.docs_page import DocsEndpoints
+from gateway.ops.health import HealthEndpoints
+from gateway.ops.info import InfoEndpoints
+from gateway.ops.swap_targets import SwapTargets
+from gateway.ops.workers_api import WorkersEndpoints
+from gateway.plane.curve import CurveServer
+from gateway.plane.hub import AliasState, Hub
+from gateway.plane.supervisor import Supervisor, WorkerSpec
 from gateway.responses.endpoint import ResponsesEndpoint
 from gateway.responses.retrieve import StoredEndpoints
 from gateway.responses.stored import Conversations
 from gateway.storage.paths import RESPONSES_DB
 from gateway.storage.responses import ResponseStore
-from gateway.supervisor import Supervisor, WorkerSpec
-from gateway.swap_targets import SwapTargets
-from gateway.workers_api import WorkersEndpoints
 
 log = logging.getLogger("rapid_mlx.gateway")
 

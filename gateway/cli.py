@@ -277,7 +277,7 @@ _URL = click.option("--url", default="http://127.0.0.1:8000", show_default=True,
 @click.option("-v", "--verbose", is_flag=True, help="one line per running request")
 def status(url: str, api_key: str | None, as_json: bool, verbose: bool) -> None:
     """Show every worker of a running server as a table."""
-    from gateway.opsctl import OpsError, call, table
+    from gateway.ops.opsctl import OpsError, call, table
 
     try:
         _, body = call(url, "/v1/workers", key=api_key)
@@ -299,7 +299,7 @@ def status(url: str, api_key: str | None, as_json: bool, verbose: bool) -> None:
 def swap(alias: str, model: str | None, url: str, revision: str | None, admin_key: str | None,
          drain_timeout: float | None, timeout: float) -> None:
     """Restart ALIAS's worker on a running server, on MODEL if given (else the same model)."""
-    from gateway.opsctl import OpsError, call
+    from gateway.ops.opsctl import OpsError, call
 
     body = {"model": model, "revision": revision, "timeout": timeout,
             "drain_timeout": drain_timeout}
@@ -319,7 +319,7 @@ def swap(alias: str, model: str | None, url: str, revision: str | None, admin_ke
               help="create a key pair for this worker (named ALIAS@HOST: it may serve only ALIAS)")
 def keys(directory: str, workers: tuple[str, ...]) -> None:
     """Create CURVE keys in DIRECTORY: the gateway's, and one pair per --worker."""
-    from gateway.curve import generate_keys
+    from gateway.plane.curve import generate_keys
 
     for path in generate_keys(directory, list(workers)):
         click.echo(f"wrote {path}")

@@ -33,7 +33,7 @@ class GatewayConfig:
     restart_backoff: float = 0.5
     admin_key: str | None = None
     curve_dir: str | None = None  # CURVE keys: server.key_secret and clients/*.key
-    # the HTTP edge (gateway/edge.py, auth.py, swap_targets.py)
+    # the HTTP edge (gateway/edge/middleware.py, auth.py, swap_targets.py)
     allowed_hosts: list[str] = field(default_factory=list)  # added to loopback names; "*": any
     cors_allow_origins: list[str] = field(default_factory=list)  # none: CORS off
     public_metrics: bool = False  # with API keys: /metrics open anyway

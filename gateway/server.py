@@ -12,10 +12,10 @@ import uvicorn
 
 from gateway.app import build_app
 from gateway.config import GatewayConfig
-from gateway.drain import Drainer
-from gateway.http_protocol import MAX_HEADER_BYTES, GuardedH11Protocol
-from gateway.hub import Hub
-from gateway.supervisor import EXIT_CANNOT_LOAD, Supervisor
+from gateway.edge.http_protocol import MAX_HEADER_BYTES, GuardedH11Protocol
+from gateway.plane.drain import Drainer
+from gateway.plane.hub import Hub
+from gateway.plane.supervisor import EXIT_CANNOT_LOAD, Supervisor
 
 log = logging.getLogger("rapid_mlx.gateway")
 

@@ -12,7 +12,7 @@ log = logging.getLogger("rapid_mlx.worker")
 EMBEDDED_PREFIX = "embedded://"
 PATTERNS = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "*.tiktoken", "*.py"]
 # A worker exits with this code when its model cannot be loaded for a reason a restart will not
-# fix (gateway/supervisor.py has the same number): EX_CONFIG of sysexits.h.
+# fix (gateway/plane/supervisor.py has the same number): EX_CONFIG of sysexits.h.
 EXIT_CANNOT_LOAD = 78
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-from gateway.choice import ChoiceAssembler, Delta
+from gateway.doors.choice import ChoiceAssembler, Delta
 
 Event = tuple[str, dict[str, Any]]
 

@@ -16,15 +16,15 @@ from gateway.anthropic.models import resolve_model
 from gateway.anthropic.schemas import CountTokensRequest, MessagesRequest
 from gateway.anthropic.stream import event
 from gateway.anthropic.translate import chat_messages, chat_tools, sampling, template_kwargs
-from gateway.checks import check_chars, context_length, text_chars
-from gateway.choice import ChoiceAssembler
-from gateway.disconnect import until_disconnected
-from gateway.errors import read_body
-from gateway.hub import Hub, Stream, Terminal
-from gateway.jobs import encodable
-from gateway.relay import abort_all, error_for, peek_first, submit_all
+from gateway.doors.checks import check_chars, context_length, text_chars
+from gateway.doors.choice import ChoiceAssembler
+from gateway.doors.disconnect import until_disconnected
+from gateway.doors.jobs import encodable
+from gateway.doors.relay import abort_all, error_for, peek_first, submit_all
+from gateway.doors.streaming import SSE_HEADERS, merged
+from gateway.edge.errors import read_body
+from gateway.plane.hub import Hub, Stream, Terminal
 from gateway.served import ServedModel
-from gateway.streaming import SSE_HEADERS, merged
 from protocol.messages import Generate, RequestOutput, SamplingParams
 
 HOLD_S = 1.0  # a stream waits this long for its first output before answering 200 (then pings)
@@ -166,7 +166,7 @@ def _message(mid: str, req: MessagesRequest, asm: ChoiceAssembler,
 
 
 def _error_body(exc: BaseException) -> dict[str, Any]:
-    from gateway.errors import APIError
+    from gateway.edge.errors import APIError
 
     err = exc if isinstance(exc, APIError) else APIError(500, f"internal error: {exc}")
     return envelope(err)

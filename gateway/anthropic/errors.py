@@ -6,7 +6,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse, Response
 
-from gateway.errors import APIError
+from gateway.edge.errors import APIError
 
 PREFIX = "/v1/messages"
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from gateway.schemas import MaxTokens, Temperature, TopP
+from gateway.openai.schemas import MaxTokens, Temperature, TopP
 
 
 class _In(msgspec.Struct, omit_defaults=True):

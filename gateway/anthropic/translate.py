@@ -14,10 +14,10 @@ from gateway.anthropic.schemas import (
     CountTokensRequest,
     MessagesRequest,
 )
-from gateway.errors import APIError, bad_request
-from gateway.jobs import _pick
-from gateway.limits import MAX_STOP_CHARS, MAX_STOPS
-from gateway.tool_choice import Mode, ToolPlan, plan_tools
+from gateway.doors.jobs import _pick
+from gateway.doors.tool_choice import Mode, ToolPlan, plan_tools
+from gateway.edge.errors import APIError, bad_request
+from gateway.edge.limits import MAX_STOP_CHARS, MAX_STOPS
 from protocol.messages import SamplingParams
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from gateway.launch.configs import BUILDERS, ClientConfig, Target
-from gateway.opsctl import OpsError, call
+from gateway.ops.opsctl import OpsError, call
 
 INSTALL = {"codex": "npm install -g @openai/codex",
            "claude": "npm install -g @anthropic-ai/claude-code",

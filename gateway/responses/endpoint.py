@@ -10,13 +10,15 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from gateway.checks import check_chars, check_template_kwargs, context_length, text_chars
-from gateway.choice import ChoiceAssembler
-from gateway.disconnect import until_disconnected
-from gateway.errors import APIError, read_body
-from gateway.hub import Hub, Stream, Terminal
-from gateway.jobs import _pick, encodable
-from gateway.relay import abort_all, error_for, outputs, peek_first, submit_all
+from gateway.doors.checks import check_chars, check_template_kwargs, context_length, text_chars
+from gateway.doors.choice import ChoiceAssembler
+from gateway.doors.disconnect import until_disconnected
+from gateway.doors.jobs import _pick, encodable
+from gateway.doors.relay import abort_all, error_for, outputs, peek_first, submit_all
+from gateway.doors.streaming import SSE_HEADERS
+from gateway.doors.structured import thinks
+from gateway.edge.errors import APIError, read_body
+from gateway.plane.hub import Hub, Stream, Terminal
 from gateway.responses.events import ResponseBuilder
 from gateway.responses.history import as_input
 from gateway.responses.schemas import CreateResponse
@@ -29,8 +31,6 @@ from gateway.responses.translate import (
     to_tools,
 )
 from gateway.served import ServedModel
-from gateway.streaming import SSE_HEADERS
-from gateway.structured import thinks
 from protocol.messages import Generate, RequestOutput, SamplingParams
 
 

@@ -10,7 +10,7 @@ import time
 import uuid
 from typing import Any
 
-from gateway.choice import Delta
+from gateway.doors.choice import Delta
 
 
 def _id(prefix: str) -> str:

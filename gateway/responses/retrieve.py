@@ -9,7 +9,7 @@ from msgspec import Meta
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from gateway.errors import APIError, bad_request, from_validation
+from gateway.edge.errors import APIError, bad_request, from_validation
 from gateway.responses.stored import Conversations, not_found
 from gateway.storage.responses import UnknownItem
 

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from msgspec import Meta
 
-from gateway.schemas import MaxTokens, Temperature, TopP, _Body
+from gateway.openai.schemas import MaxTokens, Temperature, TopP, _Body
 
 
 class ContentPart(_Body):

@@ -15,8 +15,8 @@ from typing import Any
 
 from starlette.requests import Request
 
-from gateway.auth import bearer
-from gateway.errors import APIError, bad_request
+from gateway.edge.auth import bearer
+from gateway.edge.errors import APIError, bad_request
 from gateway.responses.events import ResponseBuilder
 from gateway.responses.history import input_items, replay
 from gateway.responses.schemas import CreateResponse

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from gateway.errors import bad_request
+from gateway.edge.errors import bad_request
 from gateway.responses.schemas import FunctionTool
 
 log = logging.getLogger("rapid_mlx.gateway")

@@ -6,12 +6,12 @@ from typing import Any
 
 import msgspec
 
-from gateway.errors import bad_request
-from gateway.jsonguard import JSONLimitError, check_json
+from gateway.doors.structured import grammar_for
+from gateway.doors.tool_choice import ToolPlan, plan_tools
+from gateway.edge.errors import bad_request
+from gateway.edge.jsonguard import JSONLimitError, check_json
 from gateway.responses.schemas import ContentPart, CreateResponse, InputItem
 from gateway.responses.tooltypes import served_tools
-from gateway.structured import grammar_for
-from gateway.tool_choice import ToolPlan, plan_tools
 from protocol.messages import GrammarSpec
 
 ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}

@@ -13,8 +13,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from gateway.choice import Delta
-from gateway.errors import APIError
+from gateway.doors.choice import Delta
+from gateway.edge.errors import APIError
 from gateway.responses.events import ResponseBuilder
 from gateway.responses.schemas import CreateResponse
 from gateway.responses.tooltypes import served_tools

@@ -11,9 +11,9 @@ import msgspec
 
 from gateway.anthropic import endpoint as ep
 from gateway.anthropic.schemas import MessagesRequest
-from gateway.choice import ChoiceAssembler
-from gateway.errors import APIError
-from gateway.state import Stream
+from gateway.doors.choice import ChoiceAssembler
+from gateway.edge.errors import APIError
+from gateway.plane.state import Stream
 from protocol.messages import RequestOutput
 
 

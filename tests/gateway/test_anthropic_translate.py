@@ -10,8 +10,8 @@ from gateway.anthropic.blocks import BlockBuilder, tool_id, tool_input
 from gateway.anthropic.errors import envelope, is_messages_path
 from gateway.anthropic.schemas import CountTokensRequest, MessagesRequest
 from gateway.anthropic.translate import chat_messages, chat_tools, sampling, template_kwargs
-from gateway.choice import Delta
-from gateway.errors import APIError
+from gateway.doors.choice import Delta
+from gateway.edge.errors import APIError
 
 WEATHER = {"name": "get_weather", "description": "Weather in a city",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}

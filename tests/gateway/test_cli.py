@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from gateway import cli
 from gateway.aliases import closest, load_aliases, unknown_model
-from gateway.supervisor import EXIT_CANNOT_LOAD, _load_failure
+from gateway.plane.supervisor import EXIT_CANNOT_LOAD, _load_failure
 
 ALIASES = load_aliases()
 

@@ -10,7 +10,7 @@ from starlette.testclient import TestClient
 
 from gateway.app import build_app
 from gateway.config import GatewayConfig
-from gateway.docs_page import ASSETS, swagger_ui_dir
+from gateway.ops.docs_page import ASSETS, swagger_ui_dir
 from gateway.served import ServedModel
 
 

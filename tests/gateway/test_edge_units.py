@@ -10,13 +10,13 @@ import pytest
 from starlette.testclient import TestClient
 
 from gateway.app import build_app
-from gateway.auth import key_matches
 from gateway.config import GatewayConfig, is_loopback
-from gateway.cors import CorsPolicy
-from gateway.errors import APIError
-from gateway.hosts import HostPolicy, split_host
+from gateway.edge.auth import key_matches
+from gateway.edge.cors import CorsPolicy
+from gateway.edge.errors import APIError
+from gateway.edge.hosts import HostPolicy, split_host
+from gateway.ops.swap_targets import SwapTargets
 from gateway.served import ServedModel
-from gateway.swap_targets import SwapTargets
 
 
 @pytest.mark.parametrize("header,host", [

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import zmq
 
-from gateway.errors import APIError
-from gateway.hub import Hub, Terminal
+from gateway.edge.errors import APIError
+from gateway.plane.hub import Hub, Terminal
 from protocol import messages as m
 
 FACTS = m.ModelFacts(model="demo", context_length=64, vocab_size=16)
@@ -265,7 +265,7 @@ async def test_external_workers_need_proof(address: str) -> None:
 
 
 async def test_the_reader_ending_fails_livez(address: str) -> None:
-    from gateway.health import HealthEndpoints
+    from gateway.ops.health import HealthEndpoints
 
     hub = await _hub(address)
     health = HealthEndpoints(hub)

@@ -8,14 +8,14 @@ import time
 import msgspec
 import pytest
 
-from gateway.jsonguard import (
+from gateway.edge.jsonguard import (
     JSONLimitError,
     check_json,
     depth_exceeds,
     out_of_range_int,
     strip_strings,
 )
-from gateway.limits import MAX_JSON_DEPTH
+from gateway.edge.limits import MAX_JSON_DEPTH
 
 
 def nested(depth: int, open_: str = "[", close: str = "]") -> bytes:
@@ -108,7 +108,7 @@ def test_pathological_bodies_are_scanned_quickly(raw: bytes) -> None:
                                  b"]]][[", nested(70) + nested(3)])
 def test_depth_without_numpy(raw: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
     """The pure-Python fallback agrees with the vectorized count."""
-    from gateway import jsonguard
+    from gateway.edge import jsonguard
 
     brackets = raw.translate(jsonguard._ONE_KIND, jsonguard._NOT_BRACKET)
     with_numpy = jsonguard._max_depth(brackets)

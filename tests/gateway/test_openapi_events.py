@@ -10,9 +10,9 @@ from openapi_spec_validator import validate
 
 from gateway.anthropic.blocks import BlockBuilder
 from gateway.anthropic.errors import envelope
-from gateway.choice import ChoiceAssembler, Delta
-from gateway.errors import APIError
-from gateway.openapi import OTHER_ANSWERS, STREAM_EVENTS, build_openapi
+from gateway.doors.choice import ChoiceAssembler, Delta
+from gateway.edge.errors import APIError
+from gateway.ops.openapi import OTHER_ANSWERS, STREAM_EVENTS, build_openapi
 from gateway.responses.events import ResponseBuilder
 from protocol.messages import RequestOutput
 from tests.spec_check import SpecCheck

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gateway.config import GatewayConfig
-from gateway.curve import CurveServer, generate_keys
+from gateway.plane.curve import CurveServer, generate_keys
 from tests.e2e.harness import ROOT
 
 

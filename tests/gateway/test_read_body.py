@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from starlette.requests import Request
 
-from gateway.errors import APIError, read_body, read_raw
-from gateway.relay import peek_first
-from gateway.schemas import ChatCompletionRequest
-from gateway.state import Stream, Terminal
+from gateway.doors.relay import peek_first
+from gateway.edge.errors import APIError, read_body, read_raw
+from gateway.openai.schemas import ChatCompletionRequest
+from gateway.plane.state import Stream, Terminal
 from protocol.messages import RequestOutput
 
 GOOD = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'

@@ -8,12 +8,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from gateway import checks
-from gateway.errors import APIError, from_validation
-from gateway.jobs import chat_params, completion_params, encodable
-from gateway.limits import ALLOWED_TEMPLATE_KWARGS, CHARS_PER_TOKEN, MAX_CHOICES
-from gateway.schemas import ChatCompletionRequest, CompletionRequest
-from gateway.structured import grammar_for
+from gateway.doors import checks
+from gateway.doors.jobs import chat_params, completion_params, encodable
+from gateway.doors.structured import grammar_for
+from gateway.edge.errors import APIError, from_validation
+from gateway.edge.limits import ALLOWED_TEMPLATE_KWARGS, CHARS_PER_TOKEN, MAX_CHOICES
+from gateway.openai.schemas import ChatCompletionRequest, CompletionRequest
 from protocol.messages import (
     Generate,
     GrammarSpec,

@@ -11,7 +11,7 @@ import msgspec
 import pytest
 from starlette.requests import Request
 
-from gateway.errors import APIError
+from gateway.edge.errors import APIError
 from gateway.responses.events import ResponseBuilder
 from gateway.responses.history import as_input, input_items, replay
 from gateway.responses.schemas import CreateResponse

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.errors import APIError
-from gateway.tool_choice import plan_tools
+from gateway.doors.tool_choice import plan_tools
+from gateway.edge.errors import APIError
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}},
          {"type": "function", "function": {"name": "other", "parameters": {}}}]

@@ -1,0 +1,1 @@
+"""Pieces every front door shares: request checks, jobs, relaying worker outputs, choices, SSE, tool_choice and structured output."""

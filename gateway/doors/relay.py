@@ -1,0 +1,84 @@
+"""Read a request's outputs from the hub and turn worker-side failures into API errors."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from gateway.edge.errors import APIError, bad_request, unavailable
+from gateway.plane.hub import Hub, Stream, Terminal
+from protocol.messages import Generate, RequestOutput
+
+
+def error_for(out: RequestOutput | Terminal) -> APIError:
+    """The API error matching a failed output or a terminal event."""
+    if isinstance(out, Terminal):
+        return unavailable(out.message, code=out.code)
+    code = out.error_code or "internal_error"
+    message = out.error or "generation failed"
+    if code == "context_length_exceeded":
+        return bad_request(message, param="messages", code=code)
+    if code == "invalid_request_error":
+        return bad_request(message)
+    if code == "invalid_grammar":  # the worker could not compile the response format's schema
+        return bad_request(message, param="response_format", code="invalid_response_format")
+    if code == "queue_full":
+        return unavailable(f"Server is busy: {message}", retry_after=2, code=code)
+    return APIError(500, message, type="server_error", code=code)
+
+
+async def outputs(stream: Stream, first: RequestOutput) -> AsyncIterator[RequestOutput | Terminal]:
+    """Yield FIRST, then the stream's items until its finish (or terminal) item, inclusive."""
+    item: RequestOutput | Terminal = first
+    while True:
+        yield item
+        if isinstance(item, Terminal) or item.finish_reason is not None:
+            stream.done = True
+            return
+        item = await stream.queue.get()
+
+
+def submit_all(hub: Hub, alias: str, jobs: list[Generate]) -> list[Stream]:
+    """Submit every job; if one cannot be sent, abort those already sent and raise its error."""
+    streams: list[Stream] = []
+    try:
+        for job in jobs:
+            streams.append(hub.submit(alias, job))
+    except BaseException:
+        abort_all(hub, streams)
+        raise
+    return streams
+
+
+async def peek_first(hub: Hub, streams: list[Stream]) -> list[RequestOutput]:
+    """Every stream's first output; the first error that arrives is raised at once, the rest
+    aborted (it does not wait for the other choices first)."""
+    gets = {asyncio.ensure_future(s.queue.get()): i for i, s in enumerate(streams)}
+    firsts: list[RequestOutput | None] = [None] * len(streams)
+    try:
+        pending = set(gets)
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                first = task.result()
+                if isinstance(first, Terminal) or first.error is not None:
+                    abort_all(hub, streams)
+                    raise error_for(first)
+                firsts[gets[task]] = first
+    finally:
+        for task in gets:
+            task.cancel()
+    ok: list[RequestOutput] = []
+    for s, out in zip(streams, firsts, strict=True):
+        assert out is not None
+        if out.finish_reason is not None:
+            s.done = True
+        ok.append(out)
+    return ok
+
+
+def abort_all(hub: Hub, streams: list[Stream]) -> None:
+    """Abort every stream that has not finished (client gone, or an error elsewhere)."""
+    for s in streams:
+        if not s.done:
+            hub.abort(s)

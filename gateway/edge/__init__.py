@@ -1,0 +1,1 @@
+"""The HTTP edge: hosts, CORS, auth, the h11 protocol, request limits, JSON guards and the error envelope."""

@@ -1,0 +1,101 @@
+"""Cheap scans of a raw JSON body, before it is decoded: nesting depth and 64-bit integers.
+
+Both look at the bytes with strings removed (brackets and digits inside strings never count) and
+neither recurses: a body nested 100,000 deep is refused, not a RecursionError. An ordinary body
+costs two C-level passes; only a body with many brackets or 19-digit numbers is looked at more
+closely. Malformed JSON is left for the decoder to report.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from gateway.edge.limits import INT64_MAX, INT64_MIN, MAX_JSON_DEPTH
+
+_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
+_ONE_KIND = bytes.maketrans(b"{}", b"[]")  # depth does not care which kind of bracket
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_RUN = b"0" * 19  # int64 has at most 19 digits
+try:  # present wherever the workers run (mlx needs it); imported now, not in a request
+    import numpy
+
+    _np: Any = numpy
+except ImportError:  # pragma: no cover
+    _np = None
+_RUN = re.compile(rb"\[+|\]+")
+_SIGNED = bytes.maketrans(b"[]", b"\x01\xff")  # +1 / -1 as int8
+
+
+def _above(bound: str) -> str:
+    """A regex for the 19-digit numbers greater than BOUND (19 digits)."""
+    alts = [f"{bound[:i]}[{int(d) + 1}-9][0-9]{{{18 - i}}}" for i, d in enumerate(bound) if d != "9"]
+    return "|".join(alts)
+
+
+# an integer literal outside int64 that is not part of a fraction or an exponent
+_OUT_OF_RANGE = re.compile(
+    rf"(?<![0-9.eE+\-])(?:-(?:[0-9]{{20,}}|{_above(str(-INT64_MIN))})"
+    rf"|(?:[0-9]{{20,}}|{_above(str(INT64_MAX))}))(?![0-9.eE])".encode())
+
+
+class JSONLimitError(ValueError):
+    """A body breaks a structural limit; the message says which, CODE names it."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def strip_strings(raw: bytes) -> bytes:
+    """RAW with every JSON string literal removed."""
+    if b'"' not in raw:
+        return raw
+    # drop escape pairs first (left to right, as a decoder reads them): no quote left is escaped
+    plain = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    return b"".join(plain.split(b'"')[::2])  # quotes now alternate: open, close, open...
+
+
+def depth_exceeds(skeleton: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """True when the arrays/objects of SKELETON (strings removed) nest deeper than LIMIT."""
+    brackets = skeleton.translate(_ONE_KIND, _NOT_BRACKET)
+    inner = brackets.replace(b"[]", b"")  # drops the innermost pairs: one level, at C speed
+    if len(inner) <= 2 * (limit - 1):  # too few brackets left to be that deep
+        return False
+    return _max_depth(inner) > limit - 1
+
+
+def _max_depth(brackets: bytes) -> int:
+    """The deepest nesting of a string of [ and ] (vectorized: a body can hold millions)."""
+    if not brackets:
+        return 0
+    if _np is None:  # pragma: no cover
+        depth = deepest = 0
+        for run in _RUN.findall(brackets):
+            depth += len(run) if run[0] == 0x5B else -len(run)
+            deepest = max(deepest, depth)
+        return deepest
+    steps = _np.frombuffer(brackets.translate(_SIGNED), dtype=_np.int8)
+    return max(0, int(_np.cumsum(steps, dtype=_np.int32).max()))
+
+
+def out_of_range_int(skeleton: bytes) -> str | None:
+    """The first integer literal of SKELETON outside int64, if any (as written)."""
+    match = _OUT_OF_RANGE.search(skeleton)
+    return match.group().decode() if match else None
+
+
+def check_json(raw: bytes, depth: int = MAX_JSON_DEPTH) -> None:
+    """Raise JSONLimitError if RAW nests deeper than DEPTH or holds an integer outside int64."""
+    deep = len(raw.translate(None, _NOT_BRACKET)) > 2 * depth  # else it cannot be that deep
+    long_ints = raw.translate(_DIGITS_AS_ZERO).find(_LONG_RUN) >= 0
+    if not (deep or long_ints):
+        return
+    skeleton = strip_strings(raw)
+    if deep and depth_exceeds(skeleton, depth):
+        raise JSONLimitError(f"The JSON body nests deeper than {depth} levels.", "json_too_deep")
+    big = out_of_range_int(skeleton) if long_ints else None
+    if big is not None:
+        shown = big if len(big) <= 40 else f"{big[:37]}..."
+        raise JSONLimitError(f"The JSON body holds the integer {shown}, outside the 64-bit "
+                             f"range [{INT64_MIN}, {INT64_MAX}].", "integer_out_of_range")

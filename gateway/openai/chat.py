@@ -1,0 +1,191 @@
+"""POST /v1/chat/completions, streamed and not."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from gateway.doors.checks import (
+    check_chars,
+    check_fanout,
+    check_template_kwargs,
+    context_length,
+    text_chars,
+    vocab_size,
+)
+from gateway.doors.choice import ChoiceAssembler
+from gateway.doors.disconnect import until_disconnected
+from gateway.doors.jobs import chat_params, encodable
+from gateway.doors.relay import abort_all, error_for, peek_first, submit_all
+from gateway.doors.streaming import DONE, SSE_HEADERS, merged, sse
+from gateway.doors.structured import grammar_for, thinks
+from gateway.doors.tool_choice import ToolPlan, plan_tools
+from gateway.edge.errors import bad_request, read_body
+from gateway.edge.jsonguard import JSONLimitError, check_json
+from gateway.openai.logprobs import chat_logprobs
+from gateway.openai.schemas import ChatCompletionRequest
+from gateway.plane.hub import Hub, Terminal
+from gateway.served import ServedModel
+from protocol.messages import Generate
+
+
+def _messages(req: ChatCompletionRequest) -> list[dict[str, Any]]:
+    """Messages as plain dicts for the template; tool-call arguments as objects when they parse."""
+    out = []
+    for i, msg in enumerate(req.messages):
+        d = msgspec.to_builtins(msg)
+        if d.get("role") == "developer":
+            d["role"] = "system"
+        for j, call in enumerate(d.get("tool_calls") or []):
+            fn = call.get("function", {})
+            raw = (fn.get("arguments") or "{}").encode()
+            try:
+                check_json(raw)  # JSON inside a string: the body's checks did not see it
+                fn["arguments"] = msgspec.json.decode(raw)
+            except JSONLimitError as exc:
+                raise bad_request(str(exc), param=f"messages[{i}].tool_calls[{j}].function."
+                                  "arguments", code=exc.code) from None
+            except msgspec.DecodeError:
+                pass
+        out.append(d)
+    return out
+
+
+def _tools(req: ChatCompletionRequest, tool_parser: str | None) -> ToolPlan:
+    """The tools to render, whether tool calls are parsed, and the forced assistant prefix."""
+    tools = [msgspec.to_builtins(t) for t in req.tools] if req.tools else None
+    choice = req.tool_choice
+    if choice is None or isinstance(choice, str):
+        return plan_tools(tools, choice or "auto", None, tool_parser)
+    return plan_tools(tools, "named", choice.function.name, tool_parser)
+
+
+class ChatEndpoint:
+    """Validates a chat request, submits one job per choice and relays the outputs."""
+
+    def __init__(self, hub: Hub, served: dict[str, ServedModel]) -> None:
+        self.hub = hub
+        self.served = served
+
+    async def handle(self, request: Request) -> Response:
+        """Handle one POST /v1/chat/completions."""
+        req = await read_body(request, ChatCompletionRequest)
+        check_fanout(1, req.n)
+        check_template_kwargs(req.chat_template_kwargs)
+        fmt = req.response_format
+        grammar = grammar_for(fmt.type, fmt.json_schema) if fmt else None
+        st = await self.hub.wait_ready(req.model)
+        served = self.served[req.model]
+        params = chat_params(req, served.sampling, vocab_size(st.facts))
+        tools, parse_tools, prefix = _tools(req, served.tool_call_parser)
+        kwargs = dict(req.chat_template_kwargs or {})
+        if req.reasoning_effort is not None:
+            kwargs.setdefault("reasoning_effort", req.reasoning_effort)
+        if grammar is not None:
+            grammar.after_think = thinks(served.reasoning_parser, kwargs)
+        cid = f"chatcmpl-{uuid.uuid4().hex}"
+        messages = _messages(req)
+        check_chars(text_chars(messages) + text_chars(tools),
+                    context_length(st.facts, served.context_length), "messages")
+        jobs = [Generate(request_id=f"{cid}-{i}", params=params, messages=messages, tools=tools,
+                         chat_template_kwargs=kwargs, assistant_prefix=prefix, grammar=grammar)
+                for i in range(req.n)]
+        encodable(jobs[0])  # the choices differ only in request_id
+        streams = submit_all(self.hub, req.model, jobs)
+        try:
+            firsts = await until_disconnected(request, peek_first(self.hub, streams))
+        except BaseException:
+            abort_all(self.hub, streams)
+            raise
+        asms = [
+            ChoiceAssembler(i, tool_parser=served.tool_call_parser,
+                            reasoning_parser=served.reasoning_parser, tools=tools,
+                            parse_tools=parse_tools, think_opened=firsts[i].think_opened,
+                            prefix=prefix)
+            for i in range(req.n)
+        ]
+        created = int(time.time())
+        if req.stream:
+            include_usage = bool(req.stream_options and req.stream_options.include_usage)
+            body = self._stream(cid, created, req, asms, streams, firsts, include_usage)
+            return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
+        try:
+            return await until_disconnected(
+                request, self._collect(cid, created, req, asms, streams, firsts))
+        finally:
+            abort_all(self.hub, streams)
+
+    async def _collect(self, cid: str, created: int, req: ChatCompletionRequest,
+                       asms: list[ChoiceAssembler], streams: Any, firsts: Any) -> Response:
+        async for i, item in merged(streams, firsts):
+            if isinstance(item, Terminal) or item.error is not None:
+                raise error_for(item)
+            asms[i].feed(item)
+        choices = []
+        for a in asms:
+            calls = a.calls if req.parallel_tool_calls is not False else a.calls[:1]
+            message: dict[str, Any] = {"role": "assistant", "content": a.content or None,
+                                       "refusal": None}
+            if a.reasoning:
+                message["reasoning_content"] = a.reasoning
+            if calls:
+                message["tool_calls"] = calls
+            elif not a.content:
+                message["content"] = ""
+            choices.append({"index": a.index, "message": message, "finish_reason": a.finish_reason,
+                            "logprobs": chat_logprobs(a.logprobs) if req.logprobs else None})
+        return JSONResponse({"id": cid, "object": "chat.completion", "created": created,
+                             "model": req.model, "choices": choices, "usage": _usage(asms)})
+
+    async def _stream(self, cid: str, created: int, req: ChatCompletionRequest,
+                      asms: list[ChoiceAssembler], streams: Any, firsts: Any,
+                      include_usage: bool) -> AsyncIterator[bytes]:
+        def chunk(choices: list[dict[str, Any]], **extra: Any) -> bytes:
+            return sse({"id": cid, "object": "chat.completion.chunk", "created": created,
+                        "model": req.model, "choices": choices, **extra})
+
+        try:
+            for a in asms:
+                yield chunk([{"index": a.index, "delta": {"role": "assistant", "content": "",
+                                                          "refusal": None},
+                              "logprobs": None, "finish_reason": None}])
+            async for i, item in merged(streams, firsts):
+                if isinstance(item, Terminal) or item.error is not None:
+                    yield sse(error_for(item).body())
+                    return
+                a = asms[i]
+                before = len(a.logprobs)
+                delta = a.feed(item)
+                d: dict[str, Any] = {}
+                if delta.content:
+                    d["content"] = delta.content
+                if delta.reasoning:
+                    d["reasoning_content"] = delta.reasoning
+                if delta.tool_calls and (req.parallel_tool_calls is not False or
+                                         all(tc["index"] == 0 for tc in delta.tool_calls)):
+                    d["tool_calls"] = [tc for tc in delta.tool_calls
+                                       if req.parallel_tool_calls is not False or tc["index"] == 0]
+                lp = chat_logprobs(a.logprobs[before:]) if req.logprobs else None
+                if d or a.finish_reason is not None or lp:
+                    yield chunk([{"index": i, "delta": d, "logprobs": lp,
+                                  "finish_reason": a.finish_reason}],
+                                **({"usage": None} if include_usage else {}))
+            if include_usage:
+                yield chunk([], usage=_usage(asms))
+            yield DONE
+        finally:
+            abort_all(self.hub, streams)
+
+
+def _usage(asms: list[ChoiceAssembler]) -> dict[str, Any]:
+    prompt = asms[0].prompt_tokens
+    completion = sum(a.completion_tokens for a in asms)
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": asms[0].cached_tokens}}

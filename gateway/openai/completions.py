@@ -1,0 +1,149 @@
+"""POST /v1/completions (legacy text completions), streamed and not."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from gateway.doors.checks import (
+    check_fanout,
+    context_length,
+    prompt_count,
+    split_prompt,
+    vocab_size,
+)
+from gateway.doors.disconnect import until_disconnected
+from gateway.doors.jobs import completion_params, encodable
+from gateway.doors.relay import abort_all, error_for, peek_first, submit_all
+from gateway.doors.streaming import DONE, SSE_HEADERS, merged, sse
+from gateway.doors.structured import grammar_for
+from gateway.edge.errors import APIError, bad_request, read_body
+from gateway.openai.logprobs import completion_logprobs
+from gateway.openai.schemas import CompletionRequest
+from gateway.plane.hub import Hub, Stream, Terminal
+from protocol.messages import Generate, RequestOutput, TokenLogprob
+
+
+class _Choice:
+    def __init__(self, index: int, echo: str) -> None:
+        self.index = index
+        self.text = echo
+        self.pending_echo = echo
+        self.finish_reason: str | None = None
+        self.logprobs: list[TokenLogprob] = []
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self.cached_tokens = 0
+
+    def feed(self, out: RequestOutput) -> str:
+        text, self.pending_echo = self.pending_echo + out.text, ""
+        self.text += out.text
+        self.logprobs.extend(out.logprobs)
+        self.finish_reason = out.finish_reason
+        self.prompt_tokens = out.prompt_tokens or self.prompt_tokens
+        self.completion_tokens = out.completion_tokens or self.completion_tokens
+        self.cached_tokens = out.cached_tokens or self.cached_tokens
+        return text
+
+
+class CompletionsEndpoint:
+    """Validates a completion request, one job per prompt and choice, relays the outputs."""
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+
+    async def handle(self, request: Request) -> Response:
+        """Handle one POST /v1/completions."""
+        try:
+            req = await read_body(request, CompletionRequest)
+        except APIError as exc:  # param names the field, as OpenAI does; the message has the path
+            if exc.param and exc.param.startswith("prompt["):
+                exc.param = "prompt"
+            raise
+        if req.suffix:
+            raise bad_request("suffix is not supported.", param="suffix")
+        check_fanout(prompt_count(req.prompt), req.n)  # before any job exists
+        fmt = req.response_format
+        grammar = grammar_for(fmt.type, fmt.json_schema) if fmt else None
+        st = await self.hub.wait_ready(req.model)
+        vocab = vocab_size(st.facts)
+        params = completion_params(req, vocab=vocab)
+        prompts = split_prompt(req.prompt, vocab, context_length(st.facts, None))
+        cid = f"cmpl-{uuid.uuid4().hex}"
+        jobs: list[Generate] = []
+        choices: list[_Choice] = []
+        for p_idx, prompt in enumerate(prompts):
+            for i in range(req.n):
+                idx = p_idx * req.n + i
+                jobs.append(Generate(request_id=f"{cid}-{idx}", params=params, grammar=grammar,
+                                     **prompt))
+                choices.append(_Choice(idx, prompt.get("prompt", "") if req.echo else ""))
+            encodable(jobs[-1])  # the choices of a prompt differ only in request_id
+        streams = submit_all(self.hub, req.model, jobs)
+        try:
+            firsts = await until_disconnected(request, peek_first(self.hub, streams))
+        except BaseException:
+            abort_all(self.hub, streams)
+            raise
+        created = int(time.time())
+        if req.stream:
+            include_usage = bool(req.stream_options and req.stream_options.include_usage)
+            return StreamingResponse(
+                self._stream(cid, created, req, choices, streams, firsts, include_usage),
+                media_type="text/event-stream", headers=SSE_HEADERS)
+        try:
+            return await until_disconnected(
+                request, self._collect(cid, created, req, choices, streams, firsts))
+        finally:
+            abort_all(self.hub, streams)
+
+    async def _collect(self, cid: str, created: int, req: CompletionRequest,
+                       choices: list[_Choice], streams: list[Stream],
+                       firsts: list[RequestOutput]) -> Response:
+        async for i, item in merged(streams, firsts):
+            if isinstance(item, Terminal) or item.error is not None:
+                raise error_for(item)
+            choices[i].feed(item)
+        return JSONResponse({
+            "id": cid, "object": "text_completion", "created": created, "model": req.model,
+            "choices": [{"index": c.index, "text": c.text, "finish_reason": c.finish_reason,
+                         "logprobs": completion_logprobs(c.logprobs) if req.logprobs is not None
+                         else None} for c in choices],
+            "usage": _usage(choices, req.n),
+        })
+
+    async def _stream(self, cid: str, created: int, req: CompletionRequest,
+                      choices: list[_Choice], streams: list[Stream], firsts: list[RequestOutput],
+                      include_usage: bool) -> AsyncIterator[bytes]:
+        try:
+            async for i, item in merged(streams, firsts):
+                if isinstance(item, Terminal) or item.error is not None:
+                    yield sse(error_for(item).body())
+                    return
+                c = choices[i]
+                before = len(c.logprobs)
+                text = c.feed(item)
+                lp = completion_logprobs(c.logprobs[before:]) if req.logprobs is not None else None
+                yield sse({"id": cid, "object": "text_completion", "created": created,
+                           "model": req.model, "choices": [{"index": c.index, "text": text,
+                                                            "logprobs": lp,
+                                                            "finish_reason": c.finish_reason}]})
+            if include_usage:
+                yield sse({"id": cid, "object": "text_completion", "created": created,
+                           "model": req.model, "choices": [], "usage": _usage(choices, req.n)})
+            yield DONE
+        finally:
+            abort_all(self.hub, streams)
+
+
+def _usage(choices: list[_Choice], n: int) -> dict[str, Any]:
+    prompt = sum(c.prompt_tokens for c in choices[::n])
+    completion = sum(c.completion_tokens for c in choices)
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": sum(c.cached_tokens for c in choices[::n])}}

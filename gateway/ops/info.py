@@ -1,0 +1,46 @@
+"""GET /v1/models and /openapi.json."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from gateway.ops.openapi import build_openapi
+from gateway.plane.hub import Hub
+from gateway.served import ServedModel
+
+
+class InfoEndpoints:
+    """Read-only endpoints about what is served and how it is doing."""
+
+    def __init__(self, hub: Hub, served: dict[str, ServedModel], version: str) -> None:
+        self.hub = hub
+        self.served = served
+        self.spec = build_openapi(version)
+
+    def card(self, alias: str) -> dict[str, Any]:
+        """One model in OpenAI's shape, with our parser and capability fields."""
+        s, st = self.served[alias], self.hub.aliases[alias]
+        ctx = st.facts.context_length if st.facts else s.context_length
+        return {"id": alias, "object": "model", "created": s.created,
+                "owned_by": "rapid-mlx", "tool_call_parser": s.tool_call_parser,
+                "reasoning_parser": s.reasoning_parser, "is_hybrid": s.is_hybrid,
+                "is_moe": s.is_moe, "supports_spec_decode": s.supports_spec_decode,
+                "context_length": ctx, "state": st.state, "model": st.model,
+                "revision": st.revision, "boot_id": st.boot_id}
+
+    async def models(self, request: Request) -> Response:
+        """The OpenAI model list."""
+        return JSONResponse({"object": "list", "data": [self.card(a) for a in self.served]})
+
+    async def model(self, request: Request) -> Response:
+        """GET /v1/models/{model}: one model card, or 404 naming the served models."""
+        alias = request.path_params["model"]
+        self.hub.lookup(alias)  # the 404 in the OpenAI shape, naming what is served
+        return JSONResponse(self.card(alias))
+
+    async def openapi(self, request: Request) -> Response:
+        """The OpenAPI document."""
+        return JSONResponse(self.spec)

@@ -1,0 +1,68 @@
+"""GET /v1/workers and /v1/workers/{alias}: what each worker process is doing."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from gateway.plane.hub import AliasState, Hub
+
+
+def _rate(hits: Any, queries: Any) -> float | None:
+    return round(hits / queries, 4) if isinstance(queries, int | float) and queries else None
+
+
+class WorkersEndpoints:
+    """Operator view of workers: supervisor facts merged with the worker's live status."""
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+
+    async def describe(self, st: AliasState) -> dict[str, Any]:
+        """Everything known about ST's worker; live fields are None when it does not answer."""
+        now = time.monotonic()
+        live = await self.hub.worker_status(st.alias) if st.identity is not None else None
+        lv = live or {}
+        hb = st.heartbeat if st.identity is not None else None
+        prefix = self.hub.metrics.prefix.get(st.alias)
+        queries = lv.get("prefix_cache_queries", prefix.queries if prefix else None)
+        hits = lv.get("prefix_cache_hits", prefix.hits if prefix else None)
+        used, free = lv.get("kv_pages_used"), lv.get("kv_pages_free")
+        if used is None and hb is not None and hb.kv_total:
+            used, free = hb.kv_used, hb.kv_total - hb.kv_used
+        last_step_at = lv.get("last_step_at") or None
+        return {
+            "alias": st.alias, "model": st.model, "revision": st.revision or lv.get("revision"),
+            "path": lv.get("path"), "state": st.state, "pid": st.pid, "boot_id": st.boot_id,
+            "uptime_s": round(now - st.ready_at, 3) if st.ready_at and st.identity else None,
+            "restarts": st.restarts, "last_exit": st.last_exit,
+            "in_flight": len(st.streams),
+            "running": lv.get("running", hb.running if hb else 0),
+            "waiting": lv.get("waiting", hb.waiting if hb else 0),
+            "requests": lv.get("requests", []),
+            "kv_format": lv.get("kv_format", "none"),
+            "kv_pages_used": used, "kv_pages_free": free,
+            "kv_bytes_per_token": lv.get("kv_bytes_per_token"),
+            "prefix_cache_queries": queries, "prefix_cache_hits": hits,
+            "prefix_cache_hit_rate": _rate(hits, queries),
+            "prefill_tokens_per_s": lv.get("prefill_tokens_per_s"),
+            "decode_tokens_per_s": lv.get("decode_tokens_per_s"),
+            "last_step_at": last_step_at,
+            "last_step_age_s": round(time.time() - last_step_at, 3) if last_step_at else None,
+            "last_heartbeat_age_s": round(now - st.last_seen, 3) if st.last_seen else None,
+            "live": live,
+        }
+
+    async def list(self, request: Request) -> Response:
+        """Every alias's worker."""
+        data = await asyncio.gather(*(self.describe(st) for st in self.hub.aliases.values()))
+        return JSONResponse({"object": "list", "data": list(data)})
+
+    async def one(self, request: Request) -> Response:
+        """One alias's worker, or 404."""
+        st = self.hub.lookup(request.path_params["alias"])
+        return JSONResponse(await self.describe(st))

@@ -1,0 +1,1 @@
+"""The worker plane: the hub and its socket, peers and events, the watchdog, the supervisor, drain and metrics."""

@@ -1,0 +1,69 @@
+"""Events from peers that are not an alias's current worker: stale, adoptable, or forged.
+
+A gateway that restarts while external workers keep running has never seen their Ready. Their
+heartbeats reveal them; the gateway asks them to say Ready again (``m.ADOPT_QUERY``), and that
+Ready must pass the same checks as any other (CURVE key, worker token). Nothing else from a
+stranger changes any state: it is dropped and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from gateway.plane.state import AliasState
+from protocol import messages as m
+
+if TYPE_CHECKING:
+    from gateway.plane.hub import Hub
+
+log = logging.getLogger("rapid_mlx.gateway")
+
+_MAX_NUDGED = 1024
+
+
+def on_stranger(hub: Hub, st: AliasState, identity: bytes, user_id: str | None, ev: m.Event,
+                now: float) -> None:
+    """An event from a peer that is not the alias's current worker."""
+    if isinstance(ev, m.Dead) and _own_loader(hub, st, identity, user_id, ev):
+        log.info("worker %s of %s exited before it was ready: %s", ev.boot_id, st.alias, ev.reason)
+        if hub.external:
+            st.last_exit = ev.reason[:500]  # e.g. failed to load
+        else:  # the boot the supervisor started: retire it (its exit code is appended later)
+            hub.worker_gone(st.alias, ev.boot_id, ev.reason[:500])
+        return
+    if isinstance(ev, m.Heartbeat) and ev.boot_id in hub.retired:
+        if _nudge(hub, ev.boot_id, now, 5.0):
+            hub.send_to(identity, m.Shutdown(reason="this worker was declared gone"))
+        hub.rejections.drop(identity, "retired_boot", "a Heartbeat")
+        return
+    if (isinstance(ev, m.Heartbeat) and hub.external and st.identity is None
+            and not hub.draining and identity == hub.peers.routing_id(st.alias, ev.boot_id)):
+        # a worker that said Ready to a previous gateway: ask it to say Ready again
+        if _nudge(hub, ev.boot_id, now, 1.0):
+            hub.send_to(identity, m.StatusQuery(query_id=m.ADOPT_QUERY))
+        return
+    hub.rejections.drop(identity, "not_owner", f"a {type(ev).__name__} for {st.alias}")
+
+
+def _own_loader(hub: Hub, st: AliasState, identity: bytes, user_id: str | None,
+                ev: m.Dead) -> bool:
+    """True when a Dead comes from the worker being started for the alias (before its Ready)."""
+    if st.identity is not None or ev.boot_id in hub.retired:
+        return False
+    if not hub.external:
+        return (ev.boot_id == st.boot_id and st.secret is not None
+                and identity == m.routing_id(st.alias, ev.boot_id, st.secret))
+    if identity != hub.peers.routing_id(st.alias, ev.boot_id):
+        return False
+    return hub.curve is not None and hub.curve.allows(user_id, st.alias)
+
+
+def _nudge(hub: Hub, boot_id: str, now: float, every: float) -> bool:
+    """True (and remembered) when BOOT_ID was not nudged in the last EVERY seconds."""
+    if hub.nudged.get(boot_id, -every) > now - every:
+        return False
+    if len(hub.nudged) > _MAX_NUDGED:
+        hub.nudged.clear()
+    hub.nudged[boot_id] = now
+    return True

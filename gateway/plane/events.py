@@ -1,0 +1,145 @@
+"""The gateway's event side: read every frame from the worker socket, drop what is not from an
+alias's current worker, and route the rest (Ready, step outputs, heartbeats, status, death)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import zmq
+
+from gateway.plane.adopt import on_stranger
+from gateway.plane.state import AliasState, Terminal
+from protocol import messages as m
+
+if TYPE_CHECKING:
+    from gateway.plane.hub import Hub
+
+log = logging.getLogger("rapid_mlx.gateway")
+
+
+def reader_ended(hub: Hub, task: asyncio.Task[None]) -> None:
+    """Log the end of the reader task (only a stopping hub ends it on purpose)."""
+    if hub.closing:
+        return
+    exc = None if task.cancelled() else task.exception()
+    log.critical("the worker event reader stopped (%s): no worker can be heard; /livez now "
+                 "fails", exc or "cancelled", exc_info=exc)
+
+
+async def read_events(hub: Hub) -> None:
+    """Read the worker socket forever; no frame and no handler error ends this loop."""
+    while True:
+        try:
+            frames = await hub.sock.recv_multipart(copy=False)
+        except zmq.ZMQError as exc:
+            if hub.closing:
+                return
+            log.error("worker socket receive failed: %s", exc)
+            await asyncio.sleep(0.05)
+            continue
+        try:
+            on_frames(hub, frames)
+        except Exception as exc:  # a frame must never end the reader
+            hub.rejections.drop(frames[0].bytes if frames else b"", "handler_error",
+                                 f"a frame that raised {type(exc).__name__}: {exc}")
+
+
+def on_frames(hub: Hub, frames: list[zmq.Frame]) -> None:
+    """Handle one multipart message: [identity, event] or dropped."""
+    identity = frames[0].bytes
+    if len(frames) != 2:
+        hub.rejections.drop(identity, "malformed", f"a {len(frames) - 1}-part message")
+        return
+    try:
+        event = m.decode_event(frames[1].bytes)
+    except Exception as exc:
+        hub.rejections.drop(identity, "undecodable", f"an undecodable frame ({exc})")
+        return
+    user_id = None
+    if hub.curve is not None:
+        with contextlib.suppress(zmq.ZMQError):
+            user_id = str(frames[1].get("User-Id"))
+    on_event(hub, identity, user_id, event)
+
+
+def on_event(hub: Hub, identity: bytes, user_id: str | None, ev: m.Event) -> None:
+    """Route one event, if it comes from the alias's current worker (Ready: if it proves itself)."""
+    alias = identity.decode(errors="replace").split(":", 1)[0]
+    st = hub.aliases.get(alias)
+    if st is None:
+        hub.rejections.drop(identity, "unknown_alias", f"a {type(ev).__name__}")
+        return
+    now = time.monotonic()
+    if isinstance(ev, m.Ready):
+        accept_ready(hub, st, identity, user_id, ev, now)
+        return
+    if ev.boot_id != st.boot_id or not hub.peers.owns(st, identity, user_id):
+        on_stranger(hub, st, identity, user_id, ev, now)
+        return
+    st.last_seen = now
+    if isinstance(ev, m.Dead):
+        hub.worker_gone(alias, ev.boot_id, ev.reason)
+    elif isinstance(ev, m.StepOutputs):
+        _on_step(hub, st, ev, now)
+    elif isinstance(ev, m.Heartbeat):
+        st.heartbeat = ev
+        if ev.step != st.last_step:
+            st.last_step, st.last_progress = ev.step, now
+    elif isinstance(ev, m.Status):
+        fut = hub.status_waiters.get(ev.query_id)
+        if fut is not None and not fut.done():
+            fut.set_result(ev.body)
+
+
+def accept_ready(hub: Hub, st: AliasState, identity: bytes, user_id: str | None, ev: m.Ready,
+                 now: float) -> None:
+    """Make the sender the alias's worker, if its Ready proves it may be."""
+    if ev.protocol_version != m.PROTOCOL_VERSION:
+        why: str | None = "protocol_version"
+    elif ev.boot_id in hub.retired:
+        why = "retired_boot"
+    else:
+        why = hub.peers.refuse_ready(st, identity, user_id, ev)
+    if why is not None:
+        hub.rejections.drop(identity, why, f"a Ready for {st.alias} (protocol "
+                             f"{ev.protocol_version}, gateway {m.PROTOCOL_VERSION})")
+        hub.send_to(identity, m.Shutdown(reason=f"refused by the gateway: {why}"))
+        return
+    if st.identity == identity and st.boot_id == ev.boot_id:
+        return  # said Ready again (an adoption query crossed its first Ready)
+    if st.boot_id is not None and st.boot_id != ev.boot_id and st.streams:
+        hub.fail_streams(st, Terminal(f"The worker serving '{st.alias}' was replaced"))
+    if hub.external and st.ready_at is not None and st.boot_id != ev.boot_id:
+        hub.count_restart(st.alias)
+    st.identity, st.boot_id, st.pid, st.facts = identity, ev.boot_id, ev.pid, ev.facts
+    st.user_id = user_id
+    st.last_seen = st.last_progress = st.ready_at = now
+    st.last_step = -1
+    st.restarting = False
+    if hub.external:
+        st.model = ev.facts.model or st.model
+    if st.state != "draining":
+        st.state = "ready"
+    st.ready_event.set()
+    hub.started_up = hub.started_up or all(map(hub.serving, hub.aliases.values()))
+    log.info("worker for %s ready (pid %d, boot %s)", st.alias, ev.pid, ev.boot_id)
+    if hub.on_ready is not None:
+        hub.on_ready(st)
+    hub.flush_parked(st)
+
+
+def _on_step(hub: Hub, st: AliasState, ev: m.StepOutputs, now: float) -> None:
+    st.last_step, st.last_progress = ev.step, now
+    for out in ev.outputs:
+        stream = st.streams.get(out.request_id)
+        if stream is None:
+            continue
+        stream.frame = b""  # answered: never resent
+        stream.queue.put_nowait(out)
+        hub.metrics.output(stream, out, now)
+        if out.finish_reason is not None:
+            st.streams.pop(out.request_id, None)

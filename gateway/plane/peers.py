@@ -1,0 +1,91 @@
+"""Who may speak for an alias's worker, and what happens to frames from anyone else.
+
+A spawned worker proves itself with the per-boot secret its supervisor put in its environment,
+from the routing identity ``alias:boot_id`` the supervisor chose. An external worker proves
+itself with an allowed CURVE key (the frame's ZAP User-Id), the operator's worker token, or both
+when both are configured; with neither, only `--insecure-worker-transport` lets it in. Every
+later event is bound to the identity (and key) whose Ready was accepted.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+
+from gateway.plane.curve import CurveServer
+from gateway.plane.metrics import Metrics
+from gateway.plane.state import AliasState
+from protocol import messages as m
+
+log = logging.getLogger("rapid_mlx.gateway")
+
+LOG_INTERVAL = 10.0  # seconds between two log lines about the same peer
+
+
+class PeerAuth:
+    """Decides whether a Ready may make its sender an alias's worker."""
+
+    def __init__(self, *, external: bool, curve: CurveServer | None, token: str | None,
+                 insecure: bool) -> None:
+        self.external = external
+        self.curve = curve
+        self.token = token
+        self.insecure = insecure
+
+    def refuse_ready(self, st: AliasState, identity: bytes, user_id: str | None,
+                     ev: m.Ready) -> str | None:
+        """Why this Ready is refused (a metric reason), or None to accept it."""
+        if ev.alias != st.alias:
+            return "alias_mismatch"
+        if not self.external:
+            if (st.secret is None or ev.boot_id != st.boot_id
+                    or identity != m.routing_id(st.alias, ev.boot_id, st.secret)):
+                return "unexpected_ready"
+            return None if _same(ev.secret, st.secret) else "bad_secret"
+        if identity != self.routing_id(st.alias, ev.boot_id):
+            return "identity_mismatch"
+        if self.curve is not None and not self.curve.allows(user_id, st.alias):
+            return "key_not_allowed"
+        if self.token is not None and not _same(ev.secret, self.token):
+            return "bad_token"
+        if self.curve is None and self.token is None and not self.insecure:
+            return "unauthenticated"
+        return None
+
+    def routing_id(self, alias: str, boot_id: str) -> bytes:
+        """The routing id an external worker of ALIAS with BOOT_ID must use."""
+        return m.routing_id(alias, boot_id, self.token or "")
+
+    def owns(self, st: AliasState, identity: bytes, user_id: str | None) -> bool:
+        """True when IDENTITY (with key USER_ID) is the alias's accepted current worker."""
+        return (st.identity is not None and identity == st.identity
+                and (st.user_id is None or user_id == st.user_id))
+
+
+def _same(given: str, expected: str) -> bool:
+    return hmac.compare_digest(given.encode(), expected.encode())
+
+
+class Rejections:
+    """Counts dropped frames per reason; logs at most one line per peer per interval."""
+
+    def __init__(self, metrics: Metrics, interval: float = LOG_INTERVAL) -> None:
+        self.metrics = metrics
+        self.interval = interval
+        self._logged: dict[bytes, float] = {}
+
+    def drop(self, identity: bytes, reason: str, what: str = "") -> None:
+        """Drop one frame from IDENTITY for REASON (WHAT: a short description for the log)."""
+        self.metrics.dropped(reason)
+        now = time.monotonic()
+        if now - self._logged.get(identity, -self.interval) < self.interval:
+            return
+        if len(self._logged) > 1024:  # many peers: forget old ones rather than grow
+            self._logged = {k: t for k, t in self._logged.items() if now - t < self.interval}
+            if len(self._logged) > 4096:
+                self._logged.clear()
+        self._logged[identity] = now
+        log.warning("worker socket: dropped %s from %r: %s (further drops from this peer are "
+                    "counted in rapid_mlx_worker_plane_rejected_total, logged every %gs)",
+                    what or "a frame", identity[:64], reason, self.interval)

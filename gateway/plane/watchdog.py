@@ -1,0 +1,68 @@
+"""The hub's watchdog: hung workers, external workers whose connection is gone, expired waits."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import zmq
+
+from gateway.plane.state import AliasState
+from protocol import messages as m
+
+if TYPE_CHECKING:
+    from gateway.plane.hub import Hub
+
+log = logging.getLogger("rapid_mlx.gateway")
+
+SILENCE_LIMIT = 10.0  # seconds an external worker may send no event at all (it beats every 0.5 s)
+_PROBE = m.encode(m.Abort(request_ids=[]))  # a no-op job: can its connection still be routed?
+
+
+async def watchdog(hub: Hub) -> None:
+    """Every 0.25 s: expire parked jobs, find lost external workers and hung ones."""
+    while True:
+        await asyncio.sleep(0.25)
+        now = time.monotonic()
+        for st in hub.aliases.values():
+            gave_up = st.state in ("failed", "stopped")  # its parked jobs end now
+            hub.expire_parked(st, float("inf") if gave_up else now,
+                               f"The model '{st.alias}' did not become ready (state: "
+                               f"{st.state}). Retry soon.")
+            if st.identity is None:
+                continue
+            if hub.external and lost(hub, st, now):
+                continue
+            if not st.streams:
+                continue
+            stalled = now - max(st.last_progress, st.busy_since)
+            if stalled > hub.hang_timeout:
+                log.error("worker of %s made no progress for %.1fs with work: hung", st.alias,
+                          stalled)
+                hub.send_to(st.identity, m.Shutdown(reason="hung"))
+                hub.worker_gone(st.alias, st.boot_id, f"hung (no progress for {stalled:.1f}s)")
+                if hub.on_hung is not None:
+                    hub.on_hung(st.alias)
+
+
+
+
+def lost(hub: Hub, st: AliasState, now: float) -> bool:
+    """Declare an external worker gone when its connection dropped or it fell silent."""
+    assert st.identity is not None
+    try:
+        hub.send_now(st.identity, _PROBE)
+        why = None
+    except zmq.ZMQError as exc:
+        why = "its connection was lost" if exc.errno == zmq.EHOSTUNREACH else None
+    silent = now - st.last_seen
+    if why is None and silent > max(SILENCE_LIMIT, hub.heartbeat_timeout):
+        why = f"no heartbeat for {silent:.1f}s"
+        hub.send_to(st.identity, m.Shutdown(reason="missed heartbeats"))
+    if why is None:
+        return False
+    log.error("worker %s of %s is gone: %s", st.boot_id, st.alias, why)
+    hub.worker_gone(st.alias, st.boot_id, why)
+    return True
