@@ -10,6 +10,7 @@ from protocol.messages import GrammarSpec
 from worker.grammar.backend import GrammarError, compile_matcher, make_tokenizer
 from worker.grammar.cache import GrammarCache, spec_key
 from worker.grammar.matcher import Constraint
+from worker.grammar.toolcalls import Literals, added_tokens, tool_calls_lark
 
 log = logging.getLogger("rapid_mlx.worker")
 
@@ -28,6 +29,7 @@ class GrammarCompiler:
         self.cache = GrammarCache()
         self._tok = make_tokenizer(tokenizer, n_vocab, eos_ids)
         self.think = think_tokens(tokenizer)
+        self.literals = Literals(added_tokens(tokenizer))
         self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="grammar")
 
     def submit(self, spec: GrammarSpec) -> Future[Constraint]:
@@ -41,7 +43,8 @@ class GrammarCompiler:
         key = spec_key(spec)
         matcher = self.cache.get(key)
         if matcher is None:
-            matcher = compile_matcher(self._tok, spec)
+            lark = tool_calls_lark(spec, self.literals) if spec.kind == "tool_calls" else spec
+            matcher = compile_matcher(self._tok, lark)
             self.cache.put(key, matcher)
         return Constraint(matcher, self.think if spec.after_think else None)
 

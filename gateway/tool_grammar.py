@@ -1,0 +1,29 @@
+"""The grammar that forces a tool call (tool_choice required / named) in the parser family's
+own syntax, its arguments constrained by the tool's JSON schema (built in the worker)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gateway.structured import check_schema
+from parsers.callgrammar import families
+from protocol.messages import GrammarSpec
+
+
+def call_grammar_spec(tools: list[dict[str, Any]], tool_parser: str | None, *, multiple: bool,
+                      param: str = "tools") -> GrammarSpec | None:
+    """A ``tool_calls`` GrammarSpec for TOOLS (one call, or with MULTIPLE one or more), or
+    None when the parser family has no call grammar; an oversized schema is a 400 on PARAM."""
+    if tool_parser is None or tool_parser not in families():
+        return None
+    pairs = []
+    for tool in tools:
+        fn = tool["function"]
+        params = fn.get("parameters")
+        params = params if isinstance(params, dict) else {}
+        check_schema(params, param)
+        pairs.append((fn["name"], params))
+    text = json.dumps({"family": tool_parser, "tools": pairs, "multiple": multiple},
+                      separators=(",", ":"))
+    return GrammarSpec(kind="tool_calls", text=text)
