@@ -19,7 +19,8 @@ def plan_tools(tools: list[dict[str, Any]] | None, mode: Mode, name: str | None,
     """The chat-format tools to render, whether tool calls are parsed, the forced prefix and
     the forcing grammar.
 
-    `none` renders no tools and parses none; `required` (one or more calls of any tool, exactly
+    `none` renders no tools and parses none; `auto` is free (with ``strict`` tools, the calls
+    the answer makes are constrained, see ``call_grammar_spec``); `required` (one or more calls of any tool, exactly
     one unless PARALLEL) and a named function (exactly one call of it) get a grammar of the
     parser family's call syntax with the arguments constrained by the tool's schema; a family
     without one falls back to starting the answer with its tool-call opening, where it has one.
@@ -30,8 +31,10 @@ def plan_tools(tools: list[dict[str, Any]] | None, mode: Mode, name: str | None,
         return None, False, "", None
     if mode == "none":
         return None, False, "", None
-    if mode == "auto":
-        return tools, True, "", None
+    if mode == "auto":  # free, but strict tools' calls follow their schema where feasible
+        strict = any(t["function"].get("strict") is True for t in tools)
+        return tools, True, "", (call_grammar_spec(tools, tool_parser, multiple=True, auto=True)
+                                 if strict else None)
     if mode == "required":
         grammar = call_grammar_spec(tools, tool_parser, multiple=parallel)
         return tools, True, "" if grammar else forced_prefix(tool_parser, None), grammar

@@ -78,6 +78,31 @@ def call_grammar(family: str, tools: list[Tool], *, multiple: bool, lit: Lit = q
     return "\n".join([f"start: {start}", *lines]) + "\n"
 
 
+# families whose calls open with a block marker: when that marker is one added token, free text
+# (which cannot contain it) and constrained calls can alternate (strict tools under auto)
+OPENERS = {"hermes": HermesToolParser.BLOCK_OPEN[0], "qwen3_xml": HermesToolParser.BLOCK_OPEN[0],
+           "qwen3_coder_xml": HermesToolParser.BLOCK_OPEN[0],
+           "glm47": HermesToolParser.BLOCK_OPEN[0], "minimax": MiniMaxToolParser.BLOCK_OPEN[0],
+           "deepseek": CALLS_BEGIN}
+
+
+def lazy_call_grammar(family: str, tools: list[Tool], *, lit: Lit) -> str:
+    """Free text with calls anywhere, each call (from the family's opening marker on) in the
+    call grammar; sound only when LIT writes the opening marker as a token (free text cannot
+    produce it); ValueError for a family without an opening marker."""
+    if family not in OPENERS:
+        raise ValueError(f"tool parser {family!r} has no opening marker for a lazy grammar")
+    bodies, sep, before, after = _calls(family, tools, lit)
+    unit = "call" if sep else " ".join(
+        [*([lit(before)] if before else []), "call+", *([lit(after)] if after else [])])
+    lines = [f"call_{i}: {body}" for i, body in enumerate(bodies)]
+    lines.append("call: " + " | ".join(f"call_{i}" for i in range(len(bodies))))
+    # free text between calls doubles as their separator (a separator literal beside FREE
+    # would be a prefix of it, which the lexer cannot tell apart)
+    return "\n".join(["start: FREE? (unit FREE?)*", f"unit: {unit}", "FREE: /(.|\\n)+/",
+                       *lines]) + "\n"
+
+
 def families() -> list[str]:
     """The tool parser names that have a call grammar."""
     return sorted({"hermes", "llama", "deepseek", "harmony", "ui_tars", *xml_families()})

@@ -52,6 +52,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     aliases.write_text("".join(f'[{f}]\nrepo = "{rand}"\ntool_call_parser = "{f}"\n\n'
                                for f in FAMILIES))
     srv = Server(*FAMILIES, "--aliases", str(aliases), "--max-batch", "16").wait_ready(180)
+    srv.args_model_path = str(rand)  # type: ignore[attr-defined]
     yield srv
     srv.stop()
 
@@ -106,10 +107,12 @@ def test_streamed_forced_call(server: Server) -> None:
 
 def test_responses_and_messages_force_calls_too(server: Server) -> None:
     resp = _client(server).responses.create(
-        model="glm47", input="Help me.", max_output_tokens=400, tool_choice="required",
+        model="glm47", input="Help me.", max_output_tokens=1000, tool_choice="required",
+        parallel_tool_calls=False,
         tools=[{"type": "function", "name": t["function"]["name"],  # type: ignore[misc]
                 "parameters": t["function"]["parameters"], "strict": True} for t in TOOLS])
     calls = [(o.name, o.arguments) for o in resp.output if o.type == "function_call"]
+    assert resp.status == "completed" and len(calls) == 1, resp
     _check(calls, set(SCHEMAS))
     client = anthropic.Anthropic(base_url=server.base, api_key="x", max_retries=0)
     msg = client.messages.create(
@@ -120,6 +123,21 @@ def test_responses_and_messages_force_calls_too(server: Server) -> None:
     uses = [(b.name, json.dumps(b.input)) for b in msg.content if b.type == "tool_use"]
     assert len(uses) == 1
     _check(uses, {"get_weather"})
+
+
+def test_strict_tools_under_auto_constrain_the_calls(server: Server) -> None:
+    """A logit bias makes the random model open calls; strict tools' arguments still validate."""
+    from transformers import AutoTokenizer
+
+    rand = server.args_model_path  # type: ignore[attr-defined]
+    opener = AutoTokenizer.from_pretrained(rand).convert_tokens_to_ids("<tool_call>")
+    strict = [{"type": "function", "function": {**t["function"], "strict": True}} for t in TOOLS]
+    r = _client(server).chat.completions.create(
+        model="hermes", messages=ASK, tools=strict, temperature=1.0, max_tokens=300, n=SAMPLES,
+        logit_bias={str(opener): 100})  # type: ignore[arg-type]
+    for c in r.choices:
+        calls = [(t.function.name, t.function.arguments) for t in c.message.tool_calls or []]
+        _check(calls, set(SCHEMAS))
 
 
 def test_auto_stays_free(server: Server) -> None:

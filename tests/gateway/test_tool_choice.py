@@ -60,3 +60,14 @@ def test_unknown_name_names_its_param() -> None:
     with pytest.raises(APIError) as info:
         plan_tools(TOOLS, "named", "nope", "hermes", name_param="tool_choice.name")
     assert info.value.status == 400 and info.value.param == "tool_choice.name"
+
+
+def test_strict_tools_under_auto_constrain_only_the_calls() -> None:
+    strict = [{"type": "function", "function": {"name": "s", "strict": True, "parameters": {
+        "type": "object", "properties": {"x": {"type": "integer"}}}}}, TOOLS[0]]
+    tools, parse, prefix, grammar = plan_tools(strict, "auto", None, "hermes")
+    assert tools == strict and parse and prefix == "" and grammar is not None
+    spec = json.loads(grammar.text)
+    assert spec["auto"] and spec["tools"] == [["s", strict[0]["function"]["parameters"]],
+                                              ["get_weather", {}]]
+    assert plan_tools(strict, "auto", None, None)[3] is None  # no parser: nothing to constrain

@@ -137,3 +137,38 @@ def test_added_tokens_become_token_references() -> None:
     assert call_grammar("hermes", TOOLS, multiple=False).startswith("start: call")
     with pytest.raises(ValueError):
         call_grammar("nope", TOOLS, multiple=False)
+
+
+def auto_spec(family: str) -> GrammarSpec:
+    return GrammarSpec(kind="tool_calls", text=json.dumps(
+        {"family": family, "tools": TOOLS, "multiple": True, "auto": True}))
+
+
+@pytest.mark.parametrize("family", ["hermes", "qwen3_xml", "glm47"])
+def test_strict_auto_leaves_text_free_and_constrains_calls(
+        family: str, compiler: GrammarCompiler, tok: Any) -> None:
+    """<tool_call> is one added token of the demo tokenizer: text cannot write it, so text and
+    constrained calls can alternate."""
+    call = CANONICAL[family]
+    assert walk(compiler, tok, auto_spec(family), "Just text, {\"no\": call} here.")
+    assert walk(compiler, tok, auto_spec(family), f"Let me check. \n{call}\nThen {call}")
+    assert not walk(compiler, tok, auto_spec(family), f"Let me check.\n{BAD[family]}")
+    assert len(parse_whole(f"Let me check.\n{call}", family, tools=OPENAI_TOOLS).tool_calls) == 1
+
+
+@pytest.mark.parametrize("family", ["llama", "ui_tars", "harmony", "minimax", "deepseek"])
+def test_strict_auto_is_free_without_a_one_token_opening(family: str,
+                                                        compiler: GrammarCompiler) -> None:
+    """Their openings are plain text for this tokenizer (or there is none): no constraint."""
+    assert compiler.compile(auto_spec(family)) is None
+
+
+def test_every_lazy_grammar_is_valid_lark() -> None:
+    import llguidance
+
+    from parsers.callgrammar import OPENERS, lazy_call_grammar
+    for family in OPENERS:
+        assert llguidance.LLMatcher.validate_grammar(
+            lazy_call_grammar(family, TOOLS, lit=Literals({OPENERS[family]: 5}))) == ""
+    with pytest.raises(ValueError):
+        lazy_call_grammar("llama", TOOLS, lit=Literals({}))

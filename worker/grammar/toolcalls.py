@@ -7,7 +7,7 @@ import json
 import re
 from typing import Any
 
-from parsers.callgrammar import call_grammar
+from parsers.callgrammar import OPENERS, call_grammar, lazy_call_grammar
 from parsers.grammarterms import quoted
 from protocol.messages import GrammarSpec
 from worker.grammar.backend import GrammarError
@@ -40,13 +40,23 @@ class Literals:
         return " ".join(terms) if terms else '""'
 
 
-def tool_calls_lark(spec: GrammarSpec, lit: Literals) -> GrammarSpec:
-    """The lark GrammarSpec of a ``tool_calls`` SPEC (text: family, tools, multiple)."""
+def tool_calls_lark(spec: GrammarSpec, lit: Literals) -> GrammarSpec | None:
+    """The lark GrammarSpec of a ``tool_calls`` SPEC (text: family, tools, multiple, auto).
+
+    With ``auto`` (strict tools, the model may answer in text) the calls are constrained only
+    when the family's opening marker is one added token of this tokenizer, so that free text
+    cannot write it: None (no constraint) otherwise.
+    """
     try:
         data = json.loads(spec.text)
         tools = [(str(name), params) for name, params in data["tools"]]
-        text = call_grammar(str(data["family"]), tools, multiple=bool(data.get("multiple")),
-                            lit=lit)
+        family = str(data["family"])
+        if data.get("auto"):
+            if OPENERS.get(family) not in lit.added:
+                return None
+            text = lazy_call_grammar(family, tools, lit=lit)
+        else:
+            text = call_grammar(family, tools, multiple=bool(data.get("multiple")), lit=lit)
     except (ValueError, KeyError, TypeError) as exc:
         raise GrammarError(f"invalid tool_calls grammar: {exc}") from None
     return GrammarSpec(kind="lark", text=text, after_think=spec.after_think)
