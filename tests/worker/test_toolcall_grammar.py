@@ -172,3 +172,27 @@ def test_every_lazy_grammar_is_valid_lark() -> None:
             lazy_call_grammar(family, TOOLS, lit=Literals({OPENERS[family]: 5}))) == ""
     with pytest.raises(ValueError):
         lazy_call_grammar("llama", TOOLS, lit=Literals({}))
+
+
+CODES = {"type": "object", "required": ["code", "note"], "properties": {
+    "code": {"type": "string", "pattern": "^[A-Z]{3}$"},
+    "note": {"type": "string", "minLength": 2, "maxLength": 4},
+    "empty": {"type": "string", "maxLength": 0}}}
+
+
+@pytest.mark.parametrize(("family", "good", "bad"), [
+    ("qwen3_xml", "<tool_call>\n<function=codes>\n<parameter=code>\nABC\n</parameter>\n"
+     "<parameter=note>\nab c\n</parameter>\n</function>\n</tool_call>", ("ABC", "ABCD")),
+    ("minimax", '<minimax:tool_call>\n<invoke name="codes">\n<parameter name="code">ABC'
+     '</parameter>\n<parameter name="note">abc</parameter>\n</invoke>\n</minimax:tool_call>',
+     (">abc<", "> abc<")),
+    ("ui_tars", "Action: codes(code=\"ABC\", note='abcd')", ("'abcd'", "'abcde'")),
+])
+def test_string_patterns_and_lengths(family: str, good: str, bad: tuple[str, str],
+                                     compiler: GrammarCompiler, tok: Any) -> None:
+    s = spec(family, [("codes", CODES)])
+    assert walk(compiler, tok, s, good)
+    assert not walk(compiler, tok, s, good.replace(*bad))
+    args = json.loads(parse_whole(good, family, tools=[{"type": "function", "function": {
+        "name": "codes", "parameters": CODES}}]).tool_calls[0].arguments)
+    assert args["code"] == "ABC" and 2 <= len(args["note"]) <= 4
