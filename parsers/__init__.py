@@ -29,6 +29,10 @@ Interface (all parsers are per response/choice and not thread-safe):
   content then through the tool parser); ``parse_whole(text, tool_parser=None,
   reasoning_parser=None, *, tools, think_opened, parse_tools) -> ParsedMessage`` and
   ``aggregate(deltas) -> ParsedMessage``.
+* ``parsers.callgrammar``: ``call_grammar(family, tools, *, multiple, lit)`` -> a Lark grammar
+  (llguidance dialect) of the family's call syntax, arguments constrained by each tool's
+  schema (``parsers.xmlvalues``, ``parsers.pyvalues``, ``parsers.grammarterms``);
+  ``lazy_call_grammar`` for free text with constrained calls; ``families()``.
 * ``parsers.detect``: ``detect_parsers(chat_template, vocab, model_type=None) ->
   (tool_parser | None, reasoning_parser | None)`` and ``prompt_opens_think(prompt)``.
 

@@ -43,7 +43,9 @@ class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True, kw_onl
 
 class GrammarSpec(msgspec.Struct, array_like=True, omit_defaults=True, kw_only=True):
     """A constraint on the generated text: KIND is json_schema (TEXT: the schema as JSON text),
-    json_object (any JSON object), lark or regex (TEXT: the grammar)."""
+    json_object (any JSON object), lark or regex (TEXT: the grammar), or tool_calls (TEXT:
+    JSON ``{"family", "tools": [[name, parameters], ...], "multiple"}``; the worker builds the
+    parser family's call grammar for its tokenizer)."""
 
     kind: str
     text: str = ""

@@ -22,6 +22,7 @@ from gateway.doors.disconnect import until_disconnected
 from gateway.doors.jobs import encodable
 from gateway.doors.relay import abort_all, error_for, peek_first, submit_all
 from gateway.doors.streaming import SSE_HEADERS, merged
+from gateway.doors.structured import thinks
 from gateway.edge.errors import read_body
 from gateway.plane.hub import Hub, Stream, Terminal
 from gateway.served import ServedModel
@@ -46,13 +47,16 @@ class MessagesEndpoint:
         st = await self.hub.wait_ready(alias)
         served = self.served[alias]
         messages = chat_messages(req)
-        tools, parse_tools, prefix = chat_tools(req, served.tool_call_parser)
+        tools, parse_tools, prefix, grammar = chat_tools(req, served.tool_call_parser)
+        if grammar is not None:
+            grammar.after_think = thinks(served.reasoning_parser, template_kwargs(req))
         ctx = context_length(st.facts, served.context_length)
         check_chars(text_chars(messages) + text_chars(tools), ctx, "messages")
         if params.max_tokens >= ctx:  # more than any answer could get here (Claude Code: 128000)
             params.max_tokens = 0  # the worker gives the rest of the context instead
         job = Generate(request_id=mid, params=params, messages=messages, tools=tools,
-                       chat_template_kwargs=template_kwargs(req), assistant_prefix=prefix)
+                       chat_template_kwargs=template_kwargs(req), assistant_prefix=prefix,
+                       grammar=grammar)
         encodable(job)
         streams = submit_all(self.hub, alias, [job])
 

@@ -122,7 +122,8 @@ def chat_tools(req: CountTokensRequest, tool_parser: str | None) -> ToolPlan:
         for t in req.tools or []]
     mode = _MODES[choice.type] if choice is not None else "auto"
     return plan_tools(tools or None, mode, choice.name if choice else None, tool_parser,
-                      name_param="tool_choice.name")
+                      name_param="tool_choice.name",
+                      parallel=not (choice is not None and choice.disable_parallel_tool_use))
 
 
 def template_kwargs(req: CountTokensRequest) -> dict[str, Any]:

@@ -21,7 +21,8 @@ def error_for(out: RequestOutput | Terminal) -> APIError:
     if code == "invalid_request_error":
         return bad_request(message)
     if code == "invalid_grammar":  # the worker could not compile the response format's schema
-        return bad_request(message, param="response_format", code="invalid_response_format")
+        param = "tools" if "tool_calls" in message else "response_format"  # a forced call
+        return bad_request(message, param=param, code="invalid_response_format")
     if code == "queue_full":
         return unavailable(f"Server is busy: {message}", retry_after=2, code=code)
     return APIError(500, message, type="server_error", code=code)

@@ -58,11 +58,12 @@ def _messages(req: ChatCompletionRequest) -> list[dict[str, Any]]:
 
 
 def _tools(req: ChatCompletionRequest, tool_parser: str | None) -> ToolPlan:
-    """The tools to render, whether tool calls are parsed, and the forced assistant prefix."""
+    """The tools to render, whether tool calls are parsed, the forced prefix and grammar."""
     tools = [msgspec.to_builtins(t) for t in req.tools] if req.tools else None
     choice = req.tool_choice
+    parallel = req.parallel_tool_calls is not False
     if choice is None or isinstance(choice, str):
-        return plan_tools(tools, choice or "auto", None, tool_parser)
+        return plan_tools(tools, choice or "auto", None, tool_parser, parallel=parallel)
     return plan_tools(tools, "named", choice.function.name, tool_parser)
 
 
@@ -83,7 +84,8 @@ class ChatEndpoint:
         st = await self.hub.wait_ready(req.model)
         served = self.served[req.model]
         params = chat_params(req, served.sampling, vocab_size(st.facts))
-        tools, parse_tools, prefix = _tools(req, served.tool_call_parser)
+        tools, parse_tools, prefix, forced = _tools(req, served.tool_call_parser)
+        grammar = forced or grammar  # a forced call comes before any response format
         kwargs = dict(req.chat_template_kwargs or {})
         if req.reasoning_effort is not None:
             kwargs.setdefault("reasoning_effort", req.reasoning_effort)

@@ -76,7 +76,8 @@ class ResponsesEndpoint:
             min_p=_pick(None, d, "min_p", 0.0),
             repetition_penalty=_pick(None, d, "repetition_penalty", 1.0),
             presence_penalty=_pick(None, d, "presence_penalty", 0.0), ignore_eos=req.ignore_eos)
-        tools, parse_tools, prefix = to_tools(req, served.tool_call_parser)
+        tools, parse_tools, prefix, forced = to_tools(req, served.tool_call_parser)
+        grammar = forced or grammar  # a forced call comes before any text.format
         messages = to_messages(req)  # checks this request's own input items first
         if req.previous_response_id is not None:
             messages = to_messages(msgspec.structs.replace(req, input=as_input(items)))
@@ -95,7 +96,8 @@ class ResponsesEndpoint:
             (first,) = await until_disconnected(request, peek_first(self.hub, streams))
         except BaseException as exc:
             abort_all(self.hub, streams)
-            if isinstance(exc, APIError) and exc.code == "invalid_response_format":
+            if (isinstance(exc, APIError) and exc.code == "invalid_response_format"
+                    and exc.param == "response_format"):
                 exc.param = "text.format"  # the worker names chat's parameter
             raise
         asm = ChoiceAssembler(0, tool_parser=served.tool_call_parser,

@@ -104,7 +104,8 @@ def to_tools(req: CreateResponse, tool_parser: str | None) -> ToolPlan:
     tools, _ = served_tools(req.tools or [])
     choice = req.tool_choice
     if choice is None or isinstance(choice, str):
-        return plan_tools(tools or None, choice or "auto", None, tool_parser)
+        return plan_tools(tools or None, choice or "auto", None, tool_parser,
+                          parallel=req.parallel_tool_calls is not False)
     if choice.type != "function" or not choice.name:
         raise bad_request("tool_choice must be none, auto, required or {\"type\": \"function\", "
                           "\"name\": ...}.", param="tool_choice")

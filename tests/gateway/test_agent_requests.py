@@ -53,7 +53,7 @@ def _req(**over: Any) -> CreateResponse:
 def test_codex_request_is_served(caplog: pytest.LogCaptureFixture) -> None:
     req = _req()
     with caplog.at_level(logging.WARNING, "rapid_mlx.gateway"):
-        tools, parse, prefix = to_tools(req, "hermes")
+        tools, parse, prefix, _ = to_tools(req, "hermes")
     assert [t["function"]["name"] for t in tools or []] == ["exec_command", "close_agent"]
     assert parse and prefix == ""
     assert "web_search" in caplog.text  # left out, and said so
@@ -91,4 +91,4 @@ def test_refused_tools(tools: list[dict[str, Any]], choice: Any, param: str) -> 
 
 def test_only_hosted_tools_offered_is_a_plain_answer() -> None:
     assert to_tools(_req(tools=[{"type": "web_search"}, {"type": "custom", "name": "x"}]),
-                    None) == (None, False, "")
+                    None) == (None, False, "", None)

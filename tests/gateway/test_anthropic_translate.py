@@ -3,6 +3,8 @@ blocks and events, and the error envelope."""
 
 from __future__ import annotations
 
+import json
+
 import msgspec
 import pytest
 
@@ -71,17 +73,20 @@ def test_unknown_block_type_fails_validation() -> None:
 
 
 def test_tools_and_tool_choice_map_like_chat() -> None:
-    tools, parse, prefix = chat_tools(_req(tools=[WEATHER]), "hermes")
-    assert parse and prefix == "" and tools == [{"type": "function", "function": {
+    tools, parse, prefix, grammar = chat_tools(_req(tools=[WEATHER]), "hermes")
+    assert parse and prefix == "" and grammar is None and tools == [{"type": "function", "function": {
         "name": "get_weather", "description": "Weather in a city",
         "parameters": WEATHER["input_schema"]}}]
     assert chat_tools(_req(tools=[WEATHER], tool_choice={"type": "none"}), "hermes") == (
-        None, False, "")
-    _, _, any_prefix = chat_tools(_req(tools=[WEATHER], tool_choice={"type": "any"}), "hermes")
-    assert any_prefix == "<tool_call>\n"
-    _, _, named = chat_tools(_req(tools=[WEATHER], tool_choice={"type": "tool",
-                                                                "name": "get_weather"}), "hermes")
-    assert '"get_weather"' in named
+        None, False, "", None)
+    _, _, prefix, any_call = chat_tools(_req(tools=[WEATHER], tool_choice={
+        "type": "any", "disable_parallel_tool_use": True}), "hermes")
+    assert prefix == "" and any_call is not None and any_call.kind == "tool_calls"
+    assert json.loads(any_call.text)["multiple"] is False
+    _, _, _, named = chat_tools(_req(tools=[WEATHER], tool_choice={"type": "tool",
+                                                                   "name": "get_weather"}),
+                                "hermes")
+    assert named is not None and json.loads(named.text)["tools"][0][0] == "get_weather"
     for bad in ({"type": "tool", "name": "other"},):
         with pytest.raises(APIError):
             chat_tools(_req(tools=[WEATHER], tool_choice=bad), "hermes")

@@ -73,14 +73,14 @@ def test_bad_items(items: list[Any], param: str) -> None:
 def test_function_tools_and_choice() -> None:
     tools = [{"type": "function", "name": "f", "parameters": {"type": "object"}},
              {"type": "function", "name": "g", "description": "G", "strict": True}]
-    got, parse, prefix = to_tools(_req(tools=tools), None)
+    got, parse, prefix, grammar = to_tools(_req(tools=tools), None)
     assert got == [{"type": "function", "function": {"name": "f",
                                                      "parameters": {"type": "object"}}},
                    {"type": "function", "function": {"name": "g", "description": "G",
                                                      "strict": True}}]
-    assert parse and prefix == ""
-    assert to_tools(_req(tools=tools, tool_choice="none"), None) == (None, False, "")
-    got, _, _ = to_tools(_req(tools=tools, tool_choice={"type": "function", "name": "g"}),
+    assert parse and prefix == "" and grammar is None
+    assert to_tools(_req(tools=tools, tool_choice="none"), None) == (None, False, "", None)
+    got, _, _, _ = to_tools(_req(tools=tools, tool_choice={"type": "function", "name": "g"}),
                          None)
     assert got is not None and [t["function"]["name"] for t in got] == ["g"]
     for bad, param in [({"tools": [{"type": "nope"}]}, "tools[0].type"),

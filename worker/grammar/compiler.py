@@ -10,6 +10,7 @@ from protocol.messages import GrammarSpec
 from worker.grammar.backend import GrammarError, compile_matcher, make_tokenizer
 from worker.grammar.cache import GrammarCache, spec_key
 from worker.grammar.matcher import Constraint
+from worker.grammar.toolcalls import Literals, added_tokens, tool_calls_lark
 
 log = logging.getLogger("rapid_mlx.worker")
 
@@ -28,20 +29,24 @@ class GrammarCompiler:
         self.cache = GrammarCache()
         self._tok = make_tokenizer(tokenizer, n_vocab, eos_ids)
         self.think = think_tokens(tokenizer)
+        self.literals = Literals(added_tokens(tokenizer))
         self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="grammar")
 
-    def submit(self, spec: GrammarSpec) -> Future[Constraint]:
+    def submit(self, spec: GrammarSpec) -> Future[Constraint | None]:
         """Start compiling SPEC (or take it from the cache); the future holds a fresh Constraint."""
         return self._pool.submit(self.compile, spec)
 
-    def compile(self, spec: GrammarSpec) -> Constraint:
-        """Compile SPEC now, on the calling thread."""
+    def compile(self, spec: GrammarSpec) -> Constraint | None:
+        """Compile SPEC now, on the calling thread (None: SPEC needs no constraint here)."""
         if len(spec.text) > MAX_SPEC_CHARS:
             raise GrammarError(f"the {spec.kind} is longer than {MAX_SPEC_CHARS} characters")
         key = spec_key(spec)
         matcher = self.cache.get(key)
         if matcher is None:
-            matcher = compile_matcher(self._tok, spec)
+            lark = tool_calls_lark(spec, self.literals) if spec.kind == "tool_calls" else spec
+            if lark is None:
+                return None
+            matcher = compile_matcher(self._tok, lark)
             self.cache.put(key, matcher)
         return Constraint(matcher, self.think if spec.after_think else None)
 
@@ -63,7 +68,8 @@ def think_tokens(tokenizer: Any) -> tuple[int, int] | None:
 class Compiling:
     """A request's grammar being compiled, with the time by which it must be done."""
 
-    def __init__(self, spec: GrammarSpec, future: Future[Constraint], deadline: float) -> None:
+    def __init__(self, spec: GrammarSpec, future: Future[Constraint | None],
+                 deadline: float) -> None:
         self.spec = spec
         self.future = future
         self.deadline = deadline
