@@ -2,7 +2,8 @@
 
 The files come from ``deploy/ensure-tokenizer-files.sh`` (extracted from two PyPI wheels:
 ``dashscope``'s ``qwen.tiktoken``, ``llama-models``' Llama 3 ``tokenizer.model``), found in
-``$RAPID_MLX_TOKENIZER_FILES`` or ``.venv/tokenizer-files`` under the repository root.
+``$RAPID_MLX_TOKENIZER_FILES``, else ``tokenizer-files`` in the running venv (where ``make install``
+puts them) or in ``.venv`` under the repository root.
 
 - qwen3: the 151,643 byte-level BPE ranks Qwen2 and Qwen3 share, then their 26 added tokens at
   151643+ in the order of Qwen3's tokenizer.json (``<|endoftext|>``, ``<|im_start|>``,
@@ -15,6 +16,7 @@ The files come from ``deploy/ensure-tokenizer-files.sh`` (extracted from two PyP
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +39,10 @@ FAMILIES: dict[str, tuple[str, str, list[str], str, int]] = {
 def files_dir() -> Path:
     """Where the tokenizer files are (they may be absent)."""
     env = os.environ.get("RAPID_MLX_TOKENIZER_FILES")
-    return Path(env) if env else ROOT / ".venv" / "tokenizer-files"
+    if env:
+        return Path(env)
+    here = Path(sys.prefix) / "tokenizer-files"
+    return here if here.is_dir() else ROOT / ".venv" / "tokenizer-files"
 
 
 def available(family: str) -> bool:
