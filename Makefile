@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml
 	sh deploy/ensure-blas.sh
 	sh deploy/ensure-test-browser.sh
 	sh deploy/ensure-agent-clis.sh $(VENV)/agent-clis
+	PYTHON=$(BIN)/python sh deploy/ensure-tokenizer-files.sh $(VENV)/tokenizer-files
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -2,8 +2,10 @@
 
     python -m bench.grammar_backends [--backends llguidance,xgrammar,outlines_core] [--json out]
 
-Vocabularies: the demo model's (4,096), stories260K's (512), and offline stand-ins for Qwen3
-(151,669) and Llama 3 (128,256) built by ``bench.big_vocab``.  For each schema, each backend
+Vocabularies: the demo model's (4,096), stories260K's (512), offline stand-ins for Qwen3
+(151,669) and Llama 3 (128,256) built by ``bench.big_vocab``, and the real Qwen3 and Llama 3
+vocabularies from their tiktoken files (``bench.real_vocab``; skipped when the files are absent).
+``--vocabs real`` (or ``demo,stories,stand-in``) picks a subset.  For each schema, each backend
 compiles it from scratch (compile time; a fresh compiler, so no cache), then walks the tokens of a
 valid instance: at every position it fills the next-token bitmask (timed: p50/p99 over all
 positions) and advances by the instance's token.  xgrammar needs torch: run this module in a
@@ -23,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from bench import real_vocab
 from bench.big_vocab import FAMILIES, build, eos_id
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,15 +64,33 @@ SCHEMAS: dict[str, tuple[dict[str, Any], Any]] = {
 }
 
 
-def vocabularies() -> dict[str, tuple[str, int]]:
-    """name -> (tokenizer.json text, eos id)."""
+REAL = "tiktoken:"  # a vocabulary source naming a real_vocab family instead of tokenizer.json
+
+
+def vocabularies(kinds: str = "demo,stories,stand-in,real") -> dict[str, tuple[str, int]]:
+    """name -> (tokenizer.json text or REAL + family, eos id)."""
+    out = {}
+    if "real" in kinds:
+        for family in real_vocab.FAMILIES:
+            if real_vocab.available(family):
+                eos = real_vocab.eos_id(family, real_vocab.encoding(family))
+                out[f"{family} real"] = (REAL + family, eos)
+            else:
+                print(f"{family} real: no tokenizer file (deploy/ensure-tokenizer-files.sh)",
+                      file=sys.stderr)
+    out.update(_json_vocabularies(kinds))
+    return out
+
+
+def _json_vocabularies(kinds: str) -> dict[str, tuple[str, int]]:
     out = {}
     demo = ROOT / "worker" / "demo_model" / "weights" / "tokenizer.json"
-    out["demo (4k)"] = (demo.read_text(), _added_id(demo, "<|im_end|>"))
+    if "demo" in kinds:
+        out["demo (4k)"] = (demo.read_text(), _added_id(demo, "<|im_end|>"))
     stories = ROOT.parent / "shared" / "models" / "stories260K" / "tokenizer.json"
-    if stories.exists():
+    if stories.exists() and "stories" in kinds:
         out["stories260K (512)"] = (stories.read_text(), _added_id(stories, "</s>"))
-    for family in FAMILIES:
+    for family in FAMILIES if "stand-in" in kinds else ():
         path = build(family)
         out[f"{family} (~{FAMILIES[family][0] // 1000}k)"] = (path.read_text(), eos_id(family, path))
     return out
@@ -83,9 +104,32 @@ def _added_id(path: Path, content: str) -> int:
 
 def instance_tokens(tok_json: str, text: str) -> list[int]:
     """The instance's tokens as llguidance's canonical tokenization gives them."""
+    return list(_llg_tokenizer(tok_json, None).tokenize_str(text))
+
+
+def _llg_tokenizer(source: str, eos: int | None) -> Any:
+    """An LLTokenizer for a tokenizer.json text or a real tiktoken vocabulary (cached)."""
     import llguidance
 
-    return list(llguidance.LLTokenizer(tok_json).tokenize_str(text))
+    def make() -> Any:
+        if source.startswith(REAL):
+            return real_vocab.lltokenizer(source[len(REAL):])[0]
+        return llguidance.LLTokenizer(source, eos_token=eos)
+    return _cached("llg", source, make)
+
+
+def _real_vocab(source: str) -> tuple[list[bytes], set[int], int]:
+    """(the byte string of every id, the special ids, logits width) of a real vocabulary."""
+    family = source[len(REAL):]
+    enc = real_vocab.encoding(family)
+    width = real_vocab.FAMILIES[family][4]
+    table = [b""] * width
+    for b, i in enc._mergeable_ranks.items():
+        table[i] = b
+    specials = set(enc._special_tokens.values())
+    for text, i in enc._special_tokens.items():
+        table[i] = text.encode()
+    return table, specials, width
 
 
 # ---- backends: each returns (compile seconds, per-token mask seconds, tokens accepted) -------
@@ -94,7 +138,7 @@ def run_llguidance(tok_json: str, eos: int, schema: dict[str, Any], ids: list[in
     """llguidance: LLMatcher over an LLTokenizer; masks via unsafe_compute_mask_ptr."""
     import llguidance
 
-    tok = _cached("llg", tok_json, lambda: llguidance.LLTokenizer(tok_json, eos_token=eos))
+    tok = _llg_tokenizer(tok_json, eos)
     t0 = time.perf_counter()
     m = llguidance.LLMatcher(tok, llguidance.LLMatcher.grammar_from_json_schema(schema),
                              log_level=0)
@@ -120,6 +164,11 @@ def run_xgrammar(tok_json: str, eos: int, schema: dict[str, Any], ids: list[int]
     import xgrammar as xgr
 
     def info() -> Any:
+        if tok_json.startswith(REAL):  # raw byte tokens; specials as "" (xgrammar: special)
+            table, specials, width = _real_vocab(tok_json)
+            return xgr.TokenizerInfo([b"" if i in specials else b for i, b in enumerate(table)],
+                                     vocab_type=xgr.VocabType.RAW, vocab_size=width,
+                                     stop_token_ids=[eos])
         data = json.loads(tok_json)
         vocab = dict(data["model"]["vocab"])
         for t in data.get("added_tokens", []):
@@ -158,6 +207,14 @@ def run_outlines_core(tok_json: str, eos: int, schema: dict[str, Any], ids: list
 
     def vocab() -> Any:
         from tokenizers import Tokenizer
+
+        if tok_json.startswith(REAL):
+            table, specials, _ = _real_vocab(tok_json)
+            real: dict[bytes, list[int]] = {}
+            for i, b in enumerate(table):
+                if b and i not in specials:
+                    real.setdefault(b, []).append(i)
+            return Vocabulary(eos, real)
 
         tk = Tokenizer.from_str(tok_json)
         table: dict[bytes, list[int]] = {}
@@ -210,13 +267,14 @@ def main() -> None:
     """Measure every backend on every vocabulary and schema; print a markdown table."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backends", default=",".join(BACKENDS))
+    ap.add_argument("--vocabs", default="demo,stories,stand-in,real")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     rows = []
     print("| vocabulary | schema | backend | compile ms | mask p50 us | mask p99 us | "
           "first walk p99 us | tokens |")
     print("|---|---|---|---:|---:|---:|---:|---|")
-    for vname, (tok_json, eos) in vocabularies().items():
+    for vname, (tok_json, eos) in vocabularies(args.vocabs).items():
         for sname, (schema, example) in SCHEMAS.items():
             ids = instance_tokens(tok_json, json.dumps(example, separators=(",", ":")))
             for bname in args.backends.split(","):
