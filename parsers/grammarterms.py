@@ -16,9 +16,15 @@ def quoted(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
+# Chat templates render tool-call arguments with `tojson` (json.dumps' ", " and ": "), so models
+# write calls that way; forcing another layout (e.g. compact JSON) pushes them off their training
+# distribution and garbles the values they write (seen: a demo-model call's city became ':').
+JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
 def compact(schema: dict[str, Any]) -> dict[str, Any]:
-    """SCHEMA with llguidance told to write compact JSON (no free whitespace)."""
-    return {**schema, "x-guidance": {"whitespace_flexible": False}}
+    """SCHEMA with llguidance told to write JSON in the templates' layout, no free whitespace."""
+    return {**schema, "x-guidance": JSON_LAYOUT}
 
 
 def args_schema(params: dict[str, Any] | None) -> dict[str, Any]:
@@ -29,7 +35,7 @@ def args_schema(params: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def json_term(schema: dict[str, Any]) -> str:
-    """An embedded JSON-schema term (the value written as compact JSON)."""
+    """An embedded JSON-schema term (the value written in JSON_LAYOUT)."""
     return "%json " + json.dumps(compact(schema), ensure_ascii=False)
 
 

@@ -24,7 +24,7 @@ NOOP: dict[str, Any] = {"type": "object", "properties": {}}
 TOOLS = [("get_weather", WEATHER), ("noop", NOOP)]
 OPENAI_TOOLS = [{"type": "function", "function": {"name": n, "parameters": p}} for n, p in TOOLS]
 ARGS = {"city": "Paris", "days": 3, "units": "c"}
-J = json.dumps(ARGS, separators=(",", ":"))
+J = json.dumps(ARGS)  # the layout chat templates render arguments in (tojson)
 
 CANONICAL = {
     "hermes": f'<tool_call>\n{{"name": "get_weather", "arguments": {J}}}\n</tool_call>',
@@ -46,7 +46,7 @@ CANONICAL = {
 }
 CANONICAL["qwen3_coder_xml"] = CANONICAL["qwen3_xml"]
 # the same call with days out of bounds (8 > maximum 7)
-BAD = {f: t.replace("3", "8", 1) if f != "llama" else t.replace(":3", ":8") for f, t in
+BAD = {f: t.replace("3", "8", 1) if f != "llama" else t.replace(": 3", ": 8") for f, t in
        CANONICAL.items()}
 
 
