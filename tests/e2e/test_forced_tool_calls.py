@@ -134,7 +134,7 @@ def test_strict_tools_under_auto_constrain_the_calls(server: Server) -> None:
     opener = AutoTokenizer.from_pretrained(rand).convert_tokens_to_ids("<tool_call>")
     strict = [{"type": "function", "function": {**t["function"], "strict": True}} for t in TOOLS]
     r = _client(server).chat.completions.create(
-        model="hermes", messages=ASK, tools=strict, temperature=1.0, max_tokens=300, n=SAMPLES,
+        model="hermes", messages=ASK, tools=strict, temperature=1.0, max_tokens=300, n=min(SAMPLES, 16),
         logit_bias={str(opener): 100})  # type: ignore[arg-type]
     for c in r.choices:
         calls = [(t.function.name, t.function.arguments) for t in c.message.tool_calls or []]
