@@ -62,22 +62,27 @@ def _run(cmd: list[str], env: dict[str, str], cwd: Path) -> subprocess.Completed
                           timeout=300, stdin=subprocess.DEVNULL)
 
 
-def test_codex_exec_one_turn(srv: Server, tmp_path: Path) -> None:
-    codex = agent_bin("codex")
-    home = tmp_path / "home"
-    (home / ".codex").mkdir(parents=True)
+def _slim_codex(tmp_path: Path) -> list[str]:
+    """`-c` flags turning off Codex's tools and long instructions (the demo model's context)."""
     instructions = tmp_path / "instructions.md"
     instructions.write_text("You are a coding agent. Answer briefly.\n")
-    provider = (f'model_providers.rapid={{name="rapid-mlx",base_url="{srv.url}",'
-                'env_key="RAPID_MLX_API_KEY",wire_api="responses"}')
     slim = ["features.multi_agent=false", "features.goals=false", "web_search=disabled",
             f"model_instructions_file={instructions}", "skills.include_instructions=false",
             "features.view_image=false", "tools.experimental_request_user_input.enabled=false",
             "features.shell_tool=false", "model_reasoning_effort=minimal"]
+    return [a for kv in slim for a in ("-c", kv)]
+
+
+def test_codex_exec_one_turn(srv: Server, tmp_path: Path) -> None:
+    codex = agent_bin("codex")
+    home = tmp_path / "home"
+    (home / ".codex").mkdir(parents=True)
+    provider = (f'model_providers.rapid={{name="rapid-mlx",base_url="{srv.url}",'
+                'env_key="RAPID_MLX_API_KEY",wire_api="responses"}')
     mark = len(srv.lines)
     res = _run([str(codex), "exec", "--skip-git-repo-check", "-s", "read-only",
                 "-c", provider, "-c", "model_provider=rapid", "-m", "default",
-                *[a for kv in slim for a in ("-c", kv)], "Say hello."],
+                *_slim_codex(tmp_path), "Say hello."],
                {"HOME": str(home), "CODEX_HOME": str(home / ".codex"),
                 "RAPID_MLX_API_KEY": "sk-test"}, tmp_path)
     seen = requests_since(srv, mark)
@@ -131,15 +136,9 @@ def test_launch_write_then_codex_uses_it(srv: Server, tmp_path: Path) -> None:
     (home / ".codex" / "config.toml").write_text('approval_policy = "never"\n')
     _launch(srv, home, "codex", "--write", "--api-key", "sk-9")
     assert list((home / ".codex").glob("config.toml.bak-*"))
-    instructions = tmp_path / "instructions.md"
-    instructions.write_text("You are a coding agent. Answer briefly.\n")
-    slim = ["features.multi_agent=false", "features.goals=false", "web_search=disabled",
-            f"model_instructions_file={instructions}", "skills.include_instructions=false",
-            "features.view_image=false", "tools.experimental_request_user_input.enabled=false",
-            "features.shell_tool=false", "model_reasoning_effort=minimal"]
     mark = len(srv.lines)
     res = _run([str(codex), "exec", "--skip-git-repo-check", "-s", "read-only",
-                *[a for kv in slim for a in ("-c", kv)], "Say hello."],
+                *_slim_codex(tmp_path), "Say hello."],
                {"HOME": str(home), "CODEX_HOME": str(home / ".codex"),
                 "RAPID_MLX_API_KEY": "sk-9"}, tmp_path)
     seen = requests_since(srv, mark)
