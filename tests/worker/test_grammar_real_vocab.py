@@ -45,7 +45,15 @@ SCHEMAS: list[tuple[dict[str, Any], Any]] = [
 
 @pytest.fixture(scope="module", params=list(real_vocab.FAMILIES))
 def vocab(request: pytest.FixtureRequest) -> tuple[str, Any, int]:
-    family = request.param
+    return _load(request.param)
+
+
+@pytest.fixture(scope="module")
+def qwen3() -> tuple[str, Any, int]:
+    return _load("qwen3")
+
+
+def _load(family: str) -> tuple[str, Any, int]:
     if not real_vocab.available(family):
         pytest.skip(f"no real {family} tokenizer file in {real_vocab.files_dir()} (or no "
                     "tiktoken): run deploy/ensure-tokenizer-files.sh (make install)")
@@ -88,10 +96,8 @@ def test_valid_answer_walks_and_invalid_token_is_refused(vocab: tuple[str, Any, 
     assert not bad.advance(wrong) and bad.error is not None
 
 
-def test_qwen3_thinks_freely_then_answers_in_schema(vocab: tuple[str, Any, int]) -> None:
-    family, tok, eos = vocab
-    if family != "qwen3":
-        pytest.skip("Llama 3 has no <think> tokens")
+def test_qwen3_thinks_freely_then_answers_in_schema(qwen3: tuple[str, Any, int]) -> None:
+    family, tok, eos = qwen3  # Llama 3 has no <think> tokens
     enc = real_vocab.encoding(family)
     think = (enc._special_tokens["<think>"], enc._special_tokens["</think>"])
     assert think == (151667, 151668)  # Qwen3's ids
