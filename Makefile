@@ -10,9 +10,11 @@ ARGS ?=
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,embeddings,audio]'
 	sh deploy/ensure-blas.sh
 	sh deploy/ensure-test-browser.sh
+	sh deploy/ensure-audio-tools.sh
+	PYTHON=$(PY) sh deploy/ensure-reference-venv.sh $(VENV)/refs
 	sh deploy/ensure-agent-clis.sh $(VENV)/agent-clis
 	PYTHON=$(BIN)/python sh deploy/ensure-tokenizer-files.sh $(VENV)/tokenizer-files
 	touch $(STAMP)

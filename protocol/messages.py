@@ -88,16 +88,60 @@ class Shutdown(_Msg, tag="shutdown"):
     reason: str = ""
 
 
-Job = Generate | Abort | StatusQuery | Shutdown
+class Embed(_Msg, tag="embed"):
+    """Embed every input of one request (an embedding worker). An input is text or token ids."""
+
+    request_id: str
+    inputs: list[str | list[int]]
+    dimensions: int = 0  # 0: the model's own size; else truncate and renormalize (if trained so)
+    truncate: bool = False  # inputs over the model's length are cut instead of refused
+
+
+class Transcribe(_Msg, tag="transcribe"):
+    """Turn one uploaded audio file into text (a speech-to-text worker)."""
+
+    request_id: str
+    audio: bytes  # the file as uploaded; the worker decodes it
+    filename: str = ""
+    task: str = "transcribe"  # or "translate" (into English)
+    language: str = ""
+    prompt: str = ""
+    temperature: float = 0.0
+    word_timestamps: bool = False
+    stream: bool = False  # send text as each window is decoded
+
+
+class Speak(_Msg, tag="speak"):
+    """Turn text into speech (a text-to-speech worker)."""
+
+    request_id: str
+    text: str
+    voice: str = ""
+    speed: float = 1.0
+    instructions: str = ""
+    audio_format: str = "wav"  # wav, mp3, flac, opus, aac, pcm
+    stream: bool = False  # send encoded audio as it is produced
+
+
+Work = Generate | Embed | Transcribe | Speak  # the jobs that are requests (have a request_id)
+Job = Generate | Embed | Transcribe | Speak | Abort | StatusQuery | Shutdown
 
 
 # ---- events: worker -> gateway -----------------------------------------------------------
+
+
+KINDS = ("generate", "embed", "transcribe", "speech")  # what a worker does with its model
 
 
 class ModelFacts(msgspec.Struct, array_like=True, omit_defaults=True, kw_only=True):
     """What the gateway needs to know about the loaded model."""
 
     model: str
+    kind: str = "generate"  # one of KINDS: which jobs the worker takes
+    capabilities: list[str] = []  # e.g. "dimensions", "translation", "word_timestamps"
+    embedding_dimensions: int = 0  # an embedding model's output size
+    voices: list[str] = []  # a speech model's voices (the first is the default)
+    sample_rate: int = 0  # a speech model's output rate (Hz)
     model_type: str = ""
     context_length: int = 0
     vocab_size: int = 0
@@ -130,8 +174,31 @@ class TokenLogprob(msgspec.Struct, array_like=True, kw_only=True):
     top: list[tuple[str, int, float]] = []
 
 
+class Word(msgspec.Struct, array_like=True, kw_only=True):
+    """One transcribed word with its time span (seconds)."""
+
+    word: str
+    start: float
+    end: float
+
+
+class Segment(msgspec.Struct, array_like=True, omit_defaults=True, kw_only=True):
+    """One transcribed segment, as Whisper's verbose_json reports it."""
+
+    id: int
+    start: float
+    end: float
+    text: str
+    tokens: list[int] = []
+    temperature: float = 0.0
+    avg_logprob: float = 0.0
+    compression_ratio: float = 0.0
+    no_speech_prob: float = 0.0
+    words: list[Word] = []
+
+
 class RequestOutput(msgspec.Struct, array_like=True, omit_defaults=True, kw_only=True):
-    """New tokens of one request within one engine step."""
+    """New tokens of one request within one engine step (or an embedding/audio worker's news)."""
 
     request_id: str
     token_ids: list[int] = []
@@ -146,6 +213,12 @@ class RequestOutput(msgspec.Struct, array_like=True, omit_defaults=True, kw_only
     error_code: str | None = None
     queue_s: float = 0.0  # on a request's first output: seconds it waited in the engine queue
     stop_sequence: str | None = None  # on the last output: the stop string that ended it
+    error_param: str | None = None  # the request field an invalid_request_error is about
+    embeddings: list[bytes] = []  # Embed: one little-endian float32 vector per input, in order
+    audio: bytes = b""  # Speak: the next bytes of the encoded audio
+    segments: list[Segment] = []  # Transcribe: segments finished in this output
+    language: str = ""  # Transcribe: the (detected) language
+    duration: float = 0.0  # Transcribe: seconds of input audio; Speak: seconds of speech so far
 
 
 class StepOutputs(_Msg, tag="step"):

@@ -62,6 +62,62 @@ def _give_up(sock: Any, alias: str, boot_id: str, reason: str, code: int) -> int
     return code
 
 
+def model_kind(model: str, revision: str | None) -> str:
+    """The worker kind MODEL's folder needs (downloading it first when it is a repo id)."""
+    from worker.fetch import resolve
+    from worker.kinds.detect import detect_kind
+    from worker.loader import read_config
+
+    path = resolve(model, revision)
+    return detect_kind(path, read_config(model, path))
+
+
+def serve_kind(kind: str, args: argparse.Namespace, sock: Any, boot_id: str, secret: str) -> int:
+    """Load and serve an embedding, speech-to-text or text-to-speech model until shutdown."""
+    import zmq
+
+    from protocol import messages as m
+    from worker.fetch import EXIT_CANNOT_LOAD, CannotLoad, resolve
+    from worker.kinds.loop import KindLoop
+    from worker.kinds.registry import load_runner
+    from worker.loader import read_config
+
+    debug = args.log_level.upper() == "DEBUG"
+    try:
+        path = resolve(args.model, args.revision)
+        runner = load_runner(kind, args.model, path, read_config(args.model, path), args)
+    except KeyboardInterrupt:
+        return _give_up(sock, args.alias, boot_id, "signal", 0)
+    except CannotLoad as exc:
+        logging.log(logging.DEBUG if args.parent_pid else logging.ERROR, "%s", exc)
+        return _give_up(sock, args.alias, boot_id, str(exc), EXIT_CANNOT_LOAD)
+    except Exception as exc:  # maybe transient: the supervisor restarts us with backoff
+        why = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        logging.error("could not load %s: %s%s", args.model, why,
+                      "" if debug else " (--log-level debug shows the traceback)")
+        logging.debug("details", exc_info=True)
+        return _give_up(sock, args.alias, boot_id, f"load failed: {why}", 3)
+    loop = KindLoop(runner, sock, args.alias, boot_id, args.parent_pid, secret=secret,
+                    path=str(path))
+    logging.info("serving %s (%s, %s) pid %d boot %s", args.alias, args.model, kind,
+                 os.getpid(), boot_id)
+    try:
+        loop.run()
+        reason = "shutdown"
+    except KeyboardInterrupt:
+        reason = "signal"
+    except Exception as exc:  # report, then die: the supervisor restarts us
+        logging.exception("worker failure")
+        reason = f"worker failure: {exc}"
+    try:
+        sock.send(m.encode(m.Dead(alias=args.alias, boot_id=boot_id, reason=reason)), zmq.NOBLOCK)
+    except zmq.ZMQError:
+        pass
+    sock.close()
+    sock.context.term()
+    return 0 if reason in ("shutdown", "signal") else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run a worker until shutdown; exit code 0 on a clean stop."""
     reexec_with_openblas()
@@ -95,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     exit_when_refused(sock)
     sock.connect(args.connect)
     try:
+        kind = model_kind(args.model, args.revision)
+        if kind != "generate":
+            return serve_kind(kind, args, sock, boot_id, secret)
         loaded = load_model(args.model, args.revision)
         context_length = loaded.facts.context_length
         if args.context_length:

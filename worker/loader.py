@@ -49,7 +49,8 @@ def choose_dtype(model: Any) -> str:
     return "float16"
 
 
-def _read_config(model: str, path: Path) -> dict[str, Any]:
+def read_config(model: str, path: Path) -> dict[str, Any]:
+    """MODEL's config.json (at PATH) as a dict, or CannotLoad saying what is wrong."""
     try:
         config = json.loads((path / "config.json").read_text())
     except (OSError, ValueError) as exc:
@@ -63,7 +64,7 @@ def _read_config(model: str, path: Path) -> dict[str, Any]:
 def load_model(model: str, revision: str | None = None) -> LoadedModel:
     """Resolve, load and prepare MODEL; return it with its facts."""
     path = resolve(model, revision)
-    config = _read_config(model, path)
+    config = read_config(model, path)
     check_architecture(model, config)
     if not any(path.glob("*.safetensors")):
         raise CannotLoad(model, f"{path} has no *.safetensors weight files",

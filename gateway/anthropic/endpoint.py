@@ -20,6 +20,7 @@ from gateway.doors.checks import check_chars, context_length, text_chars
 from gateway.doors.choice import ChoiceAssembler
 from gateway.doors.disconnect import until_disconnected
 from gateway.doors.jobs import encodable
+from gateway.doors.kinds import require_kind
 from gateway.doors.relay import abort_all, error_for, peek_first, submit_all
 from gateway.doors.streaming import SSE_HEADERS, merged
 from gateway.doors.structured import thinks
@@ -45,6 +46,7 @@ class MessagesEndpoint:
                       ) -> tuple[list[Stream], Callable[[bool], ChoiceAssembler]]:
         alias = resolve_model(req.model, self.served, self.model_map)
         st = await self.hub.wait_ready(alias)
+        require_kind(st, "generate", "/v1/messages")
         served = self.served[alias]
         messages = chat_messages(req)
         tools, parse_tools, prefix, grammar = chat_tools(req, served.tool_call_parser)

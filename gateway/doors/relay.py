@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from gateway.edge.errors import APIError, bad_request, unavailable
 from gateway.plane.hub import Hub, Stream, Terminal
-from protocol.messages import Generate, RequestOutput
+from protocol.messages import RequestOutput, Work
 
 
 def error_for(out: RequestOutput | Terminal) -> APIError:
@@ -19,7 +19,9 @@ def error_for(out: RequestOutput | Terminal) -> APIError:
     if code == "context_length_exceeded":
         return bad_request(message, param="messages", code=code)
     if code == "invalid_request_error":
-        return bad_request(message)
+        return bad_request(message, param=out.error_param)
+    if code == "payload_too_large":
+        return APIError(413, message, param=out.error_param, code=code)
     if code == "invalid_grammar":  # the worker could not compile the response format's schema
         param = "tools" if "tool_calls" in message else "response_format"  # a forced call
         return bad_request(message, param=param, code="invalid_response_format")
@@ -39,7 +41,7 @@ async def outputs(stream: Stream, first: RequestOutput) -> AsyncIterator[Request
         item = await stream.queue.get()
 
 
-def submit_all(hub: Hub, alias: str, jobs: list[Generate]) -> list[Stream]:
+def submit_all(hub: Hub, alias: str, jobs: Sequence[Work]) -> list[Stream]:
     """Submit every job; if one cannot be sent, abort those already sent and raise its error."""
     streams: list[Stream] = []
     try:

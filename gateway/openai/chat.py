@@ -22,6 +22,7 @@ from gateway.doors.checks import (
 from gateway.doors.choice import ChoiceAssembler
 from gateway.doors.disconnect import until_disconnected
 from gateway.doors.jobs import chat_params, encodable
+from gateway.doors.kinds import require_kind
 from gateway.doors.relay import abort_all, error_for, peek_first, submit_all
 from gateway.doors.streaming import DONE, SSE_HEADERS, merged, sse
 from gateway.doors.structured import grammar_for, thinks
@@ -82,6 +83,7 @@ class ChatEndpoint:
         fmt = req.response_format
         grammar = grammar_for(fmt.type, fmt.json_schema) if fmt else None
         st = await self.hub.wait_ready(req.model)
+        require_kind(st, "generate", "/v1/chat/completions")
         served = self.served[req.model]
         params = chat_params(req, served.sampling, vocab_size(st.facts))
         tools, parse_tools, prefix, forced = _tools(req, served.tool_call_parser)

@@ -19,6 +19,7 @@ from gateway.doors.checks import (
 )
 from gateway.doors.disconnect import until_disconnected
 from gateway.doors.jobs import completion_params, encodable
+from gateway.doors.kinds import require_kind
 from gateway.doors.relay import abort_all, error_for, peek_first, submit_all
 from gateway.doors.streaming import DONE, SSE_HEADERS, merged, sse
 from gateway.doors.structured import grammar_for
@@ -71,6 +72,7 @@ class CompletionsEndpoint:
         fmt = req.response_format
         grammar = grammar_for(fmt.type, fmt.json_schema) if fmt else None
         st = await self.hub.wait_ready(req.model)
+        require_kind(st, "generate", "/v1/completions")
         vocab = vocab_size(st.facts)
         params = completion_params(req, vocab=vocab)
         prompts = split_prompt(req.prompt, vocab, context_length(st.facts, None))

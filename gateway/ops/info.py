@@ -10,6 +10,7 @@ from starlette.responses import JSONResponse, Response
 from gateway.ops.openapi import build_openapi
 from gateway.plane.hub import Hub
 from gateway.served import ServedModel
+from protocol.messages import ModelFacts
 
 
 class InfoEndpoints:
@@ -23,8 +24,16 @@ class InfoEndpoints:
     def card(self, alias: str) -> dict[str, Any]:
         """One model in OpenAI's shape, with our parser and capability fields."""
         s, st = self.served[alias], self.hub.aliases[alias]
-        ctx = st.facts.context_length if st.facts else s.context_length
-        return {"id": alias, "object": "model", "created": s.created,
+        facts = st.facts
+        ctx = facts.context_length if facts else s.context_length
+        kind = facts.kind if facts else None  # unknown until the worker says Ready
+        extra: dict[str, Any] = {}
+        if facts is not None and facts.kind == "embed":
+            extra["dimensions"] = facts.embedding_dimensions
+        if facts is not None and facts.kind == "speech":
+            extra.update(voices=facts.voices, sample_rate=facts.sample_rate)
+        return {"id": alias, "object": "model", "created": s.created, "kind": kind,
+                "capabilities": capabilities(facts) if facts else [], **extra,
                 "owned_by": "rapid-mlx", "tool_call_parser": s.tool_call_parser,
                 "reasoning_parser": s.reasoning_parser, "is_hybrid": s.is_hybrid,
                 "is_moe": s.is_moe, "supports_spec_decode": s.supports_spec_decode,
@@ -44,3 +53,12 @@ class InfoEndpoints:
     async def openapi(self, request: Request) -> Response:
         """The OpenAPI document."""
         return JSONResponse(self.spec)
+
+
+ENDPOINTS = {"generate": ["chat", "completions", "responses", "messages"],
+             "embed": ["embeddings"], "transcribe": ["transcriptions"], "speech": ["speech"]}
+
+
+def capabilities(facts: ModelFacts) -> list[str]:
+    """What a client may ask of the model: its endpoints, then the worker's own capabilities."""
+    return [*ENDPOINTS.get(facts.kind, []), *facts.capabilities]

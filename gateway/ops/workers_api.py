@@ -37,6 +37,7 @@ class WorkersEndpoints:
         last_step_at = lv.get("last_step_at") or None
         return {
             "alias": st.alias, "model": st.model, "revision": st.revision or lv.get("revision"),
+            "kind": st.facts.kind if st.facts else lv.get("kind"),
             "path": lv.get("path"), "state": st.state, "pid": st.pid, "boot_id": st.boot_id,
             "uptime_s": round(now - st.ready_at, 3) if st.ready_at and st.identity else None,
             "restarts": st.restarts, "last_exit": st.last_exit,

@@ -171,8 +171,8 @@ class Hub:
         self.metrics.queued(alias, time.monotonic() - started)
         return st
 
-    def submit(self, alias: str, job: m.Generate) -> Stream:
-        """Send a Generate job to the alias's worker; return the stream of its outputs.
+    def submit(self, alias: str, job: m.Work) -> Stream:
+        """Send a request job (Generate, Embed, ...) to the alias's worker; return its output stream.
 
         When the worker just left (or the alias is between workers) the job waits for the next
         worker, up to the swap wait; a send that fails otherwise (queue full) is a 503 at once.

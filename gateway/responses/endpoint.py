@@ -14,6 +14,7 @@ from gateway.doors.checks import check_chars, check_template_kwargs, context_len
 from gateway.doors.choice import ChoiceAssembler
 from gateway.doors.disconnect import until_disconnected
 from gateway.doors.jobs import _pick, encodable
+from gateway.doors.kinds import require_kind
 from gateway.doors.relay import abort_all, error_for, outputs, peek_first, submit_all
 from gateway.doors.streaming import SSE_HEADERS
 from gateway.doors.structured import thinks
@@ -67,6 +68,7 @@ class ResponsesEndpoint:
         owner = self.conv.owner(request)
         items = await self.conv.items(req, owner)  # previous turn + this input, as stored
         st = await self.hub.wait_ready(req.model)
+        require_kind(st, "generate", "/v1/responses")
         served = self.served[req.model]
         d = served.sampling
         params = SamplingParams(

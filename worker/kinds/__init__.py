@@ -1,0 +1,1 @@
+"""Worker kinds besides text generation: embeddings, speech-to-text, text-to-speech."""

@@ -1,0 +1,25 @@
+"""Which kind of worker a model folder needs, read from its config files (no imports of mlx)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+EMBED_TYPES = {"bert", "xlm-roberta", "roberta", "modernbert", "nomic_bert", "distilbert"}
+STT_TYPES = {"whisper", "parakeet", "parakeet_tdt", "parakeet_ctc", "parakeet_rnnt"}
+TTS_TYPES = {"kokoro", "istftnet"}
+
+
+def detect_kind(path: Path, config: dict[str, Any]) -> str:
+    """'embed', 'transcribe', 'speech' or 'generate' for the model folder PATH with CONFIG."""
+    model_type = str(config.get("model_type", "")).lower()
+    archs = " ".join(str(a) for a in config.get("architectures") or []).lower()
+    if (path / "modules.json").exists() or (path / "config_sentence_transformers.json").exists():
+        return "embed"  # a sentence-transformers folder (EmbeddingGemma, Qwen3-Embedding, MiniLM)
+    if model_type in EMBED_TYPES or "formaskedlm" in archs:
+        return "embed"
+    if model_type in STT_TYPES or "whisper" in archs or "parakeet" in archs:
+        return "transcribe"
+    if model_type in TTS_TYPES or "istftnet" in config or "kokoro" in archs:
+        return "speech"
+    return "generate"
