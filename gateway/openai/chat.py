@@ -27,8 +27,11 @@ from gateway.doors.relay import abort_all, error_for, peek_first, submit_all
 from gateway.doors.streaming import DONE, SSE_HEADERS, merged, sse
 from gateway.doors.structured import grammar_for, thinks
 from gateway.doors.tool_choice import ToolPlan, plan_tools
-from gateway.edge.errors import bad_request, read_body
+from gateway.edge.errors import bad_request, read_body_sized
 from gateway.edge.jsonguard import JSONLimitError, check_json
+from gateway.images.intake import ImageParts, require_vision
+from gateway.images.limits import MAX_IMAGE_BODY_BYTES
+from gateway.images.refs import from_chat_part
 from gateway.openai.logprobs import chat_logprobs
 from gateway.openai.schemas import ChatCompletionRequest
 from gateway.plane.hub import Hub, Terminal
@@ -36,13 +39,18 @@ from gateway.served import ServedModel
 from protocol.messages import Generate
 
 
-def _messages(req: ChatCompletionRequest) -> list[dict[str, Any]]:
-    """Messages as plain dicts for the template; tool-call arguments as objects when they parse."""
+def _messages(req: ChatCompletionRequest, images: ImageParts) -> list[dict[str, Any]]:
+    """Messages as plain dicts for the template; tool-call arguments as objects when they parse;
+    image_url parts recorded in IMAGES and replaced by placeholders."""
     out = []
     for i, msg in enumerate(req.messages):
         d = msgspec.to_builtins(msg)
         if d.get("role") == "developer":
             d["role"] = "system"
+        if isinstance(d.get("content"), list):
+            d["content"] = [images.add(from_chat_part(p, f"messages[{i}].content[{j}]"))
+                            if isinstance(p, dict) and p.get("type") == "image_url" else p
+                            for j, p in enumerate(d["content"])]
         for j, call in enumerate(d.get("tool_calls") or []):
             fn = call.get("function", {})
             raw = (fn.get("arguments") or "{}").encode()
@@ -71,19 +79,25 @@ def _tools(req: ChatCompletionRequest, tool_parser: str | None) -> ToolPlan:
 class ChatEndpoint:
     """Validates a chat request, submits one job per choice and relays the outputs."""
 
-    def __init__(self, hub: Hub, served: dict[str, ServedModel]) -> None:
+    def __init__(self, hub: Hub, served: dict[str, ServedModel],
+                 allow_image_urls: bool = False) -> None:
         self.hub = hub
         self.served = served
+        self.allow_image_urls = allow_image_urls
 
     async def handle(self, request: Request) -> Response:
         """Handle one POST /v1/chat/completions."""
-        req = await read_body(request, ChatCompletionRequest)
+        req, size = await read_body_sized(request, ChatCompletionRequest, MAX_IMAGE_BODY_BYTES)
+        images = ImageParts()
+        messages = _messages(req, images)
+        images.check_body(size)
         check_fanout(1, req.n)
         check_template_kwargs(req.chat_template_kwargs)
         fmt = req.response_format
         grammar = grammar_for(fmt.type, fmt.json_schema) if fmt else None
         st = await self.hub.wait_ready(req.model)
         require_kind(st, "generate", "/v1/chat/completions")
+        require_vision(req.model, st.facts, await images.load(self.allow_image_urls))
         served = self.served[req.model]
         params = chat_params(req, served.sampling, vocab_size(st.facts))
         tools, parse_tools, prefix, forced = _tools(req, served.tool_call_parser)
@@ -94,7 +108,6 @@ class ChatEndpoint:
         if grammar is not None:
             grammar.after_think = thinks(served.reasoning_parser, kwargs)
         cid = f"chatcmpl-{uuid.uuid4().hex}"
-        messages = _messages(req)
         check_chars(text_chars(messages) + text_chars(tools),
                     context_length(st.facts, served.context_length), "messages")
         jobs = [Generate(request_id=f"{cid}-{i}", params=params, messages=messages, tools=tools,
