@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import warnings
 from dataclasses import dataclass
 
@@ -16,6 +17,7 @@ from gateway.images.limits import FORMATS, MAX_PIXELS
 # MAX_PIXELS is silenced, as check_image refuses those images itself (set at import)
 Image.MAX_IMAGE_PIXELS = MAX_PIXELS
 warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
+logging.getLogger("PIL").setLevel(logging.INFO)  # its debug lines trace each client file's chunks
 _ERRORS = (OSError, SyntaxError, ValueError, EOFError, IndexError, Image.DecompressionBombError)
 
 
