@@ -38,6 +38,21 @@ from gateway.plane.hub import Hub, Terminal
 from gateway.served import ServedModel
 from protocol.messages import Generate
 
+TEXT_PARTS = ("text", "input_text", "output_text", "refusal")
+
+
+def _part(part: dict[str, Any], param: str, images: ImageParts) -> dict[str, Any]:
+    """A content part as the template gets it: text as is, an image_url part recorded in IMAGES
+    and replaced by its placeholder; other parts (input_audio, file, ...) refused."""
+    kind = part.get("type")
+    if kind == "image_url":
+        return images.add(from_chat_part(part, param))
+    if kind not in TEXT_PARTS:
+        raise bad_request(f"Content part of type '{str(kind)[:40]}' is not supported (text and "
+                          "image_url parts are).", param=f"{param}.type",
+                          code="unsupported_parameter")
+    return part
+
 
 def _messages(req: ChatCompletionRequest, images: ImageParts) -> list[dict[str, Any]]:
     """Messages as plain dicts for the template; tool-call arguments as objects when they parse;
@@ -48,8 +63,7 @@ def _messages(req: ChatCompletionRequest, images: ImageParts) -> list[dict[str, 
         if d.get("role") == "developer":
             d["role"] = "system"
         if isinstance(d.get("content"), list):
-            d["content"] = [images.add(from_chat_part(p, f"messages[{i}].content[{j}]"))
-                            if isinstance(p, dict) and p.get("type") == "image_url" else p
+            d["content"] = [_part(p, f"messages[{i}].content[{j}]", images)
                             for j, p in enumerate(d["content"])]
         for j, call in enumerate(d.get("tool_calls") or []):
             fn = call.get("function", {})

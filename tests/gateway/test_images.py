@@ -243,3 +243,12 @@ async def test_no_vision_refuses_after_validation() -> None:
     require_vision("tiny", text_only, [])  # no images: nothing to refuse
     require_vision("v", ModelFacts(model="m", capabilities=["vision"]), loaded)
     assert no_vision("a", "p").param == "p"
+
+
+@pytest.mark.parametrize("part", [{"type": "input_audio", "input_audio": {"data": "x"}},
+                                  {"type": "file", "file": {"file_id": "f"}}, {"text": "no type"}])
+def test_other_chat_parts_are_refused_not_dropped(part: dict[str, Any]) -> None:
+    with pytest.raises(APIError) as info:
+        _messages(chat_req(part), ImageParts())
+    assert info.value.param == "messages[0].content[1].type"
+    assert info.value.code == "unsupported_parameter"
