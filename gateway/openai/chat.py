@@ -7,7 +7,6 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -26,68 +25,15 @@ from gateway.doors.kinds import require_kind
 from gateway.doors.relay import abort_all, error_for, peek_first, submit_all
 from gateway.doors.streaming import DONE, SSE_HEADERS, merged, sse
 from gateway.doors.structured import grammar_for, thinks
-from gateway.doors.tool_choice import ToolPlan, plan_tools
-from gateway.edge.errors import bad_request, read_body_sized
-from gateway.edge.jsonguard import JSONLimitError, check_json
+from gateway.edge.errors import read_body_sized
 from gateway.images.intake import ImageParts, require_vision
 from gateway.images.limits import MAX_IMAGE_BODY_BYTES
-from gateway.images.refs import from_chat_part
+from gateway.openai.chat_input import chat_messages, chat_tools
 from gateway.openai.logprobs import chat_logprobs
 from gateway.openai.schemas import ChatCompletionRequest
 from gateway.plane.hub import Hub, Terminal
 from gateway.served import ServedModel
 from protocol.messages import Generate
-
-TEXT_PARTS = ("text", "input_text", "output_text", "refusal")
-
-
-def _part(part: dict[str, Any], param: str, images: ImageParts) -> dict[str, Any]:
-    """A content part as the template gets it: text as is, an image_url part recorded in IMAGES
-    and replaced by its placeholder; other parts (input_audio, file, ...) refused."""
-    kind = part.get("type")
-    if kind == "image_url":
-        return images.add(from_chat_part(part, param))
-    if kind not in TEXT_PARTS:
-        raise bad_request(f"Content part of type '{str(kind)[:40]}' is not supported (text and "
-                          "image_url parts are).", param=f"{param}.type",
-                          code="unsupported_parameter")
-    return part
-
-
-def _messages(req: ChatCompletionRequest, images: ImageParts) -> list[dict[str, Any]]:
-    """Messages as plain dicts for the template; tool-call arguments as objects when they parse;
-    image_url parts recorded in IMAGES and replaced by placeholders."""
-    out = []
-    for i, msg in enumerate(req.messages):
-        d = msgspec.to_builtins(msg)
-        if d.get("role") == "developer":
-            d["role"] = "system"
-        if isinstance(d.get("content"), list):
-            d["content"] = [_part(p, f"messages[{i}].content[{j}]", images)
-                            for j, p in enumerate(d["content"])]
-        for j, call in enumerate(d.get("tool_calls") or []):
-            fn = call.get("function", {})
-            raw = (fn.get("arguments") or "{}").encode()
-            try:
-                check_json(raw)  # JSON inside a string: the body's checks did not see it
-                fn["arguments"] = msgspec.json.decode(raw)
-            except JSONLimitError as exc:
-                raise bad_request(str(exc), param=f"messages[{i}].tool_calls[{j}].function."
-                                  "arguments", code=exc.code) from None
-            except msgspec.DecodeError:
-                pass
-        out.append(d)
-    return out
-
-
-def _tools(req: ChatCompletionRequest, tool_parser: str | None) -> ToolPlan:
-    """The tools to render, whether tool calls are parsed, the forced prefix and grammar."""
-    tools = [msgspec.to_builtins(t) for t in req.tools] if req.tools else None
-    choice = req.tool_choice
-    parallel = req.parallel_tool_calls is not False
-    if choice is None or isinstance(choice, str):
-        return plan_tools(tools, choice or "auto", None, tool_parser, parallel=parallel)
-    return plan_tools(tools, "named", choice.function.name, tool_parser)
 
 
 class ChatEndpoint:
@@ -103,7 +49,7 @@ class ChatEndpoint:
         """Handle one POST /v1/chat/completions."""
         req, size = await read_body_sized(request, ChatCompletionRequest, MAX_IMAGE_BODY_BYTES)
         images = ImageParts()
-        messages = _messages(req, images)
+        messages = chat_messages(req, images)
         images.check_body(size)
         check_fanout(1, req.n)
         check_template_kwargs(req.chat_template_kwargs)
@@ -114,7 +60,7 @@ class ChatEndpoint:
         require_vision(req.model, st.facts, await images.load(self.allow_image_urls))
         served = self.served[req.model]
         params = chat_params(req, served.sampling, vocab_size(st.facts))
-        tools, parse_tools, prefix, forced = _tools(req, served.tool_call_parser)
+        tools, parse_tools, prefix, forced = chat_tools(req, served.tool_call_parser)
         grammar = forced or grammar  # a forced call comes before any response format
         kwargs = dict(req.chat_template_kwargs or {})
         if req.reasoning_effort is not None:

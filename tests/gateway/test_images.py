@@ -17,7 +17,7 @@ from gateway.images.decode import check_image
 from gateway.images.intake import ImageParts, no_vision, require_vision
 from gateway.images.limits import MAX_IMAGE_BYTES, MAX_IMAGES
 from gateway.images.refs import ImageRef, shown
-from gateway.openai.chat import _messages
+from gateway.openai.chat_input import chat_messages as _messages
 from gateway.openai.schemas import ChatCompletionRequest
 from gateway.responses.schemas import CreateResponse
 from gateway.responses.translate import to_messages
