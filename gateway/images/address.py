@@ -44,7 +44,7 @@ async def resolve(host: str, port: int, allowed: AddressCheck = is_public) -> st
         try:
             infos = await asyncio.get_running_loop().getaddrinfo(
                 host, port, type=socket.SOCK_STREAM)
-        except (OSError, UnicodeError) as exc:
+        except (OSError, UnicodeError, ValueError, OverflowError) as exc:
             raise AddressRefused(f"the host does not resolve ({exc})") from None
         found = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
     if not found:

@@ -40,6 +40,9 @@ def _target(url: str, param: str) -> httpx.URL:
     if u.scheme not in URL_SCHEMES or not u.host:
         raise image_error(f"The image URL {shown(url)!r} must be http:// or https:// with a "
                           "host.", param, "unsupported_image_url")
+    if u.port is not None and not 0 < u.port < 65536:
+        raise image_error(f"The image URL {shown(url)!r} has an invalid port.", param,
+                          "unsupported_image_url")
     if u.userinfo:
         raise image_error("Image URLs with credentials (user:password@) are not allowed.", param,
                           "unsupported_image_url")
@@ -88,7 +91,7 @@ async def _follow(client: httpx.AsyncClient, url: str, param: str, allowed: Addr
                 return await _body(response, param, limit)
             finally:
                 await response.aclose()
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, OSError, ValueError) as exc:  # the remote end's failures
             raise image_error(f"Fetching the image URL {shown(str(current))!r} failed: "
                               f"{type(exc).__name__}.", param, "image_fetch_failed") from None
     raise AssertionError("unreachable")  # pragma: no cover

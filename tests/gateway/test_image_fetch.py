@@ -169,6 +169,8 @@ async def test_connects_to_the_checked_address(origin: str, monkeypatch: pytest.
 
 
 @pytest.mark.parametrize("url", ["file:///etc/passwd", "gopher://x/", "http:///nohost",
+                                 "http://example.com:99999/a.png", "http://ex ample.com/",
+                                 "http://%zz/", "http://[::1/", "http://[fe80::1%25eth0]/",
                                  "http://user:pw@example.com/a.png", "https://" + "a" * 9000])
 async def test_bad_urls(url: str) -> None:
     await refused(url)

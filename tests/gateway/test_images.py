@@ -7,6 +7,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.anthropic.schemas import MessagesRequest
 from gateway.anthropic.translate import chat_messages
@@ -252,3 +254,24 @@ def test_other_chat_parts_are_refused_not_dropped(part: dict[str, Any]) -> None:
         _messages(chat_req(part), ImageParts())
     assert info.value.param == "messages[0].content[1].type"
     assert info.value.code == "unsupported_parameter"
+
+
+_SEEDS = [encoded(f) for f in ("PNG", "JPEG", "WEBP", "GIF")] + [encoded("GIF", frames=2)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(seed=st.sampled_from(_SEEDS), cuts=st.lists(st.tuples(st.integers(0, 2000),
+                                                             st.integers(0, 255)), max_size=6),
+       keep=st.integers(0, 2000))
+def test_damaged_files_are_400_never_anything_else(seed: bytes, cuts: list[tuple[int, int]],
+                                                   keep: int) -> None:
+    """Any corruption of a valid file (bytes changed, cut short) decodes or is a 400."""
+    data = bytearray(seed)
+    for pos, value in cuts:
+        data[pos % len(data)] = value
+    try:
+        got = check_image(bytes(data[: max(keep, 1)]), "p")
+    except APIError as exc:
+        assert exc.status == 400 and exc.param == "p"
+    else:
+        assert got.width * got.height > 0
