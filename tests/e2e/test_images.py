@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -212,3 +213,26 @@ def test_worker_unharmed_and_no_image_in_the_log(srv: Server, worker_before: dic
     assert "/v1/chat/completions" in log or len(srv.lines) > 3  # the debug log did say things
     for needle in (SECRET_B64[:24], SECRET_B64[-40:-2], "AAAAAAAAAAAAAAAA", "data:image/png;base64,i"):
         assert needle not in log
+
+
+def test_multimodal_folder_served_text_only_refuses_images() -> None:
+    """A Qwen2-VL folder served today runs its text model (mlx-lm): text works, and an image
+    gets the no-vision 400 rather than an answer that never saw it."""
+    from tests.vision_models import qwen2_vl
+
+    path = Path("/tmp/rapid-mlx-test-models/tiny-qwen2_vl")
+    if not (path / "model.safetensors").exists():
+        qwen2_vl(path)
+    s = Server(str(path), "--served-model-name", "tiny-vl").wait_ready()
+    try:
+        card = httpx.get(f"{s.url}/models/tiny-vl", timeout=10).json()
+        assert "vision" not in card["capabilities"]
+        ok = post(s, "/v1/chat/completions", {"model": "tiny-vl", "max_tokens": 3, "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]}]})
+        assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 3
+        body = chat(VALID)
+        body["model"] = "tiny-vl"
+        err = refused(s, body, "model_has_no_vision")
+        assert "'tiny-vl' has no vision" in err["message"]
+    finally:
+        s.stop()
