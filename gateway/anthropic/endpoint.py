@@ -24,9 +24,8 @@ from gateway.doors.kinds import require_kind
 from gateway.doors.relay import abort_all, error_for, peek_first, submit_all
 from gateway.doors.streaming import SSE_HEADERS, merged
 from gateway.doors.structured import thinks
-from gateway.edge.errors import read_body_sized
+from gateway.images.body import read_image_body
 from gateway.images.intake import ImageParts, require_vision
-from gateway.images.limits import MAX_IMAGE_BODY_BYTES
 from gateway.plane.hub import Hub, Stream, Terminal
 from gateway.served import ServedModel
 from protocol.messages import Generate, RequestOutput, SamplingParams
@@ -78,7 +77,7 @@ class MessagesEndpoint:
 
     async def count_tokens(self, request: Request) -> Response:
         """Handle one POST /v1/messages/count_tokens: render and prefill with max_tokens=1."""
-        req, size = await read_body_sized(request, CountTokensRequest, MAX_IMAGE_BODY_BYTES)
+        req, size = await read_image_body(request, CountTokensRequest)
         streams, _ = await self._submit(req, size, SamplingParams(max_tokens=1, temperature=0.0),
                                              f"msgcount-{uuid.uuid4().hex}")
         try:
@@ -89,7 +88,7 @@ class MessagesEndpoint:
 
     async def handle(self, request: Request) -> Response:
         """Handle one POST /v1/messages."""
-        req, size = await read_body_sized(request, MessagesRequest, MAX_IMAGE_BODY_BYTES)
+        req, size = await read_image_body(request, MessagesRequest)
         served = self.served.get(resolve_model(req.model, self.served, self.model_map))
         params = sampling(req, served.sampling if served else None)
         mid = f"msg_{uuid.uuid4().hex[:24]}"

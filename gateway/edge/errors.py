@@ -115,13 +115,6 @@ async def read_body(request: Request, type_: type[T]) -> T:
     return decode_body(await read_raw(request), type_)
 
 
-async def read_body_sized(request: Request, type_: type[T], limit: int) -> tuple[T, int]:
-    """Like read_body with a body of up to LIMIT bytes; also its size (the caller bounds the
-    part that is not image data: gateway/images/intake.py)."""
-    raw = await read_raw(request, limit)
-    return decode_body(raw, type_), len(raw)
-
-
 def decode_body(raw: bytes, type_: type[T]) -> T:
     """Bound-check, decode and validate a JSON body, or raise the matching 400."""
     try:

@@ -25,9 +25,8 @@ from gateway.doors.kinds import require_kind
 from gateway.doors.relay import abort_all, error_for, peek_first, submit_all
 from gateway.doors.streaming import DONE, SSE_HEADERS, merged, sse
 from gateway.doors.structured import grammar_for, thinks
-from gateway.edge.errors import read_body_sized
+from gateway.images.body import read_image_body
 from gateway.images.intake import ImageParts, require_vision
-from gateway.images.limits import MAX_IMAGE_BODY_BYTES
 from gateway.openai.chat_input import chat_messages, chat_tools
 from gateway.openai.logprobs import chat_logprobs
 from gateway.openai.schemas import ChatCompletionRequest
@@ -47,7 +46,7 @@ class ChatEndpoint:
 
     async def handle(self, request: Request) -> Response:
         """Handle one POST /v1/chat/completions."""
-        req, size = await read_body_sized(request, ChatCompletionRequest, MAX_IMAGE_BODY_BYTES)
+        req, size = await read_image_body(request, ChatCompletionRequest)
         images = ImageParts()
         messages = chat_messages(req, images)
         images.check_body(size)

@@ -18,9 +18,9 @@ from gateway.doors.kinds import require_kind
 from gateway.doors.relay import abort_all, error_for, outputs, peek_first, submit_all
 from gateway.doors.streaming import SSE_HEADERS
 from gateway.doors.structured import thinks
-from gateway.edge.errors import APIError, read_body_sized
+from gateway.edge.errors import APIError
+from gateway.images.body import read_image_body
 from gateway.images.intake import ImageParts, require_vision
-from gateway.images.limits import MAX_IMAGE_BODY_BYTES
 from gateway.plane.hub import Hub, Stream, Terminal
 from gateway.responses.events import ResponseBuilder
 from gateway.responses.history import as_input
@@ -66,7 +66,7 @@ class ResponsesEndpoint:
 
     async def handle(self, request: Request) -> Response:
         """Handle one POST /v1/responses."""
-        req, size = await read_body_sized(request, CreateResponse, MAX_IMAGE_BODY_BYTES)
+        req, size = await read_image_body(request, CreateResponse)
         images = ImageParts()
         messages = to_messages(req, images)  # checks this request's own input items first
         images.check_body(size)

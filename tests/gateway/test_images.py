@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any
 
 import msgspec
@@ -275,3 +276,28 @@ def test_damaged_files_are_400_never_anything_else(seed: bytes, cuts: list[tuple
         assert exc.status == 400 and exc.param == "p"
     else:
         assert got.width * got.height > 0
+
+
+async def test_image_body_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Up to 64 MiB is read; past 8 MiB without any base64 it is 413 before decoding."""
+    from gateway.images import body as body_mod
+    from gateway.images.body import read_image_body
+    from tests.gateway.test_read_body import request
+
+    big_image = json.dumps({"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * (9 * MiB)}}
+    ]}]}).encode()
+    req, size = await read_image_body(request([big_image]), ChatCompletionRequest)
+    assert size == len(big_image) and req.messages[0].content is not None
+
+    def never(*a: Any) -> Any:
+        raise AssertionError("decoded")
+
+    monkeypatch.setattr(body_mod, "decode_body", never)
+    text = b'{"model": "m", "messages": [{"role": "user", "content": "' + b"x" * (9 * MiB) + b'"}]}'
+    with pytest.raises(APIError) as info:
+        await read_image_body(request([text]), ChatCompletionRequest)
+    assert info.value.status == 413
+    with pytest.raises(APIError) as info:
+        await read_image_body(request([b"x" * (65 * MiB)]), ChatCompletionRequest)
+    assert info.value.status == 413
