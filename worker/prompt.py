@@ -30,7 +30,10 @@ def _text_of(content: list[Any], i: int) -> str:
                 f"'{str(kind)[:40]}'"
             raise PromptError(f"messages[{i}].content[{j}]: this model cannot take {what} "
                               "content parts (text only).")
-        texts.append(str(p.get("text", "")))
+        text = p.get("text", "")
+        if not isinstance(text, str):
+            raise PromptError(f"messages[{i}].content[{j}].text must be a string.")
+        texts.append(text)
     return "".join(texts)
 
 
