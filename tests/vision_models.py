@@ -217,6 +217,27 @@ def generate_with_image(path: Path, image: Any, prompt: str = "What is in the im
                     temperature=0.0, verbose=False)
 
 
+def reference(path: Path, messages: list[dict[str, Any]], images: list[Any],
+              max_tokens: int = 8) -> tuple[list[int], list[int]]:
+    """mlx-vlm's own prompt ids and greedy output ids for chat MESSAGES whose image parts are
+    {"type": "image"} placeholders (the form the gateway leaves, gateway/images/intake.py),
+    filled in order by IMAGES (PIL images): the reference a vision engine must match."""
+    from mlx_vlm import load, stream_generate
+    from mlx_vlm.utils import prepare_inputs
+
+    model, processor = load(str(path))
+    tokenizer = getattr(processor, "tokenizer", processor)  # the model's own template
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    inputs = prepare_inputs(processor, images=images or None, prompts=text)
+    prompt_ids = [int(t) for t in inputs["input_ids"].tolist()[0]]
+    by_step: dict[int, int] = {}  # the last result repeats the last step's token
+    for r in stream_generate(model, processor, text, image=images or None,
+                             max_tokens=max_tokens, temperature=0.0):
+        if r.token is not None:
+            by_step[r.generation_tokens] = int(r.token)
+    return prompt_ids, [by_step[k] for k in sorted(by_step)]
+
+
 def main(argv: list[str]) -> None:
     """Build both models under argv[0] and generate from each with an image."""
     from PIL import Image
