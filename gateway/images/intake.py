@@ -10,7 +10,7 @@ from gateway.edge.limits import MAX_BODY_BYTES
 from gateway.images.dataurl import check_mime, decode_base64, image_error, parse_data_url
 from gateway.images.decode import CheckedImage, check_image
 from gateway.images.fetch import fetch
-from gateway.images.limits import MAX_IMAGE_BODY_BYTES, MAX_IMAGES
+from gateway.images.limits import MAX_CONCURRENT_DECODES, MAX_IMAGE_BODY_BYTES, MAX_IMAGES
 from gateway.images.refs import ImageRef, shown
 from protocol.messages import ModelFacts
 
@@ -52,8 +52,21 @@ class ImageParts:
             if total > MAX_IMAGE_BODY_BYTES:
                 raise image_error(f"The request's images are more than {MAX_IMAGE_BODY_BYTES} "
                                   "bytes in all.", ref.param, "image_too_large")
-            out.append(await asyncio.to_thread(check_image, data, ref.param, fmt, ref.detail))
+            async with _decoding():
+                out.append(await asyncio.to_thread(check_image, data, ref.param, fmt,
+                                                   ref.detail))
         return out
+
+
+_slots: list[tuple[asyncio.AbstractEventLoop, asyncio.Semaphore]] = []  # of the running loop
+
+
+def _decoding() -> asyncio.Semaphore:
+    """The decode slots of the running event loop (one serves the gateway; tests run several)."""
+    loop = asyncio.get_running_loop()
+    if not _slots or _slots[0][0] is not loop:
+        _slots[:] = [(loop, asyncio.Semaphore(MAX_CONCURRENT_DECODES))]
+    return _slots[0][1]
 
 
 async def _bytes(ref: ImageRef, allow_urls: bool) -> tuple[str | None, bytes]:

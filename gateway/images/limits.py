@@ -14,6 +14,9 @@ MIME_FORMATS = {"image/png": "PNG", "image/jpeg": "JPEG", "image/jpg": "JPEG",
                 "image/webp": "WEBP", "image/gif": "GIF"}
 FORMATS = ("PNG", "JPEG", "WEBP", "GIF")  # the only decoders Pillow may use on client bytes
 DETAILS = ("auto", "low", "high")
+# images decoded at once by the gateway (each in a thread): a 50 MP image takes 200 MB decoded,
+# so concurrent requests queue here rather than multiply that
+MAX_CONCURRENT_DECODES = 2
 
 # http(s) image URLs (only with --allow-image-urls)
 FETCH_CONNECT_S = 5.0  # per connection attempt

@@ -301,3 +301,34 @@ async def test_image_body_reader(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(APIError) as info:
         await read_image_body(request([b"x" * (65 * MiB)]), ChatCompletionRequest)
     assert info.value.status == 413
+
+
+async def test_decodes_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Concurrent requests decode at most MAX_CONCURRENT_DECODES images at a time."""
+    import asyncio
+    import threading
+    import time
+
+    from gateway.images import intake
+    from gateway.images.limits import MAX_CONCURRENT_DECODES
+
+    lock, now, peak = threading.Lock(), [0], [0]
+
+    def slow(*args: Any) -> Any:
+        with lock:
+            now[0] += 1
+            peak[0] = max(peak[0], now[0])
+        time.sleep(0.05)
+        with lock:
+            now[0] -= 1
+        return check_image(*args)
+
+    monkeypatch.setattr(intake, "check_image", slow)
+
+    async def one() -> None:
+        images = ImageParts()
+        images.add(ImageRef("p", url=data_url(PNG)))
+        await images.load(False)
+
+    await asyncio.gather(*(one() for _ in range(6)))
+    assert peak[0] == MAX_CONCURRENT_DECODES
