@@ -10,7 +10,13 @@ from gateway.edge.limits import MAX_BODY_BYTES
 from gateway.images.dataurl import check_mime, decode_base64, image_error, parse_data_url
 from gateway.images.decode import CheckedImage, check_image
 from gateway.images.fetch import fetch
-from gateway.images.limits import MAX_CONCURRENT_DECODES, MAX_IMAGE_BODY_BYTES, MAX_IMAGES
+from gateway.images.limits import (
+    FETCH_REQUEST_S,
+    FETCH_TOTAL_S,
+    MAX_CONCURRENT_DECODES,
+    MAX_IMAGE_BODY_BYTES,
+    MAX_IMAGES,
+)
 from gateway.images.refs import ImageRef, shown
 from protocol.messages import ModelFacts
 
@@ -46,8 +52,9 @@ class ImageParts:
         """Every image decoded and checked (URLs fetched when ALLOW_URLS), or the first 400."""
         out: list[CheckedImage] = []
         total = 0
+        deadline = asyncio.get_running_loop().time() + FETCH_REQUEST_S  # for URLs
         for ref in self.refs:
-            fmt, data = await _bytes(ref, allow_urls)
+            fmt, data = await _bytes(ref, allow_urls, deadline)
             total += len(data)
             if total > MAX_IMAGE_BODY_BYTES:
                 raise image_error(f"The request's images are more than {MAX_IMAGE_BODY_BYTES} "
@@ -69,7 +76,7 @@ def _decoding() -> asyncio.Semaphore:
     return _slots[0][1]
 
 
-async def _bytes(ref: ImageRef, allow_urls: bool) -> tuple[str | None, bytes]:
+async def _bytes(ref: ImageRef, allow_urls: bool, deadline: float) -> tuple[str | None, bytes]:
     """The Pillow format REF's MIME type promises (None: a download, sniffed only) and bytes."""
     if ref.data is not None:
         fmt = check_mime(ref.media_type or "", ref.param)
@@ -83,7 +90,11 @@ async def _bytes(ref: ImageRef, allow_urls: bool) -> tuple[str | None, bytes]:
             raise image_error("Image URLs are not fetched by this server: send the image as a "
                               "data URL (data:image/png;base64,...), or start the server with "
                               "--allow-image-urls.", ref.param, "image_urls_disabled")
-        return None, await fetch(url, ref.param)
+        left = deadline - asyncio.get_running_loop().time()
+        if left <= 0:
+            raise image_error(f"Fetching the request's image URLs took longer than "
+                              f"{FETCH_REQUEST_S:g} s in all.", ref.param, "image_fetch_failed")
+        return None, await fetch(url, ref.param, total=min(FETCH_TOTAL_S, left))
     raise image_error(f"The image URL {shown(url)!r} is neither a data: URL nor http(s).",
                       ref.param, "unsupported_image_url")
 

@@ -22,6 +22,7 @@ MAX_CONCURRENT_DECODES = 2
 FETCH_CONNECT_S = 5.0  # per connection attempt
 FETCH_READ_S = 10.0  # between two reads of the body
 FETCH_TOTAL_S = 20.0  # the whole fetch, redirects included
+FETCH_REQUEST_S = 30.0  # all the image URLs of one request together
 MAX_REDIRECTS = 3
 URL_SCHEMES = ("http", "https")
 MAX_URL_CHARS = 8192  # an http(s) URL longer than this is refused unread

@@ -174,3 +174,29 @@ async def test_connects_to_the_checked_address(origin: str, monkeypatch: pytest.
                                  "http://user:pw@example.com/a.png", "https://" + "a" * 9000])
 async def test_bad_urls(url: str) -> None:
     await refused(url)
+
+
+async def test_one_request_has_one_fetch_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """16 slow URLs cannot hold a request for 16 x 20 s: all of them share FETCH_REQUEST_S."""
+    import asyncio
+
+    from gateway.images import intake
+    from gateway.images.intake import ImageParts
+    from gateway.images.refs import ImageRef
+
+    budgets: list[float] = []
+
+    async def slow(url: str, param: str, total: float) -> bytes:
+        budgets.append(total)
+        await asyncio.sleep(0.3)
+        return PNG
+
+    monkeypatch.setattr(intake, "fetch", slow)
+    monkeypatch.setattr(intake, "FETCH_REQUEST_S", 0.5)
+    images = ImageParts()
+    for k in range(3):
+        images.add(ImageRef(f"p{k}", url=f"https://example.com/{k}.png"))
+    with pytest.raises(APIError) as info:
+        await images.load(True)
+    assert info.value.param == "p2" and info.value.code == "image_fetch_failed"
+    assert budgets[0] <= 0.5 and budgets[1] <= 0.21  # each fetch gets what is left
