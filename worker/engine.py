@@ -60,8 +60,12 @@ class Engine:
     # ---- intake -------------------------------------------------------------------------
 
     def add(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
-            think_opened: bool = False, grammar: Any = None) -> None:
-        """Queue a request; it joins the running batch at a later step."""
+            think_opened: bool = False, grammar: Any = None, vision: Any = None) -> None:
+        """Queue a request; it joins the running batch at a later step.
+
+        VISION (a worker.vision VisionInput) holds the prompt's images: its cache key (image
+        positions keyed by content hash) becomes the request's tokens.
+        """
         if len(self.waiting) >= self.max_waiting:
             raise QueueFull(f"wait queue is full ({self.max_waiting} requests)")
         pages = self.kv.pages_for(len(prompt_ids) + params.max_tokens)
@@ -72,9 +76,11 @@ class Engine:
                 f"this request needs {pages} KV pages but the KV cache holds "
                 f"{self.kv.pool.total}; shorten it or raise --kv-cache-memory")
         self.waiting.append(Request(
-            id=request_id, prompt_len=len(prompt_ids), tokens=list(prompt_ids), params=params,
+            id=request_id, prompt_len=len(prompt_ids),
+            tokens=list(vision.key if vision is not None else prompt_ids), params=params,
             sampler=RowSampler(params), detok=self.tokenizer.detokenizer,
-            stop=StopMatcher(params.stop), think_opened=think_opened, grammar=grammar))
+            stop=StopMatcher(params.stop), think_opened=think_opened, grammar=grammar,
+            vision=vision))
 
     def abort(self, request_ids: list[str]) -> None:
         """Drop these requests; their pages go back (full ones stay cached)."""
@@ -160,10 +166,11 @@ class Engine:
         t1 = time.perf_counter()
         for group in _group_chunks(prefills):
             samplers = [r.computed + n == r.need and not r.generated for r, n in group]
+            embeds = self._embeds(group)
             self._touched = [r for r, _ in group]
             out = self._forward([r.tokens[r.computed : r.computed + n] for r, n in group],
                                 [r.kv for r, _ in group], [r.computed for r, _ in group],
-                                any(samplers))
+                                any(samplers), embeds)
             if out is not None:
                 keep = [i for i, wants in enumerate(samplers) if wants]
                 logits.append(out[mx.array(keep)] if len(keep) < len(group) else out)
@@ -177,6 +184,8 @@ class Engine:
             r.computed += n
             self.stats.prompt_tokens_computed += n
             self.kv.publish(r)
+            if r.embeds is not None and r.computed >= r.prompt_len:
+                r.embeds = None  # the prompt is in the KV now
         self.stats.prefill_seconds += t2 - t1
         self.stats.decode_seconds += time.perf_counter() - t2 + t1 - t0
         self._retire()
@@ -184,6 +193,32 @@ class Engine:
         self.stats.decode_rows += len(decodes)
         self.stats.last_step_at = time.time()
         return outputs
+
+    def _embeds(self, group: list[tuple[Request, int]]) -> list[mx.array | None] | None:
+        """Each row's input embeddings for its chunk when its prompt holds images there.
+
+        The vision tower runs once per request (all its images), at its first chunk that
+        reaches an image; a failure there fails that request only.
+        """
+        if all(r.vision is None for r, _ in group):
+            return None
+        out: list[mx.array | None] = []
+        for r, n in group:
+            v = r.vision
+            if v is None or (r.embeds is None and r.computed >= v.end) or r.computed >= len(v.ids):
+                out.append(None)  # no image ahead (cached past them): its tokens are real
+                continue
+            if r.embeds is None:
+                self._touched = [r]
+                r.embeds = self.model.prompt_embeddings(v.ids, v.pixels)
+                self.stats.images_encoded += len(v.spans)
+            a, b = r.computed, r.computed + n
+            part = r.embeds[a : min(b, len(v.ids))]
+            if b > len(v.ids):  # recomputing after preemption: generated tokens follow
+                extra = self.model.embed_tokens(mx.array([r.tokens[len(v.ids) : b]]))[0]
+                part = mx.concatenate([part, extra.astype(part.dtype)])
+            out.append(part)
+        return out
 
     def _reserve_overlapped(self) -> bool:
         """True (with pages reserved) when the next step can be built on unread tokens.

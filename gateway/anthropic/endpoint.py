@@ -53,7 +53,7 @@ class MessagesEndpoint:
         alias = resolve_model(req.model, self.served, self.model_map)
         st = await self.hub.wait_ready(alias)
         require_kind(st, "generate", "/v1/messages")
-        require_vision(alias, st.facts, await images.load(self.allow_image_urls))
+        pictures = require_vision(alias, st.facts, await images.load(self.allow_image_urls))
         served = self.served[alias]
         tools, parse_tools, prefix, grammar = chat_tools(req, served.tool_call_parser)
         if grammar is not None:
@@ -64,7 +64,7 @@ class MessagesEndpoint:
             params.max_tokens = 0  # the worker gives the rest of the context instead
         job = Generate(request_id=mid, params=params, messages=messages, tools=tools,
                        chat_template_kwargs=template_kwargs(req), assistant_prefix=prefix,
-                       grammar=grammar)
+                       grammar=grammar, images=pictures)
         encodable(job)
         streams = submit_all(self.hub, alias, [job])
 

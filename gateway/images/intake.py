@@ -18,7 +18,7 @@ from gateway.images.limits import (
     MAX_IMAGES,
 )
 from gateway.images.refs import ImageRef, shown
-from protocol.messages import ModelFacts
+from protocol.messages import ImageData, ModelFacts
 
 VISION = "vision"  # the capability (ModelFacts.capabilities) of a model that takes images
 
@@ -104,10 +104,12 @@ def has_vision(facts: ModelFacts | None) -> bool:
     return facts is not None and VISION in facts.capabilities
 
 
-def require_vision(alias: str, facts: ModelFacts | None, images: list[CheckedImage]) -> None:
-    """Refuse IMAGES (400) when the model has no vision."""
+def require_vision(alias: str, facts: ModelFacts | None,
+                   images: list[CheckedImage]) -> list[ImageData]:
+    """Refuse IMAGES (400) when the model has no vision; else them as the worker takes them."""
     if images and not has_vision(facts):
         raise no_vision(alias, images[0].param)
+    return [ImageData(data=i.data, sha256=i.sha256) for i in images]
 
 
 def no_vision(alias: str, param: str) -> APIError:

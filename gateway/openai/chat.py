@@ -56,7 +56,8 @@ class ChatEndpoint:
         grammar = grammar_for(fmt.type, fmt.json_schema) if fmt else None
         st = await self.hub.wait_ready(req.model)
         require_kind(st, "generate", "/v1/chat/completions")
-        require_vision(req.model, st.facts, await images.load(self.allow_image_urls))
+        pictures = require_vision(req.model, st.facts,
+                                  await images.load(self.allow_image_urls))
         served = self.served[req.model]
         params = chat_params(req, served.sampling, vocab_size(st.facts))
         tools, parse_tools, prefix, forced = chat_tools(req, served.tool_call_parser)
@@ -70,7 +71,8 @@ class ChatEndpoint:
         check_chars(text_chars(messages) + text_chars(tools),
                     context_length(st.facts, served.context_length), "messages")
         jobs = [Generate(request_id=f"{cid}-{i}", params=params, messages=messages, tools=tools,
-                         chat_template_kwargs=kwargs, assistant_prefix=prefix, grammar=grammar)
+                         chat_template_kwargs=kwargs, assistant_prefix=prefix, grammar=grammar,
+                         images=pictures)
                 for i in range(req.n)]
         encodable(jobs[0])  # the choices differ only in request_id
         streams = submit_all(self.hub, req.model, jobs)

@@ -76,7 +76,8 @@ class ResponsesEndpoint:
         items = await self.conv.items(req, owner)  # previous turn + this input, as stored
         st = await self.hub.wait_ready(req.model)
         require_kind(st, "generate", "/v1/responses")
-        require_vision(req.model, st.facts, await images.load(self.allow_image_urls))
+        pictures = require_vision(req.model, st.facts,
+                                  await images.load(self.allow_image_urls))
         served = self.served[req.model]
         d = served.sampling
         params = SamplingParams(
@@ -89,8 +90,11 @@ class ResponsesEndpoint:
         tools, parse_tools, prefix, forced = to_tools(req, served.tool_call_parser)
         grammar = forced or grammar  # a forced call comes before any text.format
         if req.previous_response_id is not None:  # the stored turns, then this input
-            messages = to_messages(msgspec.structs.replace(req, input=as_input(items)),
-                                   ImageParts())
+            history = ImageParts()  # the stored turns' images, then this input's, in order
+            messages = to_messages(msgspec.structs.replace(req, input=as_input(items)), history)
+            if history.refs:
+                pictures = require_vision(req.model, st.facts,
+                                          await history.load(self.allow_image_urls))
         saver = self.conv.saver(req, owner, items)
         check_chars(text_chars(messages) + text_chars(tools),
                     context_length(st.facts, served.context_length), "input")
@@ -99,7 +103,7 @@ class ResponsesEndpoint:
         rid = f"resp_{uuid.uuid4().hex}"
         job = Generate(request_id=rid, params=params, messages=messages, tools=tools,
                        chat_template_kwargs=template_kwargs(req), assistant_prefix=prefix,
-                       grammar=grammar)
+                       grammar=grammar, images=pictures)
         encodable(job)
         streams = submit_all(self.hub, req.model, [job])
         try:

@@ -1,0 +1,149 @@
+"""Image requests in the continuous-batching engine (Gemma 3 through mlx-vlm): greedy output
+equals mlx-vlm's token for token alone, chunked, and batched with text-only requests; the radix
+cache keys image positions by the image's content."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image
+
+from protocol.messages import Generate, ImageData, SamplingParams
+from tests.image_samples import encoded
+from tests.vision_models import BUILDERS, reference
+from tests.worker.test_engine import make_engine
+from worker.intake import prepare_job
+from worker.loader import LoadedModel, load_model
+from worker.loop import vision_of
+
+pytestmark = pytest.mark.slow
+
+CACHE = Path("/tmp/rapid-mlx-test-models")
+N = 8  # tokens generated per request
+COLORS = [(200, 30, 90), (0, 250, 10), (20, 40, 230), (250, 250, 0)]
+QUESTIONS = ["What is in the image?", "Describe it.", "Which color?", "Is it big?"]
+
+
+@pytest.fixture(scope="module")
+def gemma() -> LoadedModel:
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    path = CACHE / "tiny-gemma3"
+    if not (path / "model.safetensors").exists():
+        BUILDERS["gemma3"](path)
+    return load_model(str(path))
+
+
+def png(color: tuple[int, int, int]) -> bytes:
+    return encoded("PNG", (64, 48), color)
+
+
+def image_messages(question: str, count: int = 1) -> list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = [{"type": "image"} for _ in range(count)]
+    return [{"role": "user", "content": [{"type": "text", "text": question}, *parts]}]
+
+
+def image_job(rid: str, question: str, colors: list[tuple[int, int, int]]) -> Generate:
+    data = [png(c) for c in colors]
+    return Generate(request_id=rid, params=SamplingParams(max_tokens=N, temperature=0.0),
+                    messages=image_messages(question, len(colors)),
+                    images=[ImageData(data=d, sha256=hashlib.sha256(d).hexdigest()) for d in data])
+
+
+def text_job(rid: str, question: str) -> Generate:
+    return Generate(request_id=rid, params=SamplingParams(max_tokens=N, temperature=0.0),
+                    messages=[{"role": "user", "content": question}])
+
+
+def expected(loaded: LoadedModel, job: Generate) -> list[int]:
+    """mlx-vlm's greedy tokens for JOB, cut after the first end-of-turn as the engine stops."""
+    import io
+
+    images = [Image.open(io.BytesIO(i.data)).convert("RGB") for i in job.images]
+    assert job.messages is not None
+    _, out = reference(loaded.path, job.messages, images, max_tokens=N)
+    eos = set(loaded.tokenizer.eos_token_ids)
+    cut = next((i + 1 for i, t in enumerate(out) if t in eos), len(out))
+    return out[:cut]
+
+
+def run(engine: Any, loaded: LoadedModel, jobs: list[Generate]) -> dict[str, Any]:
+    """Prepare JOBS as the worker's intake does, run them together; tokens and last outputs."""
+    for job in jobs:
+        ids, think, vision = prepare_job(loaded.tokenizer, job, loaded.facts.vocab_size, 512,
+                                         vision=vision_of(loaded))
+        engine.add(job.request_id, ids, job.params, think, None, vision)
+    got: dict[str, list[int]] = {j.request_id: [] for j in jobs}
+    last: dict[str, Any] = {}
+    for _ in range(10_000):
+        if not engine.has_work:
+            return {"tokens": got, "last": last}
+        for out in engine.step():
+            assert out.error is None, out.error
+            got[out.request_id].extend(out.token_ids)
+            last[out.request_id] = out
+    raise AssertionError("engine stuck")
+
+
+def test_facts_say_vision(gemma: LoadedModel) -> None:
+    assert "vision" in gemma.facts.capabilities
+    assert gemma.processor is not None
+
+
+@pytest.mark.parametrize("budget", [512, 5])
+def test_image_request_matches_mlx_vlm(gemma: LoadedModel, budget: int) -> None:
+    """Alone, whole or in chunks of 5 (the image's 4 tokens split across chunks)."""
+    job = image_job("a", "What is in the image?", [COLORS[0]])
+    engine = make_engine(gemma.model, gemma.tokenizer, prefill_budget=budget)
+    assert run(engine, gemma, [job])["tokens"]["a"] == expected(gemma, job)
+    assert engine.stats.images_encoded == 1
+
+
+def test_two_images_in_one_prompt(gemma: LoadedModel) -> None:
+    job = image_job("two", "Which is brighter?", [COLORS[0], COLORS[1]])
+    swapped = image_job("swapped", "Which is brighter?", [COLORS[1], COLORS[0]])
+    engine = make_engine(gemma.model, gemma.tokenizer)
+    got = run(engine, gemma, [job, swapped])["tokens"]
+    assert got["two"] == expected(gemma, job)
+    assert got["swapped"] == expected(gemma, swapped)
+
+
+@pytest.mark.parametrize("kind", ["none", "k8v4"])
+def test_eight_mixed_with_text_only(gemma: LoadedModel, kind: str) -> None:
+    """4 image requests and 4 text-only ones at once: each equals its own mlx-vlm answer."""
+    jobs = [image_job(f"img{i}", QUESTIONS[i], [COLORS[i]]) for i in range(4)]
+    jobs += [text_job(f"txt{i}", QUESTIONS[i] + " Answer in words.") for i in range(4)]
+    engine = make_engine(gemma.model, gemma.tokenizer, kind=kind, prefill_budget=48)
+    got = run(engine, gemma, jobs)["tokens"]
+    want = {j.request_id: expected(gemma, j) for j in jobs}
+    if kind == "none":
+        assert got == want
+    else:  # 8-bit keys, 4-bit values: the answers may drift, but most tokens agree
+        same = sum(a == b for j in want for a, b in zip(got[j], want[j], strict=False))
+        assert same >= 0.75 * sum(len(v) for v in want.values()), (got, want)
+    assert engine.stats.images_encoded == 4
+
+
+def test_cache_reuses_the_same_image_and_never_another(gemma: LoadedModel) -> None:
+    """A long shared text prefix, then the image: the same image again reuses KV past the
+    image (cached_tokens shows it, the answer is unchanged); a different image with the same
+    text reuses only the text before the image, and answers differently."""
+    prefix = "Look closely at the following picture and think about its colors. " * 3
+    engine = make_engine(gemma.model, gemma.tokenizer, page_size=4)
+    first = image_job("first", prefix, [COLORS[0]])
+    a = run(engine, gemma, [first])
+    again = run(engine, gemma, [image_job("again", prefix, [COLORS[0]])])
+    other = run(engine, gemma, [image_job("other", prefix, [COLORS[1]])])
+    want = expected(gemma, first)
+    assert a["tokens"]["first"] == want and again["tokens"]["again"] == want
+    ids, _, vision = prepare_job(gemma.tokenizer, first, gemma.facts.vocab_size, 512,
+                                 vision=vision_of(gemma))
+    start, end = vision.spans[0]
+    assert again["last"]["again"].cached_tokens >= end  # past the image's tokens
+    assert other["last"]["other"].cached_tokens <= start  # never into another image's span
+    assert other["tokens"]["other"] != want
+    assert other["tokens"]["other"] == expected(gemma, image_job("x", prefix, [COLORS[1]]))
+    assert engine.stats.images_encoded == 2  # the repeat needed no vision tower at all
