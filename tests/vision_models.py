@@ -161,9 +161,9 @@ def qwen2_vl(dest: Path, seed: int = 7) -> Path:
     return dest
 
 
-def gemma3(dest: Path, seed: int = 11) -> Path:
+def gemma3(dest: Path, seed: int = 11, head_dim: int = 16) -> Path:
     """A 2-layer Gemma 3 with a 1-layer SigLIP tower: a 56x56 image is 4x4 patches of 14,
-    pooled to 4 image tokens."""
+    pooled to 4 image tokens. HEAD_DIM 32 makes its KV quantizable in groups of 32 (K8V4)."""
     dest = _fresh(dest)
     ids = _tokenizer(dest, GEMMA_TOKENS, GEMMA_TEMPLATE, {
         "bos_token": "<bos>", "eos_token": "<end_of_turn>", "add_bos_token": False,
@@ -178,8 +178,8 @@ def gemma3(dest: Path, seed: int = 11) -> Path:
         "hidden_size": 64,
         "text_config": {"model_type": "gemma3_text", "hidden_size": 64, "intermediate_size": 128,
                         "num_hidden_layers": 2, "num_attention_heads": 4,
-                        "num_key_value_heads": 2, "head_dim": 16, "vocab_size": VOCAB,
-                        "query_pre_attn_scalar": 16, "sliding_window": 64,
+                        "num_key_value_heads": 2, "head_dim": head_dim, "vocab_size": VOCAB,
+                        "query_pre_attn_scalar": head_dim, "sliding_window": 64,
                         "sliding_window_pattern": 2, "mm_tokens_per_image": 4,
                         "max_position_embeddings": 4096, "rms_norm_eps": 1e-6},
         "vision_config": {"model_type": "siglip_vision_model", "num_hidden_layers": 1,
@@ -226,6 +226,12 @@ def reference(path: Path, messages: list[dict[str, Any]], images: list[Any],
     from mlx_vlm.utils import prepare_inputs
 
     model, processor = load(str(path))
+    # a random model may pick ids its tokenizer lacks (the embedding is larger): give them a
+    # text so mlx-vlm's streaming detokenizer does not fail on them (only token ids matter here)
+    tokenmap = getattr(getattr(processor, "detokenizer", None), "tokenmap", None)
+    rows = int(model.language_model.model.embed_tokens.weight.shape[0])
+    if isinstance(tokenmap, list) and len(tokenmap) < rows:
+        tokenmap.extend(["!"] * (rows - len(tokenmap)))
     tokenizer = getattr(processor, "tokenizer", processor)  # the model's own template
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     inputs = prepare_inputs(processor, images=images or None, prompts=text)
