@@ -14,8 +14,8 @@ from typing import Any
 from protocol.messages import Generate
 from worker.grammar.compiler import Compiling, GrammarCompiler
 from worker.prompt import PromptError, render
-from worker.vision.inputs import VisionInput, render_images
 from worker.validate import JobError, check_params, check_prompt_ids, check_size
+from worker.vision.inputs import VisionInput, render_images
 
 log = logging.getLogger("rapid_mlx.worker")
 

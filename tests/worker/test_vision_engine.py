@@ -17,8 +17,8 @@ from tests.image_samples import encoded
 from tests.vision_models import BUILDERS, gemma3, reference
 from worker.attention import install
 from worker.engine import Engine, model_dtype
-from worker.kv_setup import plan_kv
 from worker.intake import prepare_job
+from worker.kv_setup import plan_kv
 from worker.loader import LoadedModel, load_model
 from worker.loop import vision_of
 

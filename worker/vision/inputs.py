@@ -12,7 +12,13 @@ from typing import Any
 import numpy as np
 
 from protocol.messages import Generate
-from worker.prompt import ALLOWED_TEMPLATE_KWARGS, SKIPPED_PARTS, TEXT_PARTS, PromptError, opens_think
+from worker.prompt import (
+    ALLOWED_TEMPLATE_KWARGS,
+    SKIPPED_PARTS,
+    TEXT_PARTS,
+    PromptError,
+    opens_think,
+)
 
 KEY_BASE = 1 << 40  # cache-key ids of image positions sit here, far beyond any vocabulary
 
@@ -105,7 +111,7 @@ def render_images(tokenizer: Any, processor: Any, image_token: int, job: Generat
         images = [Image.open(io.BytesIO(i.data)).convert("RGB") for i in job.images]
     except Exception as exc:  # the gateway checked them: this is unexpected, but the request's
         raise PromptError(f"an image could not be decoded: {exc}") from exc
-    inputs = prepare_inputs(processor, images=images, prompts=text)
+    inputs = prepare_inputs(processor, images=images, prompts=text)  # type: ignore[no-untyped-call]
     ids = [int(t) for t in np.array(inputs["input_ids"]).reshape(-1)]
     pixels = {k: np.array(v) for k, v in inputs.items()
               if k not in ("input_ids", "attention_mask") and v is not None}

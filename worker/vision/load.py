@@ -13,19 +13,15 @@ FAMILIES = {"gemma3"}  # mlx-vlm model types the engine serves with images
 
 
 def is_vision(config: dict[str, Any]) -> bool:
-    """True when CONFIG describes a multimodal model with a vision tower."""
-    return isinstance(config.get("vision_config"), dict)
+    """True when CONFIG describes a multimodal model this engine serves with images; other
+    multimodal folders load their text model through mlx-lm (text only, no vision)."""
+    return isinstance(config.get("vision_config"), dict) and config.get("model_type") in FAMILIES
 
 
 def load_vision(model: str, path: Path, config: dict[str, Any]) -> tuple[Any, Any, Any]:
     """(VisionLM, tokenizer wrapper, processor) of the model at PATH, or CannotLoad."""
-    model_type = str(config.get("model_type", ""))
-    if model_type not in FAMILIES:
-        raise CannotLoad(model, f"multimodal model type '{model_type}' is not served with images "
-                         f"yet (served: {', '.join(sorted(FAMILIES))})",
-                         "pick a supported vision model (see 'rapid-mlx models')")
     try:
-        from mlx_vlm import load as vlm_load
+        from mlx_vlm.utils import load as vlm_load
     except ImportError as exc:
         raise CannotLoad(model, "it is a vision model and mlx-vlm is not installed",
                          "install the [vision] extra: pip install 'rapid-mlx[vision]'") from exc
@@ -36,7 +32,7 @@ def load_vision(model: str, path: Path, config: dict[str, Any]) -> tuple[Any, An
     vlm, processor = vlm_load(str(path))
     eos = config.get("eos_token_id", config.get("text_config", {}).get("eos_token_id"))
     eos_ids = [eos] if isinstance(eos, int) else list(eos) if isinstance(eos, list) else None
-    tokenizer = load_tokenizer(path, eos_token_ids=eos_ids)
+    tokenizer = load_tokenizer(path, eos_token_ids=eos_ids)  # type: ignore[no-untyped-call]
     return VisionLM(vlm), tokenizer, processor
 
 

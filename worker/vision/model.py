@@ -25,9 +25,8 @@ class VisionLM:
         self.model = self.lm.model  # embed_tokens and layers, where the worker looks for them
         self.model_type = str(getattr(vlm.config, "model_type", ""))
         config = vlm.config
-        self.image_token_id = int(getattr(config, "image_token_index", None)
-                                  if getattr(config, "image_token_index", None) is not None
-                                  else config.image_token_id)
+        token = getattr(config, "image_token_index", None)
+        self.image_token_id = int(token if token is not None else config.image_token_id)
 
     @property
     def layers(self) -> list[Any]:
@@ -46,7 +45,8 @@ class VisionLM:
                  inputs_embeds: mx.array | None = None) -> mx.array:
         """Logits (B, L, V) for TOKENS (or INPUTS_EMBEDS) through the cache objects."""
         out = self.lm(tokens, inputs_embeds=inputs_embeds, cache=cache)
-        return out.logits if hasattr(out, "logits") else out
+        logits: mx.array = out.logits if hasattr(out, "logits") else out
+        return logits
 
     def split(self) -> tuple[Callable[..., mx.array], Callable[[mx.array], mx.array]] | None:
         """(hidden states of tokens/embeddings, head) when the head can run on chosen rows."""
