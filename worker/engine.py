@@ -8,6 +8,7 @@ from collections import deque
 from typing import Any
 
 import mlx.core as mx
+import numpy as np
 
 from cache.paged_kv import PagedKVStore
 from protocol.messages import RequestOutput, SamplingParams, TokenLogprob
@@ -75,6 +76,8 @@ class Engine:
             raise KVTooSmall(
                 f"this request needs {pages} KV pages but the KV cache holds "
                 f"{self.kv.pool.total}; shorten it or raise --kv-cache-memory")
+        if vision is not None and getattr(self.model, "mrope", False):
+            vision.positions, vision.delta = self.model.rope_positions(vision.ids, vision.pixels)
         self.waiting.append(Request(
             id=request_id, prompt_len=len(prompt_ids),
             tokens=list(vision.key if vision is not None else prompt_ids), params=params,
@@ -159,7 +162,8 @@ class Engine:
         if decodes:
             self._touched = decodes
             out = self._forward([[r.tokens[-1]] for r in decodes], [r.kv for r in decodes],
-                                [r.computed for r in decodes], True)
+                                [r.computed for r in decodes], True,
+                                positions=self._rope([(r, r.computed, 1) for r in decodes]))
             assert out is not None
             logits.append(out)
             rows.extend(decodes)
@@ -170,7 +174,8 @@ class Engine:
             self._touched = [r for r, _ in group]
             out = self._forward([r.tokens[r.computed : r.computed + n] for r, n in group],
                                 [r.kv for r, _ in group], [r.computed for r, _ in group],
-                                any(samplers), embeds)
+                                any(samplers), embeds,
+                                self._rope([(r, r.computed, n) for r, n in group]))
             if out is not None:
                 keep = [i for i, wants in enumerate(samplers) if wants]
                 logits.append(out[mx.array(keep)] if len(keep) < len(group) else out)
@@ -220,6 +225,19 @@ class Engine:
             out.append(part)
         return out
 
+    def _rope(self, rows: list[tuple[Request, int, int]]) -> mx.array | None:
+        """(3, B, n) M-RoPE positions of rows fed n tokens from a start (None: not M-RoPE)."""
+        if not getattr(self.model, "mrope", False):
+            return None
+        n = max(k for _, _, k in rows)
+        out = []
+        for r, start, _ in rows:
+            if r.vision is not None:
+                out.append(r.vision.rope(start, n))
+            else:
+                out.append(np.broadcast_to(np.arange(start, start + n), (3, n)))
+        return mx.array(np.stack(out, axis=1))
+
     def _reserve_overlapped(self) -> bool:
         """True (with pages reserved) when the next step can be built on unread tokens.
 
@@ -243,7 +261,8 @@ class Engine:
         self._touched.extend(rows)
         inputs = self._next_inputs(rows, previous)
         logits = self._forward.decode_lazy(inputs, [r.kv for r in rows],
-                                           [r.computed for r in rows])
+                                           [r.computed for r in rows],
+                                           self._rope([(r, r.computed, 1) for r in rows]))
         outputs: list[RequestOutput] = []
         if any(r.grammar is not None for r in rows):
             # the masks need the previous tokens: read them back while this forward runs

@@ -47,12 +47,13 @@ class Forward:
         self.cascade = routes_attention(model)
 
     def __call__(self, rows: list[list[int]], kvs: list[RequestPages], starts: list[int],
-                 want_logits: bool, embeds: list[mx.array | None] | None = None
-                 ) -> mx.array | None:
+                 want_logits: bool, embeds: list[mx.array | None] | None = None,
+                 positions: mx.array | None = None) -> mx.array | None:
         """Feed each row's tokens at its start; return each row's last logits (B, V) if wanted.
 
         EMBEDS (a vision model's rows with images) gives a row's input embeddings (n, D) in
-        place of its tokens' (a cache-key id there is not a token).
+        place of its tokens' (a cache-key id there is not a token). POSITIONS (3, B, n) are the
+        rotary positions of an M-RoPE model.
         """
         lengths = [len(r) for r in rows]
         n = max(lengths)
@@ -62,16 +63,17 @@ class Forward:
         inputs = None
         if embeds is not None and any(e is not None for e in embeds):
             inputs = self._embeddings(tokens, embeds, n)
-        out = self._build(tokens, kvs, starts, lengths, want_logits, inputs)
+        out = self._build(tokens, kvs, starts, lengths, want_logits, inputs, positions)
         mx.eval(out, self.store.arrays()) if out is not None else mx.eval(self.store.arrays())
         return out
 
-    def decode_lazy(self, tokens: mx.array, kvs: list[RequestPages], starts: list[int]) -> mx.array:
+    def decode_lazy(self, tokens: mx.array, kvs: list[RequestPages], starts: list[int],
+                    positions: mx.array | None = None) -> mx.array:
         """One token per row from an unevaluated (B,) array; the logits (B, V), not evaluated.
 
         The caller evaluates them (with ``store.arrays()``) before building the next call.
         """
-        out = self._build(tokens[:, None], kvs, starts, [1] * len(starts), True)
+        out = self._build(tokens[:, None], kvs, starts, [1] * len(starts), True, None, positions)
         assert out is not None
         return out
 
@@ -88,15 +90,18 @@ class Forward:
         return mx.stack(rows).astype(text.dtype)
 
     def _build(self, tokens: mx.array, kvs: list[RequestPages], starts: list[int],
-               lengths: list[int], want_logits: bool,
-               inputs: mx.array | None = None) -> mx.array | None:
+               lengths: list[int], want_logits: bool, inputs: mx.array | None = None,
+               positions: mx.array | None = None) -> mx.array | None:
         batch = PagedBatch(self.store, [kv.pages for kv in kvs], starts, lengths, self.dtype,
                            tails=[kv.tail for kv in kvs], cascade=self.cascade)
         cache = batch.views()
         last = mx.array(lengths) - 1
         if self.split is not None:
             inner, head = self.split
-            hidden = inner(tokens, cache) if inputs is None else inner(tokens, cache, inputs)
+            if positions is not None:
+                hidden = inner(tokens, cache, inputs, positions)
+            else:
+                hidden = inner(tokens, cache) if inputs is None else inner(tokens, cache, inputs)
             return head(_at(hidden, last)) if want_logits else None
         logits = (self.model(tokens, cache=cache) if inputs is None
                   else self.model(tokens, cache=cache, inputs_embeds=inputs))

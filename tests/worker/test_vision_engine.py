@@ -1,4 +1,5 @@
-"""Image requests in the continuous-batching engine (Gemma 3 through mlx-vlm): greedy output
+"""Image requests in the continuous-batching engine (Gemma 3 and Qwen2-VL through mlx-vlm,
+each test on both where it takes `gemma`): greedy output
 equals mlx-vlm's token for token alone, chunked, and batched with text-only requests; the radix
 cache keys image positions by the image's content."""
 
@@ -30,12 +31,13 @@ COLORS = [(200, 30, 90), (0, 250, 10), (20, 40, 230), (250, 250, 0)]
 QUESTIONS = ["What is in the image?", "Describe it.", "Which color?", "Is it big?"]
 
 
-@pytest.fixture(scope="module")
-def gemma() -> LoadedModel:
+@pytest.fixture(scope="module", params=list(BUILDERS))
+def gemma(request: pytest.FixtureRequest) -> LoadedModel:
+    """Each tiny family in turn: Gemma 3 (standard RoPE), Qwen2-VL (M-RoPE)."""
     os.environ["HF_HUB_OFFLINE"] = "1"
-    path = CACHE / "tiny-gemma3"
+    path = CACHE / f"tiny-{request.param}"
     if not (path / "model.safetensors").exists():
-        BUILDERS["gemma3"](path)
+        BUILDERS[request.param](path)
     return load_model(str(path))
 
 

@@ -31,6 +31,17 @@ class VisionInput:
     pixels: dict[str, Any]  # the processor's arrays (pixel_values, and e.g. image_grid_thw)
     spans: list[tuple[int, int]]  # [start, end) of each image's tokens, in order
     key: list[int] = field(default_factory=list)  # ids with each span replaced by hash ids
+    positions: Any = None  # M-RoPE models: the prompt's (3, L) rotary positions
+    delta: int = 0  # M-RoPE models: position minus index after the prompt
+
+    def rope(self, start: int, n: int) -> np.ndarray:
+        """(3, n) rotary positions of positions start..start+n (M-RoPE)."""
+        idx = np.arange(start, start + n)
+        out = np.broadcast_to(idx + self.delta, (3, n)).copy()
+        if self.positions is not None:
+            inside = idx < self.positions.shape[1]
+            out[:, inside] = self.positions[:, idx[inside]]
+        return out
 
     @property
     def end(self) -> int:

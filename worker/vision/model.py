@@ -6,10 +6,12 @@ from collections.abc import Callable
 from typing import Any
 
 import mlx.core as mx
+import numpy as np
 
-# mlx-vlm language models whose __call__ is exactly `lm_head(model(inputs, inputs_embeds=..))`
-# with RoPE positions taken from the cache offset (no M-RoPE): the head runs on last positions only
-PLAIN = {"gemma3"}
+# mlx-vlm language models whose __call__ is `head(model(inputs, inputs_embeds=..[, position_ids]))`:
+# the head runs on last positions only
+PLAIN = {"gemma3", "qwen2_vl"}
+MROPE = {"qwen2_vl"}  # 3-axis rotary positions (time, height, width) for image tokens
 
 
 class VisionLM:
@@ -24,6 +26,7 @@ class VisionLM:
         self.lm = vlm.language_model
         self.model = self.lm.model  # embed_tokens and layers, where the worker looks for them
         self.model_type = str(getattr(vlm.config, "model_type", ""))
+        self.mrope = self.model_type in MROPE  # every call then gets explicit positions
         config = vlm.config
         token = getattr(config, "image_token_index", None)
         self.image_token_id = int(token if token is not None else config.image_token_id)
@@ -34,8 +37,9 @@ class VisionLM:
         return list(self.lm.layers)
 
     def make_cache(self) -> list[Any]:
-        """mlx-vlm's own cache objects (to check the layers use plain attention KV)."""
-        return list(self.lm.make_cache())
+        """mlx-vlm's own cache objects (to check the layers use plain attention KV), if it says."""
+        maker = getattr(self.lm, "make_cache", None)
+        return list(maker()) if maker is not None else []
 
     def parameters(self) -> Any:
         """Every parameter of the model (the dtype is read from them)."""
@@ -52,13 +56,27 @@ class VisionLM:
         """(hidden states of tokens/embeddings, head) when the head can run on chosen rows."""
         if self.model_type not in PLAIN:
             return None
-        inner, head = self.lm.model, self.lm.lm_head
+        inner = self.lm.model
+        head = getattr(self.lm, "lm_head", None) or inner.embed_tokens.as_linear
 
-        def hidden(tokens: mx.array, cache: Any, inputs_embeds: mx.array | None = None
-                   ) -> mx.array:
+        def hidden(tokens: mx.array, cache: Any, inputs_embeds: mx.array | None = None,
+                   positions: mx.array | None = None) -> mx.array:
+            if positions is not None:
+                return inner(tokens, inputs_embeds=inputs_embeds, cache=cache,  # type: ignore[no-any-return]
+                             position_ids=positions)
             return inner(tokens, inputs_embeds=inputs_embeds, cache=cache)  # type: ignore[no-any-return]
 
         return hidden, head
+
+    def rope_positions(self, ids: list[int], pixels: dict[str, Any]) -> tuple[np.ndarray, int]:
+        """M-RoPE: the prompt's (3, L) positions (image tokens on a time/height/width grid) and
+        the offset of every later position from its index (mlx-vlm's get_rope_index)."""
+        grid = pixels.get("image_grid_thw")
+        input_ids = mx.array([ids])
+        positions, delta = self.lm.get_rope_index(
+            input_ids, mx.array(grid) if grid is not None else None, None,
+            mx.ones_like(input_ids))
+        return np.array(positions).reshape(3, -1), int(np.array(delta).reshape(-1)[0])
 
     def embed_tokens(self, ids: mx.array) -> mx.array:
         """Token embeddings as the model's get_input_embeddings makes them for text."""
