@@ -189,3 +189,39 @@ def test_cache_reuses_the_same_image_and_never_another(gemma: LoadedModel) -> No
     assert other["tokens"]["other"] != want
     assert other["tokens"]["other"] == expected(gemma, image_job("x", prefix, [COLORS[1]]))
     assert engine.stats.images_encoded == 2  # the repeat needed no vision tower at all
+
+
+def test_intake_refuses_what_it_cannot_render(gemma: LoadedModel) -> None:
+    """Images without a vision model, more images than placeholders, an image with a raw
+    prompt, and a placeholder token typed as text: each a JobError (a 400), never a crash."""
+    from worker.validate import JobError
+
+    vision = vision_of(gemma)
+    job = image_job("a", "What?", [COLORS[0]])
+    with pytest.raises(JobError, match="no vision"):
+        prepare_job(gemma.tokenizer, job, gemma.facts.vocab_size, 512)
+    extra = image_job("b", "What?", [COLORS[0], COLORS[1]])
+    assert extra.messages is not None
+    extra.messages[0]["content"] = extra.messages[0]["content"][:2]  # one placeholder, 2 images
+    with pytest.raises(JobError, match="1 image parts but 2 images"):
+        prepare_job(gemma.tokenizer, extra, gemma.facts.vocab_size, 512, vision=vision)
+    raw = Generate(request_id="c", params=SamplingParams(max_tokens=4), prompt="hi",
+                   images=job.images)
+    with pytest.raises(JobError, match="chat messages"):
+        prepare_job(gemma.tokenizer, raw, gemma.facts.vocab_size, 512, vision=vision)
+    token = gemma.tokenizer.convert_ids_to_tokens(gemma.model.image_token_id)
+    typed = image_job("d", f"What is {token} here?", [COLORS[0]])
+    with pytest.raises(JobError, match="image spans|processor refused"):
+        prepare_job(gemma.tokenizer, typed, gemma.facts.vocab_size, 512, vision=vision)
+
+
+def test_image_cache_keys_are_outside_the_vocabulary(gemma: LoadedModel) -> None:
+    """Image positions are keyed outside the vocabulary; every other position is its token."""
+    from worker.vision.inputs import KEY_BASE
+
+    _, _, vision = prepare_job(gemma.tokenizer, image_job("a", "Hi", [COLORS[0]]),
+                               gemma.facts.vocab_size, 512, vision=vision_of(gemma))
+    assert vision is not None
+    start, end = vision.spans[0]
+    assert all(k >= KEY_BASE for k in vision.key[start:end])
+    assert vision.key[:start] == vision.ids[:start] and vision.key[end:] == vision.ids[end:]

@@ -122,7 +122,11 @@ def render_images(tokenizer: Any, processor: Any, image_token: int, job: Generat
         images = [Image.open(io.BytesIO(i.data)).convert("RGB") for i in job.images]
     except Exception as exc:  # the gateway checked them: this is unexpected, but the request's
         raise PromptError(f"an image could not be decoded: {exc}") from exc
-    inputs = prepare_inputs(processor, images=images, prompts=text)  # type: ignore[no-untyped-call]
+    try:
+        inputs = prepare_inputs(processor, images=images, prompts=text)  # type: ignore[no-untyped-call]
+    except Exception as exc:  # e.g. an image token typed as text: more slots than images
+        raise PromptError(f"the model's processor refused this prompt and its images: {exc}"
+                          ) from exc
     ids = [int(t) for t in np.array(inputs["input_ids"]).reshape(-1)]
     pixels = {k: np.array(v) for k, v in inputs.items()
               if k not in ("input_ids", "attention_mask") and v is not None}
