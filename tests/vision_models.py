@@ -201,7 +201,44 @@ def gemma3(dest: Path, seed: int = 11, head_dim: int = 16) -> Path:
     return dest
 
 
+def qwen2_5_vl(dest: Path, seed: int = 13) -> Path:
+    """A 2-layer Qwen2.5-VL (M-RoPE text; 2-block windowed vision tower, the last block full):
+    a 56x56 image is 4 image tokens, as in qwen2_vl."""
+    dest = _fresh(dest)
+    ids = _tokenizer(dest, QWEN_TOKENS, QWEN_TEMPLATE, {})
+    config: dict[str, Any] = {
+        "architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl",
+        "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-6,
+        "vocab_size": VOCAB, "max_position_embeddings": 4096, "rope_theta": 10000.0,
+        "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+        "tie_word_embeddings": True, "eos_token_id": 2, "pad_token_id": 0,
+        "bos_token_id": None, "sliding_window": 4096, "use_sliding_window": False,
+        "image_token_id": ids["<|image_pad|>"], "video_token_id": ids["<|video_pad|>"],
+        "vision_start_token_id": ids["<|vision_start|>"],
+        "vision_end_token_id": ids["<|vision_end|>"],
+        "vision_config": {"model_type": "qwen2_5_vl", "depth": 2, "hidden_size": 32,
+                          "intermediate_size": 64, "out_hidden_size": 64, "num_heads": 2,
+                          "patch_size": 14, "spatial_patch_size": 14, "in_channels": 3,
+                          "in_chans": 3, "spatial_merge_size": 2, "temporal_patch_size": 2,
+                          "window_size": 56, "fullatt_block_indexes": [1],
+                          "tokens_per_second": 2},
+    }
+    (dest / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "Qwen2VLImageProcessor", "processor_class": "Qwen2_5_VLProcessor",
+        "min_pixels": 56 * 56, "max_pixels": 112 * 112, "patch_size": 14,
+        "temporal_patch_size": 2, "merge_size": 2, "do_resize": True, "do_rescale": True,
+        "do_normalize": True, "do_convert_rgb": True, "rescale_factor": 1 / 255,
+        "image_mean": [0.48145466, 0.4578275, 0.40821073],
+        "image_std": [0.26862954, 0.26130258, 0.27577711]}, indent=1))
+    model = _instantiate(config)
+    _randomize(model, seed)
+    _save(dest, model, config)
+    return dest
+
+
 BUILDERS = {"qwen2_vl": qwen2_vl, "gemma3": gemma3}
+MORE_BUILDERS = {"qwen2_5_vl": qwen2_5_vl}  # served by the vision engine; not in the groundwork tests
 
 
 def generate_with_image(path: Path, image: Any, prompt: str = "What is in the image?",

@@ -1,4 +1,4 @@
-"""Image requests in the continuous-batching engine (Gemma 3 and Qwen2-VL through mlx-vlm,
+"""Image requests in the continuous-batching engine (Gemma 3, Qwen2-VL, Qwen2.5-VL via mlx-vlm,
 each test on both where it takes `gemma`): greedy output
 equals mlx-vlm's token for token alone, chunked, and batched with text-only requests; the radix
 cache keys image positions by the image's content."""
@@ -15,7 +15,7 @@ from PIL import Image
 
 from protocol.messages import Generate, ImageData, SamplingParams
 from tests.image_samples import encoded
-from tests.vision_models import BUILDERS, gemma3, reference
+from tests.vision_models import BUILDERS, MORE_BUILDERS, gemma3, reference
 from worker.attention import install
 from worker.engine import Engine, model_dtype
 from worker.intake import prepare_job
@@ -31,13 +31,16 @@ COLORS = [(200, 30, 90), (0, 250, 10), (20, 40, 230), (250, 250, 0)]
 QUESTIONS = ["What is in the image?", "Describe it.", "Which color?", "Is it big?"]
 
 
-@pytest.fixture(scope="module", params=list(BUILDERS))
+FAMILIES = {**BUILDERS, **MORE_BUILDERS}
+
+
+@pytest.fixture(scope="module", params=list(FAMILIES))
 def gemma(request: pytest.FixtureRequest) -> LoadedModel:
-    """Each tiny family in turn: Gemma 3 (standard RoPE), Qwen2-VL (M-RoPE)."""
+    """Each tiny family in turn: Gemma 3 (standard RoPE), Qwen2-VL and Qwen2.5-VL (M-RoPE)."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     path = CACHE / f"tiny-{request.param}"
     if not (path / "model.safetensors").exists():
-        BUILDERS[request.param](path)
+        FAMILIES[request.param](path)
     return load_model(str(path))
 
 
@@ -102,13 +105,15 @@ def run(engine: Any, loaded: LoadedModel, jobs: list[Generate]) -> dict[str, Any
         engine.add(job.request_id, ids, job.params, think, None, vision)
     got: dict[str, list[int]] = {j.request_id: [] for j in jobs}
     last: dict[str, Any] = {}
+    first: dict[str, Any] = {}
     for _ in range(10_000):
         if not engine.has_work:
-            return {"tokens": got, "last": last}
+            return {"tokens": got, "last": last, "first": first}
         for out in engine.step():
             assert out.error is None, out.error
             got[out.request_id].extend(out.token_ids)
             last[out.request_id] = out
+            first.setdefault(out.request_id, out)
     raise AssertionError("engine stuck")
 
 
@@ -172,13 +177,16 @@ def test_eight_mixed_with_k8v4(gemma32: LoadedModel) -> None:
 def test_cache_reuses_the_same_image_and_never_another(gemma: LoadedModel) -> None:
     """A long shared text prefix, then the image: the same image again reuses KV past the
     image (cached_tokens shows it, the answer is unchanged); a different image with the same
-    text reuses only the text before the image, and answers differently."""
+    text reuses only the text before the image, and its first token's distribution differs
+    (a cache keyed on the text alone would hand it the first image's KV: the same one)."""
     prefix = "Look closely at the following picture and think about its colors. " * 3
     engine = make_engine(gemma.model, gemma.tokenizer, page_size=4)
-    first = image_job("first", prefix, [COLORS[0]])
-    a = run(engine, gemma, [first])
-    again = run(engine, gemma, [image_job("again", prefix, [COLORS[0]])])
-    other = run(engine, gemma, [image_job("other", prefix, [COLORS[1]])])
+    jobs = [image_job(rid, prefix, [c]) for rid, c in
+            (("first", COLORS[0]), ("again", COLORS[0]), ("other", COLORS[1]))]
+    for job in jobs:
+        job.params = SamplingParams(max_tokens=N, temperature=0.0, logprobs=True, top_logprobs=5)
+    first = jobs[0]
+    a, again, other = (run(engine, gemma, [job]) for job in jobs)
     want = expected(gemma, first)
     assert a["tokens"]["first"] == want and again["tokens"]["again"] == want
     ids, _, vision = prepare_job(gemma.tokenizer, first, gemma.facts.vocab_size, 512,
@@ -186,7 +194,11 @@ def test_cache_reuses_the_same_image_and_never_another(gemma: LoadedModel) -> No
     start, end = vision.spans[0]
     assert again["last"]["again"].cached_tokens >= end  # past the image's tokens
     assert other["last"]["other"].cached_tokens <= start  # never into another image's span
-    assert other["tokens"]["other"] != want
+    def dist(r: dict[str, Any], rid: str) -> list[tuple[int, float]]:
+        return [(t[1], round(t[2], 4)) for t in r["first"][rid].logprobs[0].top]
+
+    assert dist(again, "again") == dist(a, "first")
+    assert dist(other, "other") != dist(a, "first")
     assert other["tokens"]["other"] == expected(gemma, image_job("x", prefix, [COLORS[1]]))
     assert engine.stats.images_encoded == 2  # the repeat needed no vision tower at all
 

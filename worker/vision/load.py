@@ -9,7 +9,7 @@ from protocol.messages import ModelFacts
 from worker.fetch import CannotLoad
 
 VISION = "vision"  # the capability the gateway looks for (gateway/images/intake.py)
-FAMILIES = {"gemma3", "qwen2_vl"}  # mlx-vlm model types the engine serves with images
+FAMILIES = {"gemma3", "qwen2_vl", "qwen2_5_vl"}  # mlx-vlm model types the engine serves with images
 
 
 def is_vision(config: dict[str, Any]) -> bool:

@@ -10,8 +10,8 @@ import numpy as np
 
 # mlx-vlm language models whose __call__ is `head(model(inputs, inputs_embeds=..[, position_ids]))`:
 # the head runs on last positions only
-PLAIN = {"gemma3", "qwen2_vl"}
-MROPE = {"qwen2_vl"}  # 3-axis rotary positions (time, height, width) for image tokens
+PLAIN = {"gemma3", "qwen2_vl", "qwen2_5_vl"}
+MROPE = {"qwen2_vl", "qwen2_5_vl"}  # 3-axis rotary positions (time, height, width) for image tokens
 
 
 class VisionLM:
