@@ -237,3 +237,15 @@ def test_image_cache_keys_are_outside_the_vocabulary(gemma: LoadedModel) -> None
     start, end = vision.spans[0]
     assert all(k >= KEY_BASE for k in vision.key[start:end])
     assert vision.key[:start] == vision.ids[:start] and vision.key[end:] == vision.ids[end:]
+
+
+def test_without_mlx_vlm_the_load_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from worker.fetch import CannotLoad
+    from worker.vision.load import load_vision
+
+    monkeypatch.setitem(sys.modules, "mlx_vlm.utils", None)  # `import mlx_vlm.utils` fails
+    path = CACHE / "tiny-gemma3"
+    with pytest.raises(CannotLoad, match=r"\[vision\]"):
+        load_vision("tiny", path, {"model_type": "gemma3", "vision_config": {}})
