@@ -163,7 +163,7 @@ class Engine:
             self._touched = decodes
             out = self._forward([[r.tokens[-1]] for r in decodes], [r.kv for r in decodes],
                                 [r.computed for r in decodes], True,
-                                positions=self._rope([(r, r.computed, 1) for r in decodes]))
+                                **_given(positions=self._rope([(r, r.computed, 1) for r in decodes])))
             assert out is not None
             logits.append(out)
             rows.extend(decodes)
@@ -174,8 +174,9 @@ class Engine:
             self._touched = [r for r, _ in group]
             out = self._forward([r.tokens[r.computed : r.computed + n] for r, n in group],
                                 [r.kv for r, _ in group], [r.computed for r, _ in group],
-                                any(samplers), embeds,
-                                self._rope([(r, r.computed, n) for r, n in group]))
+                                any(samplers), **_given(
+                                    embeds=embeds,
+                                    positions=self._rope([(r, r.computed, n) for r, n in group])))
             if out is not None:
                 keep = [i for i, wants in enumerate(samplers) if wants]
                 logits.append(out[mx.array(keep)] if len(keep) < len(group) else out)
@@ -260,9 +261,9 @@ class Engine:
         previous = self._inflight
         self._touched.extend(rows)
         inputs = self._next_inputs(rows, previous)
-        logits = self._forward.decode_lazy(inputs, [r.kv for r in rows],
-                                           [r.computed for r in rows],
-                                           self._rope([(r, r.computed, 1) for r in rows]))
+        logits = self._forward.decode_lazy(
+            inputs, [r.kv for r in rows], [r.computed for r in rows],
+            **_given(positions=self._rope([(r, r.computed, 1) for r in rows])))
         outputs: list[RequestOutput] = []
         if any(r.grammar is not None for r in rows):
             # the masks need the previous tokens: read them back while this forward runs
@@ -473,6 +474,11 @@ def model_dtype(model: Any) -> mx.Dtype:
         if p.dtype in (mx.float32, mx.float16, mx.bfloat16):
             return p.dtype
     return mx.float32
+
+
+def _given(**kwargs: Any) -> dict[str, Any]:
+    """The keyword arguments that are not None (a text model's forward gets none of them)."""
+    return {k: v for k, v in kwargs.items() if v is not None}
 
 
 def _group_chunks(chunks: list[tuple[Request, int]]) -> list[list[tuple[Request, int]]]:
