@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mlx_audio.stt.models.whisper.tokenizer import LANGUAGES
+
 from protocol import messages as m
 from worker.kinds.runner import QueueFull
 from worker.stt.audio_io import AudioDecoder, AudioError
@@ -121,7 +123,7 @@ class SttRunner:
         if not segs and not done and not first:
             return None  # a retry or a silent window: nothing to say yet
         out = m.RequestOutput(request_id=rid, segments=segs, text="".join(s.text for s in segs),
-                              language=e.work.language)
+                              language=LANGUAGES.get(e.work.language, e.work.language))
         if first:  # the upload decoded: the gateway can start its response
             e.started = True
             out.queue_s = time.monotonic() - e.added

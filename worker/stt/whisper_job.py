@@ -131,7 +131,7 @@ class WhisperJob:
         seg = m.Segment(id=self.next_id, start=round(s["start"], 3), end=round(s["end"], 3),
                         text=s["text"], tokens=s["tokens"], temperature=s["temperature"],
                         avg_logprob=s["avg_logprob"], compression_ratio=s["compression_ratio"],
-                        no_speech_prob=s["no_speech_prob"],
+                        no_speech_prob=s["no_speech_prob"], seek=s["seek"],
                         words=[m.Word(word=w["word"], start=w["start"], end=w["end"])
                                for w in s.get("words", [])])
         self.next_id += 1
