@@ -21,7 +21,7 @@ SENTENCES = [
     "The weather today is sunny with a light breeze from the west.",
     "I would like to book a table for two people at seven tonight.",
     "Open the window and let some fresh air into the room.",
-    "Our meeting starts at noon in the large conference room.",
+    "Turn off the lights when you leave the kitchen at night.",
 ]
 
 

@@ -91,9 +91,10 @@ def write_ct2(path: Path, spec: str, variables: dict[str, np.ndarray], revision:
     out = [struct.pack("<I", 6), string(spec), struct.pack("<I", revision),
            struct.pack("<I", len(variables))]
     for name, value in variables.items():
-        arr = np.ascontiguousarray(value)
+        arr = np.asarray(value)  # (ascontiguousarray would make scalars 1-d)
         out += [string(name), struct.pack("<B", arr.ndim),
                 b"".join(struct.pack("<I", d) for d in arr.shape),
-                struct.pack("<B", ids[arr.dtype]), struct.pack("<I", arr.nbytes), arr.tobytes()]
+                struct.pack("<B", ids[arr.dtype]), struct.pack("<I", arr.nbytes),
+                arr.astype(arr.dtype.newbyteorder("<")).tobytes()]
     out.append(struct.pack("<I", 0))
     Path(path).write_bytes(b"".join(out))

@@ -9,6 +9,8 @@ from typing import Any
 
 import mlx.core as mx
 
+from worker.stt.cpu_softmax import use_numpy_softmax
+
 PARAKEET_TYPES = {"parakeet", "parakeet_tdt", "parakeet_ctc", "parakeet_rnnt", "parakeet_tdt_ctc"}
 
 
@@ -48,6 +50,7 @@ def load_whisper(path: Path, config: dict[str, Any], dtype: mx.Dtype | None = No
     if getattr(model, "_processor", None) is None:
         raise FileNotFoundError(f"{path} has no Whisper tokenizer files (tokenizer.json, "
                                 "tokenizer_config.json, preprocessor_config.json)")
+    use_numpy_softmax(model)  # CPU only: numpy's SIMD exp for the encoder's attention
     gen = path / "generation_config.json"
     if gen.exists() and json.loads(gen.read_text()).get("alignment_heads"):
         model.set_alignment_heads(json.loads(gen.read_text())["alignment_heads"])

@@ -75,7 +75,8 @@ class WhisperJob:
             self.segment_size = min(N_FRAMES, math.ceil(remaining / HOP_LENGTH))
             mel = log_mel_spectrogram(chunk, n_mels=self.model.dims.n_mels,
                                       padding=N_SAMPLES - chunk.shape[0])
-            self.mel = pad_or_trim(mel, N_FRAMES, axis=-2).astype(self.model.dtype)
+            # frames past the audio are zeros in mel space, as Whisper pads the last window
+            self.mel = pad_or_trim(mel[:self.segment_size], N_FRAMES, axis=-2).astype(self.model.dtype)
             self.features = self.model.encoder(self.mel[None])[0]
             mx.eval(self.features)
             self.attempt = 0
