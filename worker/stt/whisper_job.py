@@ -8,17 +8,19 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 from mlx_audio.stt.models.whisper.audio import log_mel_spectrogram, pad_or_trim
-from mlx_audio.stt.models.whisper.decoding import DecodingOptions
+from mlx_audio.stt.models.whisper.decoding import DecodingOptions, DecodingResult
 from mlx_audio.stt.models.whisper.timing import add_word_timestamps
 
 from protocol import messages as m
 from worker.stt.audio_io import AudioDecoder, AudioError
 from worker.stt.segments import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, segment_dicts, split_window
+from worker.stt.token_steps import StepDecode
 
 N_SAMPLES = N_FRAMES * HOP_LENGTH
 READ_SAMPLES = 60 * SAMPLE_RATE  # decode the upload a minute at a time
 FALLBACK = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # OpenAI: temperature 0 raises it on a failed window
 COMPRESSION_MAX, LOGPROB_MIN, NO_SPEECH_MIN = 2.4, -1.0, 0.6
+TOKENS_PER_STEP = 48  # sampled tokens per advance(): keeps one step to a few seconds
 
 
 class WhisperJob:
@@ -34,6 +36,7 @@ class WhisperJob:
         self.temps = FALLBACK if job.temperature == 0 else (job.temperature,)
         self.attempt = 0
         self.features: mx.array | None = None
+        self.decoding: StepDecode | None = None
         self.mel: mx.array | None = None
         self.segment_size = 0
         self.last_speech = 0.0
@@ -63,8 +66,8 @@ class WhisperJob:
             raise AudioError("The file contains no audio samples.")
 
     def advance(self) -> list[m.Segment]:
-        """Encode the next window, or retry its decoding at a higher temperature; the segments it
-        finished (sets ``finished`` after the last window)."""
+        """One bounded piece: encode the next window and start decoding it, or sample more of its
+        tokens, or retry it hotter; the segments it finished (``finished`` after the last)."""
         if self.features is None:
             self._fill()
             remaining = self.buf.size
@@ -80,14 +83,19 @@ class WhisperJob:
             self.features = self.model.encoder(self.mel[None])[0]
             mx.eval(self.features)
             self.attempt = 0
-        return self._decode_attempt()
+            self.decoding = None
+        if self.decoding is None:
+            self.decoding = StepDecode(self.model, self.features, DecodingOptions(
+                task=self.job.task, language=self.language or None,
+                temperature=self.temps[self.attempt], prompt=self.context[self.reset_since:],
+                fp16=self.model.dtype == mx.float16))
+        if not self.decoding.run(TOKENS_PER_STEP):
+            return []
+        return self._judge(self.decoding.result())
 
-    def _decode_attempt(self) -> list[m.Segment]:
-        t = self.temps[self.attempt]
-        options = DecodingOptions(task=self.job.task, language=self.language or None,
-                                  temperature=t, prompt=self.context[self.reset_since:],
-                                  fp16=self.model.dtype == mx.float16)
-        result = self.model.decode(self.features, options)
+    def _judge(self, result: DecodingResult) -> list[m.Segment]:
+        """Whisper's fallback rule: a repetitive or unlikely window is decoded again hotter."""
+        self.decoding = None
         if not self.language:
             self.language = result.language
         failed = (result.compression_ratio > COMPRESSION_MAX or result.avg_logprob < LOGPROB_MIN)
