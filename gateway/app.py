@@ -66,6 +66,7 @@ def build_app(config: GatewayConfig) -> Starlette:
         max_start_crashes=config.max_start_crashes, backoff=config.restart_backoff,
     ) if config.spawn_workers else None
     info = InfoEndpoints(hub, served, _version())
+    audio = AudioEndpoints(hub)
 
     def on_ready(st: AliasState) -> None:
         """An alias's worker is up: learn its parsers from the model when no alias gave them."""
@@ -105,7 +106,6 @@ def build_app(config: GatewayConfig) -> Starlette:
                 await store.close()
 
     messages = MessagesEndpoint(hub, served, config.anthropic_model_map)
-    audio = AudioEndpoints(hub)
     docs = DocsEndpoints("rapid-mlx")
     routes = [
         Route("/v1/models", info.models, methods=["GET"]),
