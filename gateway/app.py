@@ -16,6 +16,7 @@ from starlette.routing import Route
 
 from gateway.aliases import detect_into
 from gateway.anthropic.endpoint import MessagesEndpoint
+from gateway.audio.speech import SpeechEndpoint
 from gateway.config import GatewayConfig
 from gateway.edge.auth import ApiKeyMiddleware, public_paths
 from gateway.edge.cors import CorsPolicy
@@ -105,6 +106,7 @@ def build_app(config: GatewayConfig) -> Starlette:
 
     messages = MessagesEndpoint(hub, served, config.anthropic_model_map)
     docs = DocsEndpoints("rapid-mlx")
+    speech = SpeechEndpoint(hub)
     routes = [
         Route("/v1/models", info.models, methods=["GET"]),
         Route("/v1/models/{model:path}", info.model, methods=["GET"]),
@@ -117,6 +119,8 @@ def build_app(config: GatewayConfig) -> Starlette:
         Route("/v1/responses/{response_id}/input_items", stored.input_items, methods=["GET"]),
         Route("/v1/messages", messages.handle, methods=["POST"]),
         Route("/v1/messages/count_tokens", messages.count_tokens, methods=["POST"]),
+        Route("/v1/audio/speech", speech.handle, methods=["POST"]),
+        Route("/v1/audio/voices", speech.voices, methods=["GET"]),
         Route("/v1/health", health.health, methods=["GET"]),
         Route("/v1/health/{alias}", health.health_one, methods=["GET"]),
         Route("/health", health.health, methods=["GET"]),

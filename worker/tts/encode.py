@@ -22,7 +22,7 @@ _AV = {"mp3": ("mp3", "libmp3lame", None), "opus": ("ogg", "libopus", 48000),
 
 
 def _s16(samples: np.ndarray) -> bytes:
-    return (np.clip(samples, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+    return bytes((np.clip(samples, -1.0, 1.0) * 32767.0).astype("<i2").tobytes())
 
 
 def wav_header(rate: int) -> bytes:
@@ -66,10 +66,11 @@ class Encoder:
 
         self._sink = _Sink()
         self._out = av.open(self._sink, mode="w", format=container)
-        self._stream = self._out.add_stream(codec, rate=codec_rate or self.rate)
-        self._stream.layout = "mono"
-        fmt = self._stream.codec_context.codec.audio_formats[0].name
-        frame_size = self._stream.codec_context.frame_size or 1024
+        stream: Any = self._out.add_stream(codec, rate=codec_rate or self.rate)
+        stream.layout = "mono"
+        self._stream = stream
+        fmt = stream.codec_context.codec.audio_formats[0].name
+        frame_size = stream.codec_context.frame_size or 1024
         self._resampler = av.AudioResampler(format=fmt, layout="mono",
                                             rate=codec_rate or self.rate, frame_size=frame_size)
 

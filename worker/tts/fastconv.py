@@ -9,7 +9,7 @@ import mlx.core as mx
 
 
 def conv1d(x: mx.array, weight: mx.array, stride: int = 1, padding: int = 0, dilation: int = 1,
-           groups: int = 1, **_: Any) -> mx.array:
+           groups: int = 1, **unused: Any) -> mx.array:
     """mx.conv1d's result for x [N, T, C] and weight [O, K, C]: K shifted views times one GEMM."""
     out_ch, k, in_ch = weight.shape
     if groups != 1 or stride != 1 or k == 1 and padding == 0:
@@ -26,7 +26,7 @@ def conv1d(x: mx.array, weight: mx.array, stride: int = 1, padding: int = 0, dil
 
 def conv_transpose1d(x: mx.array, weight: mx.array, stride: int = 1, padding: int = 0,
                      dilation: int = 1, output_padding: int = 0, groups: int = 1,
-                     **_: Any) -> mx.array:
+                     **unused: Any) -> mx.array:
     """mx.conv_transpose1d's result for x [N, T, C], weight [O, K, C]: one GEMM, overlap-add."""
     out_ch, k, in_ch = weight.shape
     if groups != 1 or dilation != 1 or k % stride:
@@ -60,5 +60,5 @@ def install() -> None:
     from mlx_audio.tts.models.kokoro import istftnet, modules
 
     proxy = _MxWithFastConv()
-    istftnet.mx = proxy  # type: ignore[assignment]
-    modules.mx = proxy  # type: ignore[assignment]
+    setattr(istftnet, "mx", proxy)  # noqa: B010  (replace the module global they call)
+    setattr(modules, "mx", proxy)  # noqa: B010

@@ -116,7 +116,8 @@ class SpeechRunner:
         if voice not in self._packs:
             import mlx.core as mx
 
-            self._packs[voice] = mx.load(str(self.path / "voices" / f"{voice}.safetensors"))["voice"]
+            loaded: Any = mx.load(str(self.path / "voices" / f"{voice}.safetensors"))
+            self._packs[voice] = loaded["voice"]
         return self._packs[voice]
 
     @property

@@ -1,0 +1,1 @@
+"""OpenAI audio endpoints: speech-to-text and text-to-speech."""
