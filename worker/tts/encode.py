@@ -65,7 +65,8 @@ class Encoder:
         import av
 
         self._sink = _Sink()
-        self._out = av.open(self._sink, mode="w", format=container)
+        self._out = av.open(self._sink, mode="w", format=container,
+                            options={"fflags": "+bitexact"})  # same input, same bytes
         stream: Any = self._out.add_stream(codec, rate=codec_rate or self.rate)
         stream.layout = "mono"
         self._stream = stream
