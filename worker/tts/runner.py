@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import time
+import zlib
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,11 @@ class SpeechRunner:
         piece = speech.pieces[speech.next_piece]
         started = time.monotonic()
         pack = self._pack(speech.voice)
+        import mlx.core as mx
+
+        # Kokoro's vocoder draws noise: seed it from the piece, so a request always sounds (and
+        # encodes) the same, streamed or not
+        mx.random.seed(zlib.crc32(f"{speech.voice}|{speech.job.speed}|{piece}".encode()))
         audio = self.tts(piece, pack[len(piece) - 1], speech.job.speed)
         samples = np.asarray(audio, dtype=np.float32).reshape(-1)
         speech.next_piece += 1
