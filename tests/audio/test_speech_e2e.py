@@ -63,9 +63,8 @@ def test_models_list_the_voices(server: Server) -> None:
 
 @pytest.mark.parametrize("fmt", ["wav", "mp3", "flac", "opus", "aac", "pcm"])
 def test_each_format_decodes_at_its_rate(client: openai.OpenAI, fmt: str) -> None:
-    with client.audio.speech.with_raw_response.create(
-            model="tts", voice=VOICE, input="Good morning.", response_format=fmt) as raw:
-        pass
+    raw = client.audio.speech.with_raw_response.create(
+        model="tts", voice=VOICE, input="Good morning.", response_format=fmt)
     data = raw.content
     assert raw.headers["content-type"].startswith(
         {"wav": "audio/wav", "mp3": "audio/mpeg", "flac": "audio/flac", "opus": "audio/ogg",
