@@ -21,6 +21,8 @@ from worker.tts.requests import Speech, check
 
 log = logging.getLogger("rapid_mlx.worker")
 DEFAULT_VOICE = "af_heart"  # Kokoro's own default, first when the model has it
+STEP_TARGET_S = 8.0  # seconds of synthesis one piece should take (the hang watchdog allows 30)
+PHONEMES_PER_S = 14.0  # Kokoro speaks about this many phonemes a second at speed 1
 
 
 def list_voices(path: Path) -> list[str]:
@@ -48,6 +50,7 @@ class SpeechRunner:
         self._turn = 0
         self._packs: dict[str, Any] = {}
         self._stats = {"pieces": 0, "audio_s": 0.0, "synth_s": 0.0, "requests": 0}
+        self.rtf = 3.0  # seconds of synthesis per second of audio (moving average, measured)
 
     def add(self, job: m.Work) -> None:
         """Queue a Speak job (ValueError for bad input, QueueFull at the bound)."""
@@ -56,11 +59,16 @@ class SpeechRunner:
         voice = check(job, self.voices)
         if len(self._waiting) + len(self._running) >= self.max_waiting + self.max_running:
             raise QueueFull(f"the speech queue is full ({self.max_waiting} waiting)")
-        limit = max(8, int(MAX_PHONEMES * min(1.0, job.speed)))  # slow speech: shorter pieces
-        pieces = self.phonemizer.pieces(job.text, language_for(voice), limit)
+        pieces = self.phonemizer.pieces(job.text, language_for(voice), self.piece_limit(job.speed))
         if not pieces:
             raise ValueError("input has no text that can be spoken")
         self._waiting.append(Speech(job, voice, pieces, Encoder(job.audio_format, self.rate)))
+
+    def piece_limit(self, speed: float) -> int:
+        """Phonemes per piece so that one piece takes about STEP_TARGET_S to synthesize, at this
+        machine's measured speed (slow speech and a busy CPU make pieces shorter)."""
+        audio_s = STEP_TARGET_S / max(self.rtf, 0.05)
+        return max(8, min(MAX_PHONEMES, int(audio_s * PHONEMES_PER_S * speed)))
 
     def abort(self, request_ids: list[str]) -> None:
         """Forget these requests, queued or running."""
@@ -85,7 +93,10 @@ class SpeechRunner:
                                   error=f"speech synthesis failed: {exc}",
                                   error_code="internal_error")
         if out.finish_reason is not None:
-            self._running.remove(speech)
+            index = self._running.index(speech)
+            del self._running[index]
+            if index < self._turn:  # the next one moved down into its place
+                self._turn -= 1
             self._stats["requests"] += 1
         return [out]
 
@@ -104,7 +115,10 @@ class SpeechRunner:
         data = speech.encoder.feed(samples)
         self._stats["pieces"] += 1
         self._stats["audio_s"] += samples.size / self.rate
-        self._stats["synth_s"] += time.monotonic() - started
+        took = time.monotonic() - started
+        self._stats["synth_s"] += took
+        if samples.size:
+            self.rtf = 0.7 * self.rtf + 0.3 * took / (samples.size / self.rate)
         out = m.RequestOutput(request_id=speech.job.request_id, audio=data,
                               duration=round(speech.encoder.seconds, 3))
         if speech.outputs == 0:
@@ -145,7 +159,7 @@ class SpeechRunner:
         """Pieces, seconds of audio and of synthesis so far (their ratio is the real-time factor)."""
         s = dict(self._stats)
         s["audio_s"], s["synth_s"] = round(s["audio_s"], 3), round(s["synth_s"], 3)
-        return {"speech": s, "voices": len(self.voices)}
+        return {"speech": s, "voices": len(self.voices), "real_time_factor": round(self.rtf, 3)}
 
 
 def load_runner(model: str, path: Path, config: dict[str, Any],
