@@ -7,6 +7,7 @@ import base64
 import uuid
 from collections.abc import AsyncIterator
 
+import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -15,14 +16,23 @@ from gateway.audio.speech_schemas import (
     SpeechAudioDone,
     SpeechRequest,
     SpeechUsage,
+    SpeechVoiceList,
+    SpeechVoices,
 )
 from gateway.doors.disconnect import until_disconnected
 from gateway.doors.kinds import require_kind
 from gateway.doors.relay import abort_all, error_for, outputs, peek_first, submit_all
-from gateway.doors.streaming import SSE_HEADERS, sse
+from gateway.doors.streaming import SSE_HEADERS
 from gateway.edge.errors import bad_request, read_body
 from gateway.plane.hub import Hub, Stream, Terminal
 from protocol.messages import ModelFacts, RequestOutput, Speak
+
+
+def event(ev: SpeechAudioDelta | SpeechAudioDone | dict[str, object]) -> bytes:
+    """One named SSE event (`event: TYPE` then its `data:` JSON), as OpenAI sends them."""
+    kind = ev.get("type", "error") if isinstance(ev, dict) else ev.__struct_config__.tag
+    return b"event: " + str(kind).encode() + b"\ndata: " + msgspec.json.encode(ev) + b"\n\n"
+
 
 CONTENT_TYPES = {"mp3": "audio/mpeg", "opus": "audio/ogg", "aac": "audio/aac",
                  "flac": "audio/flac", "wav": "audio/wav", "pcm": "audio/pcm"}
@@ -102,15 +112,15 @@ class SpeechEndpoint:
         try:
             async for item in outputs(stream, first):
                 if isinstance(item, Terminal) or item.error is not None:
-                    yield sse(error_for(item).body())
+                    yield event(error_for(item).body())
                     return
                 if item.audio:
-                    yield sse(SpeechAudioDelta(audio=base64.b64encode(item.audio).decode()))
+                    yield event(SpeechAudioDelta(audio=base64.b64encode(item.audio).decode()))
                 if item.finish_reason is not None:
                     usage = SpeechUsage(input_tokens=item.prompt_tokens,
                                         output_tokens=item.completion_tokens,
                                         total_tokens=item.prompt_tokens + item.completion_tokens)
-                    yield sse(SpeechAudioDone(usage=usage))
+                    yield event(SpeechAudioDone(usage=usage))
         finally:
             abort_all(self.hub, [stream])
 
@@ -119,8 +129,8 @@ class SpeechEndpoint:
         want = request.query_params.get("model")
         if want is not None:
             self.hub.lookup(want)  # the 404 naming what is served
-        data = [{"model": alias, "voices": st.facts.voices, "default_voice": st.facts.voices[0]
-                 if st.facts.voices else None, "sample_rate": st.facts.sample_rate}
+        data = [SpeechVoices(model=alias, voices=st.facts.voices, default_voice=st.facts.voices[0]
+                             if st.facts.voices else None, sample_rate=st.facts.sample_rate)
                 for alias, st in self.hub.aliases.items()
                 if st.facts is not None and st.facts.kind == "speech" and want in (None, alias)]
-        return JSONResponse({"object": "list", "data": data})
+        return JSONResponse(msgspec.to_builtins(SpeechVoiceList(data=data)))

@@ -53,3 +53,19 @@ class SpeechAudioDone(msgspec.Struct, tag_field="type", tag="speech.audio.done")
 
 
 SPEECH_EVENTS = (SpeechAudioDelta, SpeechAudioDone)
+
+
+class SpeechVoices(msgspec.Struct):
+    """One text-to-speech alias's voices."""
+
+    model: str
+    voices: list[str]
+    default_voice: str | None
+    sample_rate: int
+
+
+class SpeechVoiceList(msgspec.Struct):
+    """GET /v1/audio/voices."""
+
+    data: list[SpeechVoices]
+    object: str = "list"

@@ -17,8 +17,10 @@ import httpx
 import openai
 import pytest
 
+from gateway.ops.openapi import build_openapi
 from tests.audio.tts_setup import build_kokoro, transcribe
 from tests.e2e.harness import Server
+from tests.spec_check import SpecCheck
 
 pytestmark = pytest.mark.slow
 VOICE = "jf_alpha"
@@ -58,6 +60,8 @@ def test_models_list_the_voices(server: Server) -> None:
     assert VOICE in card["voices"] and "speech" in card["capabilities"]
     listed = httpx.get(f"{server.url}/audio/voices").json()["data"]
     assert [d["model"] for d in listed] == ["tts"]
+    SpecCheck(build_openapi("test")).check("/v1/audio/voices", "get", 200,
+                                           httpx.get(f"{server.url}/audio/voices").json())
     assert listed[0]["voices"] == card["voices"] and listed[0]["default_voice"] == card["voices"][0]
 
 
@@ -105,14 +109,19 @@ def test_streamed_audio_and_sse_are_the_whole_file(client: openai.OpenAI, server
             stream_format="audio") as resp:
         streamed = b"".join(resp.iter_bytes())
     assert streamed == whole
-    deltas, done = [], None
+    deltas, done, name = [], None, None
+    spec = SpecCheck(build_openapi("test"))
     with httpx.stream("POST", f"{server.url}/audio/speech", timeout=600, json={
-            "model": "tts", "voice": VOICE, "input": text, "response_format": "mp3",
+            "model": "tts", "voice": {"id": VOICE}, "input": text, "response_format": "mp3",
             "stream_format": "sse"}) as r:
         assert r.headers["content-type"].startswith("text/event-stream")
         for line in r.iter_lines():
+            if line.startswith("event: "):
+                name = line[7:]
             if line.startswith("data: "):
                 event = json.loads(line[6:])
+                assert event["type"] == name  # named events, as documented
+                spec.check("/v1/audio/speech", "post", 200, event, "text/event-stream")
                 if event["type"] == "speech.audio.delta":
                     deltas.append(base64.b64decode(event["audio"]))
                 else:
