@@ -106,3 +106,22 @@ def test_onnx_node_paths_map_to_pytorch_modules() -> None:
     assert module_path("/decoder/decoder/generator/ups.1/ConvTranspose") == "decoder.generator.ups.1"
     gates = np.repeat(np.arange(4.0), 2)  # ONNX blocks i, o, f, c
     assert list(_gates(gates)) == [0, 0, 2, 2, 3, 3, 1, 1]  # PyTorch's i, f, g(c), o
+
+
+def test_speech_request_schema() -> None:
+    import msgspec
+
+    from gateway.audio.speech_schemas import SpeechRequest
+    from gateway.edge.errors import from_validation
+
+    def decode(body: dict) -> SpeechRequest:
+        return msgspec.json.decode(msgspec.json.encode(body), type=SpeechRequest)
+
+    req = decode({"model": "tts", "input": "Hi.", "voice": {"id": "af_a"}})
+    assert req.voice_id == "af_a" and req.response_format == "mp3" and req.stream_format is None
+    for body, param in [({"speed": 4.01}, "speed"), ({"response_format": "ogg"}, "response_format"),
+                        ({"input": "x" * 4097}, "input"), ({"stream_format": "chunks"},
+                                                           "stream_format")]:
+        with pytest.raises(msgspec.ValidationError) as exc:
+            decode({"model": "tts", "input": "Hi.", "voice": "af_a", **body})
+        assert from_validation(exc.value).param == param
