@@ -21,7 +21,10 @@ from worker.tts.requests import Speech, check
 
 log = logging.getLogger("rapid_mlx.worker")
 DEFAULT_VOICE = "af_heart"  # Kokoro's own default, first when the model has it
-STEP_TARGET_S = 8.0  # seconds of synthesis one piece should take (the hang watchdog allows 30)
+# One piece is about this much speech: its synthesis is a few seconds here (3-5x that on a busy
+# 2-core CPU, the measured real-time factor), far inside the hang watchdog's 30 s. It does not
+# depend on the machine's speed, so a request is always cut (and sounds) the same.
+PIECE_AUDIO_S = 4.0
 PHONEMES_PER_S = 14.0  # Kokoro speaks about this many phonemes a second at speed 1
 
 
@@ -65,10 +68,8 @@ class SpeechRunner:
         self._waiting.append(Speech(job, voice, pieces, Encoder(job.audio_format, self.rate)))
 
     def piece_limit(self, speed: float) -> int:
-        """Phonemes per piece so that one piece takes about STEP_TARGET_S to synthesize, at this
-        machine's measured speed (slow speech and a busy CPU make pieces shorter)."""
-        audio_s = STEP_TARGET_S / max(self.rtf, 0.05)
-        return max(8, min(MAX_PHONEMES, int(audio_s * PHONEMES_PER_S * speed)))
+        """Phonemes per piece: about PIECE_AUDIO_S of speech at SPEED (slow speech: fewer)."""
+        return max(8, min(MAX_PHONEMES, int(PIECE_AUDIO_S * PHONEMES_PER_S * speed)))
 
     def abort(self, request_ids: list[str]) -> None:
         """Forget these requests, queued or running."""
