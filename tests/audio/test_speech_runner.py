@@ -28,6 +28,14 @@ def speak(rid: str, text: str, **kw: Any) -> m.Speak:
     return m.Speak(request_id=rid, text=text, voice=VOICE, audio_format="pcm", **kw)
 
 
+def next_outputs(r: SpeechRunner) -> list[m.RequestOutput]:
+    """Step until a step has news (a piece takes longer than one step waits)."""
+    while True:
+        outs = r.step()
+        if outs:
+            return outs
+
+
 def drain(r: SpeechRunner) -> list[m.RequestOutput]:
     outs: list[m.RequestOutput] = []
     while r.has_work:
@@ -61,7 +69,7 @@ def test_queue_bound_then_turns_then_one_finish_each(runner: SpeechRunner) -> No
 
 def test_abort_stops_a_request_and_the_other_goes_on(runner: SpeechRunner) -> None:
     runner.add(speak("x", "First part. Second part. Third part."))
-    first = runner.step()
+    first = next_outputs(runner)
     assert [o.request_id for o in first] == ["x"] and first[0].finish_reason is None
     runner.add(speak("y", "Only one."))
     runner.abort(["x"])
@@ -86,6 +94,32 @@ def test_one_failing_request_fails_alone(runner: SpeechRunner, monkeypatch: Any)
     outs = {o.request_id: o for o in drain(runner)}
     assert outs["bad"].finish_reason == "error" and "boom" in (outs["bad"].error or "")
     assert outs["good"].finish_reason == "stop" and outs["good"].audio
+
+
+def test_steps_stay_short_while_a_piece_is_spoken(runner: SpeechRunner, monkeypatch: Any) -> None:
+    import time
+
+    from worker.tts import runner as runner_module
+
+    real = runner.tts
+
+    class Slow:
+        vocab, context_length, sample_rate = real.vocab, real.context_length, real.sample_rate
+
+        def __call__(self, piece: str, ref: Any, speed: float) -> Any:
+            time.sleep(3.0)
+            return real(piece, ref, speed)
+
+    monkeypatch.setattr(runner, "tts", Slow())
+    monkeypatch.setattr(runner_module, "STEP_WAIT_S", 0.2)
+    runner.add(speak("s", "Slow."))
+    steps, outs = [], []
+    while runner.has_work:
+        started = time.monotonic()
+        outs += runner.step()
+        steps.append(time.monotonic() - started)
+    assert max(steps) < 1.0 and len(steps) > 5  # the loop kept beating while it spoke
+    assert [o.finish_reason for o in outs] == ["stop"]
 
 
 def test_bad_jobs_are_refused_at_add(runner: SpeechRunner) -> None:

@@ -7,6 +7,8 @@ import logging
 import time
 import zlib
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as StillSpeaking
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,12 @@ DEFAULT_VOICE = "af_heart"  # Kokoro's own default, first when the model has it
 # depend on the machine's speed, so a request is always cut (and sounds) the same.
 PIECE_AUDIO_S = 4.0
 PHONEMES_PER_S = 14.0  # Kokoro speaks about this many phonemes a second at speed 1
+# A piece is spoken on the runner's own thread and step() waits for it at most STEP_WAIT_S, so
+# every step is short however busy the CPU (a piece cannot be split: it takes what it takes).
+# A piece still unfinished after PIECE_DEADLINE_S means the worker is stuck: step() raises,
+# the worker exits and its supervisor starts a new one.
+STEP_WAIT_S = 1.0
+PIECE_DEADLINE_S = 300.0
 
 
 def list_voices(path: Path) -> list[str]:
@@ -54,6 +62,8 @@ class SpeechRunner:
         self._packs: dict[str, Any] = {}
         self._stats = {"pieces": 0, "audio_s": 0.0, "synth_s": 0.0, "requests": 0}
         self.rtf = 3.0  # seconds of synthesis per second of audio (moving average, measured)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tts")
+        self._inflight: tuple[Speech, Future[m.RequestOutput], float] | None = None
 
     def add(self, job: m.Work) -> None:
         """Queue a Speak job (ValueError for bad input, QueueFull at the bound)."""
@@ -78,21 +88,34 @@ class SpeechRunner:
         self._running = [s for s in self._running if s.job.request_id not in ids]
 
     def step(self) -> list[m.RequestOutput]:
-        """Synthesize and encode the next piece of the next running request."""
+        """Start the next piece of the next running request (in turn) on the speaking thread,
+        or wait up to STEP_WAIT_S for the one being spoken; its news, or nothing yet."""
         while self._waiting and len(self._running) < self.max_running:
             self._running.append(self._waiting.popleft())
-        if not self._running:
-            return []
-        self._turn %= len(self._running)
-        speech = self._running[self._turn]
-        self._turn += 1
+        if self._inflight is None:
+            if not self._running:
+                return []
+            self._turn %= len(self._running)
+            speech = self._running[self._turn]
+            self._turn += 1
+            self._inflight = (speech, self._pool.submit(self._speak_next, speech),
+                              time.monotonic())
+        speech, future, since = self._inflight
         try:
-            out = self._speak_next(speech)
+            out = future.result(timeout=STEP_WAIT_S)
+        except StillSpeaking:
+            if time.monotonic() - since > PIECE_DEADLINE_S:
+                raise RuntimeError(f"one piece of speech took over {PIECE_DEADLINE_S:.0f} s: "
+                                   "the speech worker is stuck") from None
+            return []
         except Exception as exc:  # one request's failure ends that request only
-            log.exception("speech request %s failed", speech.job.request_id)
+            log.error("speech request %s failed: %r", speech.job.request_id, exc)
             out = m.RequestOutput(request_id=speech.job.request_id, finish_reason="error",
                                   error=f"speech synthesis failed: {exc}",
                                   error_code="internal_error")
+        self._inflight = None
+        if speech not in self._running:  # aborted while it was being spoken
+            return []
         if out.finish_reason is not None:
             index = self._running.index(speech)
             del self._running[index]
@@ -144,7 +167,7 @@ class SpeechRunner:
     @property
     def has_work(self) -> bool:
         """True while requests are queued or running."""
-        return bool(self._waiting or self._running)
+        return bool(self._waiting or self._running or self._inflight)
 
     @property
     def running(self) -> int:
