@@ -104,15 +104,18 @@ def build_app(config: GatewayConfig) -> Starlette:
             if store is not None:
                 await store.close()
 
-    messages = MessagesEndpoint(hub, served, config.anthropic_model_map)
+    messages = MessagesEndpoint(hub, served, config.anthropic_model_map,
+                                config.allow_image_urls)
     docs = DocsEndpoints("rapid-mlx")
     speech = SpeechEndpoint(hub)
     routes = [
         Route("/v1/models", info.models, methods=["GET"]),
         Route("/v1/models/{model:path}", info.model, methods=["GET"]),
-        Route("/v1/chat/completions", ChatEndpoint(hub, served).handle, methods=["POST"]),
+        Route("/v1/chat/completions", ChatEndpoint(hub, served, config.allow_image_urls).handle,
+              methods=["POST"]),
         Route("/v1/completions", CompletionsEndpoint(hub).handle, methods=["POST"]),
-        Route("/v1/responses", ResponsesEndpoint(hub, served, conversations).handle,
+        Route("/v1/responses", ResponsesEndpoint(hub, served, conversations,
+                                                 config.allow_image_urls).handle,
               methods=["POST"]),
         Route("/v1/responses/{response_id}", stored.get, methods=["GET"]),
         Route("/v1/responses/{response_id}", stored.delete, methods=["DELETE"]),
