@@ -16,6 +16,7 @@ from starlette.routing import Route
 
 from gateway.aliases import detect_into
 from gateway.anthropic.endpoint import MessagesEndpoint
+from gateway.audio.speech import SpeechEndpoint
 from gateway.audio.transcriptions import AudioEndpoints
 from gateway.config import GatewayConfig
 from gateway.edge.auth import ApiKeyMiddleware, public_paths
@@ -108,6 +109,7 @@ def build_app(config: GatewayConfig) -> Starlette:
     messages = MessagesEndpoint(hub, served, config.anthropic_model_map,
                                 config.allow_image_urls)
     docs = DocsEndpoints("rapid-mlx")
+    speech = SpeechEndpoint(hub)
     routes = [
         Route("/v1/models", info.models, methods=["GET"]),
         Route("/v1/models/{model:path}", info.model, methods=["GET"]),
@@ -124,6 +126,8 @@ def build_app(config: GatewayConfig) -> Starlette:
         Route("/v1/messages/count_tokens", messages.count_tokens, methods=["POST"]),
         Route("/v1/audio/transcriptions", audio.transcriptions, methods=["POST"]),
         Route("/v1/audio/translations", audio.translations, methods=["POST"]),
+        Route("/v1/audio/speech", speech.handle, methods=["POST"]),
+        Route("/v1/audio/voices", speech.voices, methods=["GET"]),
         Route("/v1/health", health.health, methods=["GET"]),
         Route("/v1/health/{alias}", health.health_one, methods=["GET"]),
         Route("/health", health.health, methods=["GET"]),

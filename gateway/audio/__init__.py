@@ -1,1 +1,2 @@
-"""OpenAI's audio endpoints on speech workers (no mlx, no audio decoding here: the worker does it)."""
+"""OpenAI's audio endpoints: speech-to-text and text-to-speech (no mlx and no audio decoding
+here: the workers do it)."""
