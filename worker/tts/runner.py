@@ -16,7 +16,7 @@ import numpy as np
 
 from protocol import messages as m
 from worker.fetch import CannotLoad
-from worker.kinds.runner import QueueFull
+from worker.kinds.runner import BadInput, QueueFull
 from worker.tts.encode import Encoder
 from worker.tts.g2p import MAX_PHONEMES, Phonemizer, language_for
 from worker.tts.requests import Speech, check
@@ -74,7 +74,7 @@ class SpeechRunner:
             raise QueueFull(f"the speech queue is full ({self.max_waiting} waiting)")
         pieces = self.phonemizer.pieces(job.text, language_for(voice), self.piece_limit(job.speed))
         if not pieces:
-            raise ValueError("input has no text that can be spoken")
+            raise BadInput("input has no text that can be spoken", param="input")
         self._waiting.append(Speech(job, voice, pieces, Encoder(job.audio_format, self.rate)))
 
     def piece_limit(self, speed: float) -> int:
