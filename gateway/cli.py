@@ -270,6 +270,19 @@ def worker(args: tuple[str, ...]) -> None:
     os.execv(sys.executable, [sys.executable, "-m", "worker", *args])
 
 
+@main.command("convert-whisper")
+@click.argument("src", type=click.Path(exists=True, file_okay=False))
+@click.argument("dst", type=click.Path(file_okay=False))
+@click.option("--dtype", type=click.Choice(["float16", "float32"]), default="float16",
+              show_default=True, help="weights dtype in the output")
+def convert_whisper(src: str, dst: str, dtype: str) -> None:
+    """Convert a faster-whisper (CTranslate2) Whisper folder SRC into an MLX folder DST."""
+    import subprocess
+
+    cmd = [sys.executable, "-m", "worker.stt.convert_ct2", src, dst, "--dtype", dtype]
+    sys.exit(subprocess.run(cmd, check=False).returncode)
+
+
 _URL = click.option("--url", default="http://127.0.0.1:8000", show_default=True,
                     envvar="RAPID_MLX_URL", help="the running server")
 

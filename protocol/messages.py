@@ -203,6 +203,7 @@ class Segment(msgspec.Struct, array_like=True, omit_defaults=True, kw_only=True)
     compression_ratio: float = 0.0
     no_speech_prob: float = 0.0
     words: list[Word] = []
+    seek: int = 0  # the window's start (mel frames, 100 per second), as Whisper reports it
 
 
 class RequestOutput(msgspec.Struct, array_like=True, omit_defaults=True, kw_only=True):
