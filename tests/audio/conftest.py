@@ -35,13 +35,18 @@ def ct2_whisper_dir() -> Path:
     return Path(out.stdout.strip())
 
 
-@pytest.fixture(scope="session")
-def whisper_dir() -> Path:
+def converted_whisper() -> Path:
     """tiny.en converted with `rapid-mlx convert-whisper` (rebuilt when missing)."""
     if not (MODEL_DIR / "model.safetensors").exists():
         subprocess.run([sys.executable, "-m", "gateway", "convert-whisper",
                         str(ct2_whisper_dir()), str(MODEL_DIR)], check=True)
     return MODEL_DIR
+
+
+@pytest.fixture(scope="session")
+def whisper_dir() -> Path:
+    """tiny.en converted with `rapid-mlx convert-whisper` (rebuilt when missing)."""
+    return converted_whisper()
 
 
 @pytest.fixture(scope="session")
