@@ -40,7 +40,7 @@ def allowed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def clip(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     """One spoken sentence (espeak-ng)."""
-    return SENTENCES[0], speak(SENTENCES[0], tmp_path_factory.mktemp("clip") / "s.wav")
+    return SENTENCES[4], speak(SENTENCES[4], tmp_path_factory.mktemp("clip") / "s.wav")
 
 
 @pytest.fixture(scope="module")
