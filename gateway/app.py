@@ -24,6 +24,7 @@ from gateway.edge.hosts import HostPolicy
 from gateway.edge.middleware import EdgeMiddleware
 from gateway.openai.chat import ChatEndpoint
 from gateway.openai.completions import CompletionsEndpoint
+from gateway.openai.embeddings import EmbeddingsEndpoint
 from gateway.ops.admin import AdminEndpoints
 from gateway.ops.docs_page import DocsEndpoints
 from gateway.ops.health import HealthEndpoints
@@ -110,6 +111,7 @@ def build_app(config: GatewayConfig) -> Starlette:
         Route("/v1/models/{model:path}", info.model, methods=["GET"]),
         Route("/v1/chat/completions", ChatEndpoint(hub, served).handle, methods=["POST"]),
         Route("/v1/completions", CompletionsEndpoint(hub).handle, methods=["POST"]),
+        Route("/v1/embeddings", EmbeddingsEndpoint(hub).handle, methods=["POST"]),
         Route("/v1/responses", ResponsesEndpoint(hub, served, conversations).handle,
               methods=["POST"]),
         Route("/v1/responses/{response_id}", stored.get, methods=["GET"]),
