@@ -155,6 +155,8 @@ def load_runner(model: str, path: Path, config: dict[str, Any],
                 args: argparse.Namespace) -> EmbedRunner:
     """Load the sentence encoder in PATH (mlx-embeddings) with its tokenizer and pooling."""
     loaded = load_embed_model(model, path, config)
+    if getattr(args, "context_length", 0):  # --context-length caps the tokens per input
+        loaded.cfg.max_length = min(loaded.cfg.max_length, int(args.context_length))
     encoder = Encoder(loaded.tokenizer, loaded.cfg.max_length, loaded.vocab_size,
                       loaded.cfg.prompt)
     return EmbedRunner(loaded, encoder, loaded.facts(model), args.max_batch, args.max_waiting)

@@ -13,6 +13,13 @@ POOLING_KEYS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "me
                 "pooling_mode_weightedmean_tokens": "weightedmean"}
 POOLINGS = {"mean", "cls", "max", "mean_sqrt_len", "lasttoken"}  # the ones we compute
 
+# What a family's embedding models do when the folder lacks the sentence-transformers files
+# (their model cards): Qwen3-Embedding pools the last token, EmbeddingGemma mean-pools then
+# applies two Dense layers; both normalize.
+FAMILY_DEFAULTS = {"qwen3": ("lasttoken", ["Transformer", "Pooling", "Normalize"]),
+                   "gemma3_text": ("mean", ["Transformer", "Pooling", "Dense", "Dense",
+                                            "Normalize"])}
+
 # Models trained for truncation (Matryoshka): config_sentence_transformers.json may name the
 # sizes as "matryoshka_dims" (our key; `convert-embeddings --matryoshka-dims` writes it). Else
 # these families, recognised by model_type in a sentence-transformers folder, are known to be:
@@ -79,9 +86,12 @@ def read_embed_config(path: Path, config: dict[str, Any]) -> EmbedConfig:
     """The EmbedConfig of the model folder PATH (whose config.json is CONFIG)."""
     modules = _modules(path)
     types = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
+    model_type = str(config.get("model_type", "")).replace("-", "_")
     pool_dir = next((m.get("path", "") for m in modules if str(m.get("type", "")).endswith("Pooling")),
                     "1_Pooling")
     pooling = pooling_mode(_json(path / str(pool_dir) / "config.json"))
+    if not modules and model_type in FAMILY_DEFAULTS:
+        pooling, types = FAMILY_DEFAULTS[model_type]
     if pooling not in POOLINGS:
         raise BadFolder(f"pooling mode '{pooling}' is not supported (we do {', '.join(sorted(POOLINGS))})")
     st = _json(path / "config_sentence_transformers.json")
@@ -94,8 +104,7 @@ def read_embed_config(path: Path, config: dict[str, Any]) -> EmbedConfig:
     hidden = int(config.get("hidden_size") or text.get("hidden_size") or 0)
     prompts: dict[str, Any] = st.get("prompts") or {}
     default = st.get("default_prompt_name")
-    model_type = str(config.get("model_type", "")).replace("-", "_")
     return EmbedConfig(
         pooling=pooling, normalize="Normalize" in types, max_length=max_length,
         dense="Dense" in types, prompt=str(prompts.get(default, "")) if default else "",
-        dims=matryoshka_dims(st, model_type, hidden) if modules else [], modules=types)
+        dims=matryoshka_dims(st, model_type, hidden) if types else [], modules=types)
