@@ -231,3 +231,34 @@ def test_serving_without_the_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> 
     with pytest.raises(CannotLoad) as err:
         registry.load_runner("embed", "some/model", Path("/nonexistent"), {}, None)  # type: ignore[arg-type]
     assert "'embeddings' extra" in str(err.value) and "rapid-mlx[embeddings]" in str(err.value)
+
+
+def test_equal_lengths_fill_one_batch() -> None:
+    requests = [Pending("a", [])]
+    queued = [Item("a", i, [1] * n) for i, n in enumerate([5, 3, 5, 3, 5, 3, 5, 3])]
+    assert [len(it.tokens) for it in pick_batch(requests, queued, 4, 1000)] == [5, 5, 5, 5]
+
+
+def test_fast_erf_and_gelu_match_the_exact_ones() -> None:
+    import math
+
+    import mlx.nn as nn
+
+    from worker.embed.fast_ops import FastGELU, erf, swap_gelu
+
+    xs = np.linspace(-6, 6, 20001, dtype=np.float32)
+    ref = np.array([math.erf(float(v)) for v in xs])
+    assert np.abs(np.array(erf(mx.array(xs))) - ref).max() < 1e-6
+    x = mx.array(xs)
+    assert float(mx.abs(FastGELU()(x) - nn.gelu(x)).max()) < 5e-6
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.act = nn.GELU()
+            self.tanh = nn.GELU(approx="tanh")  # an approximate GELU stays as it is
+            self.layers = [nn.Linear(2, 2)]
+
+    block = Block()
+    assert swap_gelu(block) == 1
+    assert isinstance(block.act, FastGELU) and isinstance(block.tanh, nn.GELU)

@@ -43,7 +43,7 @@ def pick_batch(requests: list[Pending], queued: list[Item], max_batch: int,
     ranked = sorted(queued, key=lambda it: len(it.tokens))
     anchor = max((i for i, it in enumerate(ranked)
                   if order.get(it.request_id, len(order)) == oldest),
-                 key=lambda i: len(ranked[i].tokens))
+                 key=lambda i: (len(ranked[i].tokens), i))  # the last of equal lengths
     width = max(1, len(ranked[anchor].tokens))
     rows = max(1, min(max_batch, max_tokens // width))
     start = max(0, anchor + 1 - rows)

@@ -9,6 +9,7 @@ import mlx.core as mx
 import numpy as np
 
 from protocol import messages as m
+from worker.embed.fast_ops import on_cpu, swap_gelu
 from worker.embed.inputs import InputError
 from worker.embed.pooling import normalize, pool
 from worker.embed.st_config import BadFolder, EmbedConfig, read_embed_config
@@ -85,6 +86,8 @@ def load_embed_model(model: str, path: Path, config: dict[str, Any]) -> EmbedMod
     except FileNotFoundError as exc:
         raise CannotLoad(model, f"{path} has no model*.safetensors", "convert it first: "
                          "rapid-mlx convert-embeddings SRC DST") from exc
+    if on_cpu():
+        swap_gelu(net)  # MLX's CPU erf is the slowest part of a BERT forward
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     text: dict[str, Any] = config.get("text_config") or {}
     vocab = int(config.get("vocab_size") or text.get("vocab_size") or len(tokenizer))
