@@ -11,9 +11,9 @@ from gateway.openai.schemas import TokenId, TokenIds
 
 MAX_INPUTS = 2048  # inputs per request (OpenAI's limit)
 
-# a string, strings, token ids or lists of token ids (one kind per request; checked later)
-EmbeddingInput = str | Annotated[list[str | TokenId | TokenIds],
-                                 Meta(min_length=1, max_length=MAX_INPUTS)]
+# a string, strings, token ids or lists of token ids (one kind per request, at most MAX_INPUTS
+# inputs: checked by the endpoint, since one token-id input may be longer than that)
+EmbeddingInput = str | Annotated[list[str | TokenId | TokenIds], Meta(min_length=1)]
 
 
 class EmbeddingRequest(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -17,6 +17,7 @@ from gateway.doors.kinds import require_kind
 from gateway.doors.relay import abort_all, error_for, peek_first, submit_all
 from gateway.edge.errors import APIError, bad_request, read_body
 from gateway.openai.embedding_schemas import (
+    MAX_INPUTS,
     Embedding,
     EmbeddingList,
     EmbeddingRequest,
@@ -39,6 +40,9 @@ def split_inputs(value: str | list[Any], vocab: int, ctx: int,
         raise bad_request("input must be a string, a list of strings, a list of token ids, or a "
                           "list of lists of token ids, not a mix.", param="input",
                           code="invalid_value")
+    if len(inputs) > MAX_INPUTS:
+        raise bad_request(f"input has {len(inputs)} items; at most {MAX_INPUTS} inputs per "
+                          "request.", param="input", code="invalid_value")
     for i, v in enumerate(inputs):
         if not v:
             raise bad_request(f"input[{i}] is empty; every input needs at least one token.",
