@@ -8,7 +8,8 @@ converted with `rapid-mlx convert-embeddings` into /tmp/rapid-mlx-test-models/mi
 (1, 32, 256), requests one after another, enough of them to cover 256 inputs; "1 x8" sends
 single-input requests from 8 concurrent clients (the worker batches them together). Rounds
 alternate between the two sides and the best round counts: other jobs only ever slow a run down.
-sentence-transformers runs in the reference venv with torch.set_num_threads(THREADS), encode()
+sentence-transformers runs in the reference venv (one process, kept running; each case runs on
+both sides back to back) with torch.set_num_threads(THREADS), encode()
 batch_size 32; our server runs with OPENBLAS_NUM_THREADS=THREADS and --max-batch 32."""
 
 from __future__ import annotations
@@ -111,19 +112,44 @@ def ours_round(client: httpx.Client, url: str, texts: list[str], size: int, clie
     return done / (time.perf_counter() - t0)
 
 
-def st_rounds(src: Path, texts: list[str], sizes: list[int], rounds: int,
-              threads: int) -> dict[str, list[float]]:
-    """sentence-transformers' embeddings/s per size (one list entry per round)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "PYTHONPATH")}
-    out = subprocess.run([refs_python(), str(ROOT / "bench" / "embed_st.py")], input=json.dumps(
-        {"model": str(src), "sizes": sizes, "rounds": rounds, "threads": threads,
-         "sentences": texts}), capture_output=True, text=True, check=True, env=env, timeout=1800)
-    result: dict[str, list[float]] = json.loads(out.stdout)
-    return result
+class Reference:
+    """sentence-transformers in the reference venv, kept running; one case per call."""
+
+    def __init__(self, src: Path, texts: list[str], threads: int) -> None:
+        env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "PYTHONPATH")}
+        self.proc = subprocess.Popen([refs_python(), str(ROOT / "bench" / "embed_st.py")],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                     env=env)
+        self._send({"model": str(src), "threads": threads, "sentences": texts})
+        self._read()  # loaded and warmed up
+
+    def _send(self, obj: dict[str, object]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(obj) + "\n")
+        self.proc.stdin.flush()
+
+    def _read(self) -> dict[str, float]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit("the sentence-transformers process died")
+        result: dict[str, float] = json.loads(line)
+        return result
+
+    def rate(self, size: int) -> float:
+        """Embeddings/s for one round of SIZE-input encode() calls covering 256 inputs."""
+        self._send({"size": size})
+        return self._read()["rate"]
+
+    def close(self) -> None:
+        """Stop the process."""
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(30)
 
 
 def main() -> None:
-    """Run both sides, alternating, and print the table."""
+    """Run both sides, case by case, alternating, and print the table."""
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
@@ -133,29 +159,34 @@ def main() -> None:
     src, folder = model_folders(args.model)
     cases = [(1, 1), (32, 1), (256, 1), (1, 8)]
     ours: dict[tuple[int, int], list[float]] = {c: [] for c in cases}
-    st: dict[str, list[float]] = {}
+    st: dict[int, list[float]] = {1: [], 32: [], 256: []}
     proc, url = serve(folder, args.threads)
-    print(f"our worker: OpenBLAS {openblas_path() or 'not found'}; threads {args.threads}")
+    ref = Reference(src, texts, args.threads)
+    print(f"our worker: OpenBLAS {openblas_path() or 'not found'}; threads {args.threads}; "
+          f"load average {os.getloadavg()[0]:.1f}")
     try:
         with httpx.Client(timeout=600, limits=httpx.Limits(max_connections=16)) as client:
             ours_round(client, url, texts, 32, 1)  # warm up
             for r in range(args.rounds):
-                for c in cases:
-                    ours[c].append(ours_round(client, url, texts, *c))
-                got = st_rounds(src, texts, [1, 32, 256], 1, args.threads)
-                for k, v in got.items():
-                    st.setdefault(k, []).extend(v)
+                for size, clients in cases:  # the two sides back to back, in turn first
+                    first_ours = (r + size) % 2 == 0
+                    if not first_ours and clients == 1:
+                        st[size].append(ref.rate(size))
+                    ours[(size, clients)].append(ours_round(client, url, texts, size, clients))
+                    if first_ours and clients == 1:
+                        st[size].append(ref.rate(size))
                 print(f"round {r + 1}: ours {[round(ours[c][-1]) for c in cases]}, "
-                      f"sentence-transformers {[round(v[-1]) for v in got.values()]}")
+                      f"sentence-transformers {[round(v[-1]) for v in st.values()]}, "
+                      f"load average {os.getloadavg()[0]:.1f}")
     finally:
+        ref.close()
         proc.terminate()
         proc.wait(30)
     print(f"\n{'inputs/request':<16} {'ours emb/s':>11} {'s-t emb/s':>10} {'ratio':>6}")
     for size, clients in cases:
-        best = max(ours[(size, clients)])
-        ref = max(st[str(size)])
+        best, peer = max(ours[(size, clients)]), max(st[size])
         label = f"{size}" if clients == 1 else f"{size} x{clients} clients"
-        print(f"{label:<16} {best:>11.1f} {ref:>10.1f} {best / ref:>6.2f}")
+        print(f"{label:<16} {best:>11.1f} {peer:>10.1f} {best / peer:>6.2f}")
 
 
 if __name__ == "__main__":

@@ -19,8 +19,8 @@ from worker.kinds.runner import QueueFull
 
 log = logging.getLogger("rapid_mlx.worker")
 
-STEP_SECONDS = 2.0  # aim for one step to take about this long (the watchdog allows 30 s)
-TOKENS_MIN, TOKENS_MAX = 256, 16384  # padded tokens per forward, whatever the timing says
+STEP_SECONDS = 4.0  # aim for one step to take about this long (the watchdog allows 30 s)
+TOKENS_MIN, TOKENS_MAX = 1024, 16384  # padded tokens per forward, whatever the timing says
 
 
 class EmbedRunner:
