@@ -262,3 +262,15 @@ def test_fast_erf_and_gelu_match_the_exact_ones() -> None:
     block = Block()
     assert swap_gelu(block) == 1
     assert isinstance(block.act, FastGELU) and isinstance(block.tanh, nn.GELU)
+
+
+def test_gateway_side_never_imports_mlx() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, gateway.app, gateway.cli, gateway.openai.embeddings; "
+            "bad = [m for m in sys.modules if m.split('.')[0] in "
+            "('mlx', 'mlx_embeddings', 'transformers', 'torch')]; print(bad); assert not bad")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stdout + out.stderr
