@@ -266,6 +266,11 @@ class ModelCard(msgspec.Struct):
     model: str | None = None  # what the alias serves: a path or a hub repo
     revision: str | None = None
     boot_id: str | None = None  # of the alias's current worker
+    kind: str | None = None  # generate, embed, transcribe, speech (null until the worker is up)
+    capabilities: list[str] = []  # its endpoints ("chat", "embeddings", ...), then "dimensions"...
+    dimensions: int | None = None  # an embedding model's vector size
+    voices: list[str] | None = None  # a speech model's voices
+    sample_rate: int | None = None  # a speech model's output rate (Hz)
 
 
 class ModelList(msgspec.Struct):

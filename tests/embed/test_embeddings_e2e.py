@@ -107,6 +107,10 @@ def test_body_conforms_to_openapi(embed_server: Server) -> None:
         check.check("/v1/embeddings", "post", 200, r.json())
     r = _post(embed_server, {"model": "minilm", "input": "a", "dimensions": 8})
     check.check("/v1/embeddings", "post", 400, r.json())
+    check.check("/v1/models", "get", 200, httpx.get(f"{embed_server.url}/models").json())
+    worker = embed_server.worker("minilm")
+    check.check("/v1/workers/{alias}", "get", 200, worker)
+    assert worker["kind"] == "embed" and worker["live"]["embed"]["batches"] > 0
 
 
 def test_similar_sentences_rank_above_unrelated(client: openai.OpenAI) -> None:
