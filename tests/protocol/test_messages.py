@@ -15,6 +15,10 @@ def _jobs() -> list[m.Job]:
                    tools=[{"type": "function", "function": {"name": "f"}}],
                    chat_template_kwargs={"enable_thinking": False}),
         m.Generate(request_id="r2", params=m.SamplingParams(), prompt_ids=[1, 2, 3]),
+        m.Embed(request_id="e", inputs=["a", [1, 2]], dimensions=8, truncate=True),
+        m.Transcribe(request_id="t", audio=b"RIFF\x00", filename="a.wav", task="translate"),
+        m.Speak(request_id="s", text="hi", voice="af", speed=1.5, audio_format="mp3",
+                stream=True),
         m.Abort(request_ids=["r1", "r2"]),
         m.StatusQuery(query_id="q"),
         m.Shutdown(reason="bye"),
@@ -29,6 +33,15 @@ def _events() -> list[m.Event]:
     return [
         m.Ready(alias="a", boot_id="b", pid=1, protocol_version=m.PROTOCOL_VERSION, facts=facts),
         m.StepOutputs(boot_id="b", step=7, outputs=[out, m.RequestOutput(request_id="r2")]),
+        m.StepOutputs(boot_id="b", step=8, outputs=[
+            m.RequestOutput(request_id="e", embeddings=[b"\x00\x00\x80?"], finish_reason="stop"),
+            m.RequestOutput(request_id="s", audio=b"ID3", duration=1.5),
+            m.RequestOutput(request_id="t", text="hi", language="en", segments=[
+                m.Segment(id=0, start=0.0, end=1.0, text="hi",
+                          words=[m.Word(word="hi", start=0.1, end=0.4)])])]),
+        m.Ready(alias="e", boot_id="c", pid=2, protocol_version=m.PROTOCOL_VERSION,
+                facts=m.ModelFacts(model="e", kind="embed", embedding_dimensions=384,
+                                   capabilities=["dimensions"])),
         m.Heartbeat(boot_id="b", step=7, running=1, waiting=0),
         m.Status(boot_id="b", query_id="q", body={"running": 1}),
         m.Dead(alias="a", boot_id="b", reason="oom"),
