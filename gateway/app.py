@@ -26,6 +26,7 @@ from gateway.edge.hosts import HostPolicy
 from gateway.edge.middleware import EdgeMiddleware
 from gateway.openai.chat import ChatEndpoint
 from gateway.openai.completions import CompletionsEndpoint
+from gateway.openai.embeddings import EmbeddingsEndpoint
 from gateway.ops.admin import AdminEndpoints
 from gateway.ops.docs_page import DocsEndpoints
 from gateway.ops.health import HealthEndpoints
@@ -116,6 +117,7 @@ def build_app(config: GatewayConfig) -> Starlette:
         Route("/v1/chat/completions", ChatEndpoint(hub, served, config.allow_image_urls).handle,
               methods=["POST"]),
         Route("/v1/completions", CompletionsEndpoint(hub).handle, methods=["POST"]),
+        Route("/v1/embeddings", EmbeddingsEndpoint(hub).handle, methods=["POST"]),
         Route("/v1/responses", ResponsesEndpoint(hub, served, conversations,
                                                  config.allow_image_urls).handle,
               methods=["POST"]),

@@ -270,6 +270,16 @@ def worker(args: tuple[str, ...]) -> None:
     os.execv(sys.executable, [sys.executable, "-m", "worker", *args])
 
 
+@main.command("convert-embeddings",
+              context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
+                                "help_option_names": []})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def convert_embeddings(args: tuple[str, ...]) -> None:
+    """Convert a sentence-transformers checkpoint for serving: SRC DST (try --help)."""
+    # the converter imports mlx (through mlx-embeddings), which the gateway never does
+    os.execv(sys.executable, [sys.executable, "-m", "worker.embed.convert", *args])
+
+
 @main.command("convert-whisper")
 @click.argument("src", type=click.Path(exists=True, file_okay=False))
 @click.argument("dst", type=click.Path(file_okay=False))

@@ -12,6 +12,7 @@ from gateway.anthropic import schemas as a
 from gateway.anthropic.errors import is_messages_path
 from gateway.anthropic.event_schemas import MESSAGE_EVENTS
 from gateway.audio import speech_schemas as sp
+from gateway.openai import embedding_schemas as e
 from gateway.openai import schemas as s
 from gateway.openai.stream_schemas import CHAT_EVENTS, COMPLETION_EVENTS
 from gateway.ops import schemas as o
@@ -28,6 +29,9 @@ ROUTES: list[tuple[str, str, str, type | None, type | None, bool]] = [
      s.ChatCompletion, True),
     ("/v1/completions", "post", "Create a text completion", s.CompletionRequest, s.Completion,
      True),
+    ("/v1/embeddings", "post", "Create embeddings (needs an embedding model; `truncate` is our "
+     "extension: cut over-long inputs instead of a 400)", e.EmbeddingRequest, e.EmbeddingList,
+     False),
     ("/v1/responses", "post", "Create a model response (OpenAI Responses API; stored unless "
      "`store` is false or the server runs with --no-store)", rs.CreateResponse,
      ro.ResponseObject, True),

@@ -8,6 +8,9 @@ from typing import Any
 EMBED_TYPES = {"bert", "xlm-roberta", "roberta", "modernbert", "nomic_bert", "distilbert"}
 STT_TYPES = {"whisper", "parakeet", "parakeet_tdt", "parakeet_ctc", "parakeet_rnnt"}
 TTS_TYPES = {"kokoro", "istftnet"}
+# decoder families whose embedding models ship without sentence-transformers files in some MLX
+# conversions (e.g. mlx-lm's Qwen3-Embedding): recognised by "embedding" in the folder's name
+NAMED_EMBED_TYPES = {"qwen3", "gemma3_text"}
 
 
 def detect_kind(path: Path, config: dict[str, Any]) -> str:
@@ -18,6 +21,8 @@ def detect_kind(path: Path, config: dict[str, Any]) -> str:
         return "embed"  # a sentence-transformers folder (EmbeddingGemma, Qwen3-Embedding, MiniLM)
     if model_type in EMBED_TYPES or "formaskedlm" in archs:
         return "embed"
+    if model_type in NAMED_EMBED_TYPES and "embedding" in str(path).lower():
+        return "embed"  # e.g. .../models--mlx-community--Qwen3-Embedding-0.6B-4bit-DWQ/...
     if model_type in STT_TYPES or "whisper" in archs or "parakeet" in archs:
         return "transcribe"
     if model_type in TTS_TYPES or "istftnet" in config or "kokoro" in archs:

@@ -1,0 +1,1 @@
+"""The embedding worker kind: sentence encoders through mlx-embeddings, batched."""
