@@ -293,6 +293,15 @@ def convert_whisper(src: str, dst: str, dtype: str) -> None:
     sys.exit(subprocess.run(cmd, check=False).returncode)
 
 
+@main.command("convert-kokoro",
+              context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
+                                "help_option_names": []})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def convert_kokoro(args: tuple[str, ...]) -> None:
+    """Convert a Kokoro-82M ONNX export for serving: SRC DST [--voices] [--vocab] (try --help)."""
+    os.execv(sys.executable, [sys.executable, "-m", "worker.tts.convert", *args])
+
+
 _URL = click.option("--url", default="http://127.0.0.1:8000", show_default=True,
                     envvar="RAPID_MLX_URL", help="the running server")
 

