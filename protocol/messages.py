@@ -152,6 +152,7 @@ class ModelFacts(msgspec.Struct, array_like=True, omit_defaults=True, kw_only=Tr
     think_opened_by_template: bool = False
     chat_template: str | None = None
     special_tokens: list[str] = []
+    revision: str = ""  # fingerprint of the weights (worker/fingerprint.py): replicas must agree
 
 
 class Ready(_Msg, tag="ready"):

@@ -97,6 +97,9 @@ def serve_kind(kind: str, args: argparse.Namespace, sock: Any, boot_id: str, sec
                       "" if debug else " (--log-level debug shows the traceback)")
         logging.debug("details", exc_info=True)
         return _give_up(sock, args.alias, boot_id, f"load failed: {why}", 3)
+    from worker.fingerprint import fingerprint
+
+    runner.facts.revision = fingerprint(path)
     loop = KindLoop(runner, sock, args.alias, boot_id, args.parent_pid, secret=secret,
                     path=str(path))
     logging.info("serving %s (%s, %s) pid %d boot %s", args.alias, args.model, kind,
@@ -135,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     from worker.attention import install as install_paged_attention
     from worker.engine import Engine, model_dtype
     from worker.fetch import EXIT_CANNOT_LOAD, CannotLoad
+    from worker.fingerprint import fingerprint
     from worker.kv_setup import UnsupportedModel, plan_kv
     from worker.loader import load_model
     from worker.loop import WorkerLoop
@@ -155,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         if kind != "generate":
             return serve_kind(kind, args, sock, boot_id, secret)
         loaded = load_model(args.model, args.revision)
+        loaded.facts.revision = fingerprint(loaded.path)
         context_length = loaded.facts.context_length
         if args.context_length:
             if args.context_length > context_length:
