@@ -64,7 +64,7 @@ def on_frames(hub: Hub, frames: list[zmq.Frame]) -> None:
         with contextlib.suppress(zmq.ZMQError):
             user_id = str(frames[1].get("User-Id"))
     peer = ""
-    if isinstance(event, m.Ready):
+    if isinstance(event, m.Ready) and hub.address.startswith("tcp://"):
         with contextlib.suppress(zmq.ZMQError):
             peer = str(frames[1].get("Peer-Address"))  # tcp only: the worker's IP
     on_event(hub, identity, user_id, event, peer)

@@ -36,10 +36,10 @@ class PrefixTree:
             if child is None:
                 break
             n = _common(child.edge, text, i)
-            child.used = now
             i += n
             if n < len(child.edge):
                 break
+            child.used = now
             node = child
         return i
 
@@ -54,13 +54,13 @@ class PrefixTree:
                 self.size += len(leaf.edge)
                 break
             n = _common(child.edge, text, i)
-            child.used = now
-            if n < len(child.edge):  # split the edge at n
+            if n < len(child.edge):  # split the edge at n (the rest keeps its own age)
                 mid = _Node(child.edge[:n], node, used=now)
                 node.children[text[i]] = mid
                 child.edge, child.parent = child.edge[n:], mid
                 mid.children[child.edge[0]] = child
                 child = mid
+            child.used = now
             i += n
             node = child
         self.evict()
