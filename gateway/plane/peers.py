@@ -38,12 +38,13 @@ class PeerAuth:
         """Why this Ready is refused (a metric reason), or None to accept it."""
         if ev.alias != st.alias:
             return "alias_mismatch"
-        if not self.external:
-            r = st.replicas.get(ev.boot_id)
+        r = st.replicas.get(ev.boot_id)
+        if not self.external and (r is not None or not self.joinable):
             if (r is None or r.secret is None
                     or identity != m.routing_id(st.alias, ev.boot_id, r.secret)):
                 return "unexpected_ready"
             return None if _same(ev.secret, r.secret) else "bad_secret"
+        # an external worker: with --no-spawn-workers, or joining spawned ones as a replica
         if identity != self.routing_id(st.alias, ev.boot_id):
             return "identity_mismatch"
         if self.curve is not None and not self.curve.allows(user_id, st.alias):
@@ -53,6 +54,11 @@ class PeerAuth:
         if self.curve is None and self.token is None and not self.insecure:
             return "unauthenticated"
         return None
+
+    @property
+    def joinable(self) -> bool:
+        """True when workers this gateway did not spawn may join (CURVE keys or a token)."""
+        return self.curve is not None or self.token is not None
 
     def routing_id(self, alias: str, boot_id: str) -> bytes:
         """The routing id an external worker of ALIAS with BOOT_ID must use."""

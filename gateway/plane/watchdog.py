@@ -39,7 +39,7 @@ def check_replica(hub: Hub, st: AliasState, r: Replica, now: float) -> None:
     """Declare replica R gone when it is lost (external) or hung with work."""
     if r.identity is None:
         return
-    if hub.external and lost(hub, st, r, now):
+    if (hub.external or r.secret is None) and lost(hub, st, r, now):  # not spawned by us
         return
     if not r.streams:
         return

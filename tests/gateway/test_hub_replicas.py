@@ -9,7 +9,8 @@ import asyncio
 from gateway.plane.hub import Terminal
 from gateway.plane.replica_drain import drain_replica
 from protocol import messages as m
-from tests.gateway.test_hub_plane import Peer, _hub, _until, address  # noqa: F401  (fixture)
+from tests.gateway.test_hub_plane import Peer, _hub, _until
+from tests.gateway.test_hub_plane import address as address  # the fixture
 
 
 def _ready(boot: str, revision: str = "rev1") -> bytes:
