@@ -164,7 +164,8 @@ class WorkerLoop:
         self._send(m.Status(boot_id=self.boot_id, query_id=job.query_id, body=self.status()))
 
     def _on_shutdown(self, job: m.Shutdown) -> None:
-        log.info("shutdown requested: %s", job.reason or "no reason")
+        log.log(logging.ERROR if job.reason.startswith("refused") else logging.INFO,
+                "shutdown requested: %s", job.reason or "no reason")
         self.running = False
 
     def status(self) -> dict[str, Any]:

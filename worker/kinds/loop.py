@@ -80,7 +80,8 @@ class KindLoop:
         elif isinstance(job, m.StatusQuery):
             self._on_status(job)
         elif isinstance(job, m.Shutdown):
-            log.info("shutdown requested: %s", job.reason or "no reason")
+            log.log(logging.ERROR if job.reason.startswith("refused") else logging.INFO,
+                    "shutdown requested: %s", job.reason or "no reason")
             self.running = False
         else:
             self._add(job)
