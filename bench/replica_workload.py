@@ -21,12 +21,14 @@ def system_prompts(n: int = 4, words: int = 220, seed: int = 14) -> list[str]:
             + " ".join(rng.choice(_WORDS) for _ in range(words)) for k in range(n)]
 
 
-def rounds(turns: int = 4, systems: int = 4) -> list[list[list[dict[str, str]]]]:
-    """TURNS rounds; each round has one conversation per system prompt (sent together)."""
+def rounds(turns: int = 4, systems: int = 4,
+           users: int = 1) -> list[list[list[dict[str, str]]]]:
+    """TURNS rounds; each round has USERS conversations per system prompt (sent together)."""
     prompts = system_prompts(systems)
     return [[[{"role": "system", "content": s},
-              {"role": "user", "content": f"Turn {t}: what does note {t * 7 + k} say?"}]
-             for k, s in enumerate(prompts)] for t in range(turns)]
+              {"role": "user", "content": f"Turn {t}, user {u}: what does note {t * 7 + k} "
+                                          f"say?"}]
+             for k, s in enumerate(prompts) for u in range(users)] for t in range(turns)]
 
 
 def run(url: str, alias: str, plan: list[list[list[dict[str, str]]]], max_tokens: int = 8,
@@ -55,6 +57,13 @@ def replicas(url: str, alias: str) -> list[dict[str, Any]]:
 
 def computed(url: str, alias: str) -> int:
     """Prompt tokens the alias's workers computed so far (sum over replicas, live status)."""
+    return counters(url, alias)["computed"]
+
+
+def counters(url: str, alias: str) -> dict[str, int]:
+    """Prompt tokens computed, prefix-cache queries and hits, summed over the replicas."""
     rows = replicas(url, alias)
     assert all(r["live"] for r in rows), rows
-    return sum(int(r["prompt_tokens_computed"] or 0) for r in rows)
+    return {"computed": sum(int(r["prompt_tokens_computed"] or 0) for r in rows),
+            "queries": sum(int(r["prefix_cache_queries"] or 0) for r in rows),
+            "hits": sum(int(r["prefix_cache_hits"] or 0) for r in rows)}

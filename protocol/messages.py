@@ -239,6 +239,7 @@ class Heartbeat(_Msg, tag="hb"):
     waiting: int
     kv_used: int = 0
     kv_total: int = 0
+    draining: bool = False  # SIGTERM: finishing its requests, then exiting; route nothing new
 
 
 class Status(_Msg, tag="status"):

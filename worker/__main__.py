@@ -106,7 +106,7 @@ def serve_kind(kind: str, args: argparse.Namespace, sock: Any, boot_id: str, sec
                  os.getpid(), boot_id)
     try:
         loop.run()
-        reason = "shutdown"
+        reason = loop.stop_reason
     except KeyboardInterrupt:
         reason = "signal"
     except Exception as exc:  # report, then die: the supervisor restarts us
@@ -118,7 +118,7 @@ def serve_kind(kind: str, args: argparse.Namespace, sock: Any, boot_id: str, sec
         pass
     sock.close()
     sock.context.term()
-    return 0 if reason in ("shutdown", "signal") else 1
+    return 0 if reason in ("shutdown", "signal", "drained after SIGTERM") else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.info("serving %s (%s) pid %d boot %s", args.alias, args.model, os.getpid(), boot_id)
     try:
         loop.run()
-        reason = "shutdown"
+        reason = loop.stop_reason
     except KeyboardInterrupt:
         reason = "signal"
     except Exception as exc:  # report, then die: the supervisor restarts us
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         pass
     sock.close()
     ctx.term()
-    return 0 if reason in ("shutdown", "signal") else 1
+    return 0 if reason in ("shutdown", "signal", "drained after SIGTERM") else 1
 
 
 if __name__ == "__main__":

@@ -103,6 +103,8 @@ class ReplicaInfo(msgspec.Struct, kw_only=True):
     running: int
     waiting: int
     prompt_tokens_computed: int | None
+    prefix_cache_queries: int | None  # prompt tokens looked up in the worker's prefix cache
+    prefix_cache_hits: int | None  # ... and found there
     prefix_cache_hit_rate: float | None  # the worker's own prefix cache
     route_prefix_hit_rate: float | None  # the router's estimate (its prefix tree)
     routed_chars: int

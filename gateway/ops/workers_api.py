@@ -28,10 +28,10 @@ class WorkersEndpoints:
         when a worker does not answer."""
         now = time.monotonic()
         replicas = sorted(st.replicas.values(), key=lambda r: r.name)
-        lives = await asyncio.gather(*(self.hub.worker_status(st.alias, boot_id=r.boot_id)
-                                       for r in replicas if r.identity is not None))
-        by_boot = dict(zip([r.boot_id for r in replicas if r.identity is not None], lives,
-                           strict=True))
+        asked = [r.boot_id for r in replicas if r.identity is not None]  # before any await
+        lives = await asyncio.gather(*(self.hub.worker_status(st.alias, boot_id=b)
+                                       for b in asked))
+        by_boot = dict(zip(asked, lives, strict=True))
         primary = st.primary
         live = by_boot.get(primary.boot_id) if primary is not None else None
         lv = live or {}
@@ -96,6 +96,8 @@ def _replica(r: Replica, live: dict[str, Any] | None, now: float) -> dict[str, A
         "running": lv.get("running", hb.running if hb else 0),
         "waiting": lv.get("waiting", hb.waiting if hb else 0),
         "prompt_tokens_computed": lv.get("prompt_tokens_computed"),
+        "prefix_cache_queries": lv.get("prefix_cache_queries"),
+        "prefix_cache_hits": lv.get("prefix_cache_hits"),
         "prefix_cache_hit_rate": _rate(lv.get("prefix_cache_hits"),
                                        lv.get("prefix_cache_queries")),
         "route_prefix_hit_rate": r.hit_rate,

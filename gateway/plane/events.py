@@ -93,6 +93,10 @@ def on_event(hub: Hub, identity: bytes, user_id: str | None, ev: m.Event,
         _on_step(hub, r, ev, now)
     elif isinstance(ev, m.Heartbeat):
         r.heartbeat = ev
+        if ev.draining and r.state == "ready":
+            r.state = "draining"  # SIGTERM: it finishes its requests, then leaves
+            log.warning("replica %s of %s drains (SIGTERM): no new work goes to it", r.name,
+                        st.alias)
         if ev.step != r.last_step:
             r.last_step, r.last_progress = ev.step, now
     elif isinstance(ev, m.Status):

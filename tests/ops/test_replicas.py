@@ -111,6 +111,49 @@ def test_sigkill_of_one_replica_fails_only_its_started_streams(tmp_path: Path) -
         srv.stop()
 
 
+def _routed(srv: Server, replica: str) -> float:
+    return sum(v for (name, labels), v in scrape(srv.base).items()
+               if name == "rapid_mlx_replica_requests_routed_total"
+               and ("replica", replica) in labels)
+
+
+def test_sigterm_drains_one_replica_and_new_work_goes_to_the_other(tmp_path: Path) -> None:
+    keys = _keys(tmp_path)
+    srv = _replicated(keys, "--replicas", "2", "--routing", "least_loaded").wait_ready(120)
+    try:
+        wait_for(lambda: sum(r["state"] == "ready" for r in wl.replicas(srv.url, "a")) == 2)
+        victim = next(r for r in wl.replicas(srv.url, "a") if r["replica"] == "r0")
+        outcomes: list[Outcome] = [Outcome() for _ in range(4)]
+
+        def one(i: int) -> None:
+            outcomes[i] = stream_chat(srv.url, "a", 300)
+
+        threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(4)]
+        for t in threads:
+            t.start()
+        wait_for(lambda: all(r["in_flight"] >= 1 for r in wl.replicas(srv.url, "a")),
+                 every=0.02)
+        os.kill(victim["pid"], signal.SIGTERM)
+        wait_for(lambda: next(r for r in wl.replicas(srv.url, "a")
+                              if r["boot_id"] == victim["boot_id"])["state"] == "draining",
+                 timeout=2, every=0.05)
+        before = _routed(srv, "r0")
+        for _ in range(4):  # new work while r0 drains: all on r1
+            assert stream_chat(srv.url, "a", 8).ok
+        assert _routed(srv, "r0") == before
+        for t in threads:
+            t.join(120)
+        assert all(o.ok for o in outcomes), [o.error for o in outcomes]  # r0 finished its own
+        # then r0 exited and its supervisor started it again
+        wait_for(lambda: {(r["replica"], r["state"]) for r in wl.replicas(srv.url, "a")}
+                 == {("r0", "ready"), ("r1", "ready")}
+                 and victim["boot_id"] not in {r["boot_id"] for r in wl.replicas(srv.url, "a")},
+                 timeout=60)
+        assert "drained after SIGTERM" in (srv.worker("a")["last_exit"] or "")
+    finally:
+        srv.stop()
+
+
 def _worker(address: str, keys: Path, name: str, model: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "gateway", "worker", "--alias", "a", "--model", model,
