@@ -5,6 +5,7 @@ peers are bare DEALER sockets."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 from gateway.plane.hub import Terminal
 from gateway.plane.replica_drain import drain_replica
@@ -122,6 +123,41 @@ async def test_draining_one_replica_moves_new_work_to_the_other(address: str) ->
         assert await asyncio.wait_for(drain, 3) == 0
         bye = await _recv(holder)
         assert isinstance(bye, m.Shutdown) and bye.reason == "drained"
+    finally:
+        one.close()
+        two.close()
+        await hub.close()
+
+
+async def test_a_hung_replica_fails_only_its_own_requests(address: str) -> None:
+    hub = await _hub(address, external=True, insecure=True, hang_timeout=0.5)
+    one, two = Peer(address, b"a:boot1"), Peer(address, b"a:boot2")
+    try:
+        one.send(_ready("boot1"))
+        await _until(lambda: hub.serving(hub.aliases["a"]))
+        two.send(_ready("boot2"))
+        await _until(lambda: len(hub.aliases["a"].ready_replicas()) == 2)
+        stuck = hub.submit("a", _job(0, prompt="xy"))
+        fine = hub.submit("a", _job(1, prompt="zw"))
+        assert (stuck.boot_id, fine.boot_id) == ("boot1", "boot2")
+        assert isinstance(await _recv(one), m.Generate)
+        assert isinstance(await _recv(two), m.Generate)
+        one.send(_out("boot1", "r0", "started"))  # then no progress: hung
+        started = time.monotonic()
+        for _ in range(8):  # the healthy replica keeps making progress meanwhile
+            two.send(_out("boot2", "r1", "tick"))
+            two.send(m.encode(m.Heartbeat(boot_id="boot2", step=2, running=1, waiting=0)))
+            await asyncio.sleep(0.1)
+        assert isinstance(await asyncio.wait_for(stuck.queue.get(), 2), m.RequestOutput)
+        end = await asyncio.wait_for(stuck.queue.get(), 3)
+        assert isinstance(end, Terminal) and "hung" in end.message
+        assert time.monotonic() - started < 2.0
+        bye = await _recv(one)
+        assert isinstance(bye, m.Shutdown) and bye.reason == "hung"
+        two.send(_out("boot2", "r1", "end", "stop"))
+        outs = [await asyncio.wait_for(fine.queue.get(), 2) for _ in range(9)]
+        assert all(isinstance(o, m.RequestOutput) for o in outs) and outs[-1].text == "end"
+        assert hub.serving(hub.aliases["a"]) and list(hub.aliases["a"].replicas) == ["boot2"]
     finally:
         one.close()
         two.close()

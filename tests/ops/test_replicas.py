@@ -119,7 +119,8 @@ def _routed(srv: Server, replica: str) -> float:
 
 def test_sigterm_drains_one_replica_and_new_work_goes_to_the_other(tmp_path: Path) -> None:
     keys = _keys(tmp_path)
-    srv = _replicated(keys, "--replicas", "2", "--routing", "least_loaded").wait_ready(120)
+    srv = _replicated(keys, "--replicas", "2", "--routing", "least_loaded", "--admin-key",
+                      "k3y").wait_ready(120)
     try:
         wait_for(lambda: sum(r["state"] == "ready" for r in wl.replicas(srv.url, "a")) == 2)
         victim = next(r for r in wl.replicas(srv.url, "a") if r["replica"] == "r0")
@@ -150,6 +151,23 @@ def test_sigterm_drains_one_replica_and_new_work_goes_to_the_other(tmp_path: Pat
                  and victim["boot_id"] not in {r["boot_id"] for r in wl.replicas(srv.url, "a")},
                  timeout=60)
         assert "drained after SIGTERM" in (srv.worker("a")["last_exit"] or "")
+
+        # the admin call drains one replica by name; the supervisor restarts it
+        r1 = next(r for r in wl.replicas(srv.url, "a") if r["replica"] == "r1")
+        url = f"{srv.base}/admin/drain/a/r1"
+        assert httpx.post(url, json={}, timeout=10).status_code == 401
+        got = httpx.post(url, json={"timeout": 5}, headers={"Authorization": "Bearer k3y"},
+                         timeout=30)
+        assert got.status_code == 200, got.text
+        assert got.json()["boot_id"] == r1["boot_id"] and got.json()["ended"] == 0
+        assert stream_chat(srv.url, "a", 8).ok  # r0 serves meanwhile
+        wait_for(lambda: {(r["replica"], r["state"]) for r in wl.replicas(srv.url, "a")}
+                 == {("r0", "ready"), ("r1", "ready")}
+                 and r1["boot_id"] not in {r["boot_id"] for r in wl.replicas(srv.url, "a")},
+                 timeout=60)
+        missing = httpx.post(f"{srv.base}/admin/drain/a/nosuch",
+                             headers={"Authorization": "Bearer k3y"}, timeout=10)
+        assert missing.status_code == 404 and missing.json()["error"]["code"] == "replica_not_found"
     finally:
         srv.stop()
 
