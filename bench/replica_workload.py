@@ -21,10 +21,10 @@ def system_prompts(n: int = 4, words: int = 220, seed: int = 14) -> list[str]:
             + " ".join(rng.choice(_WORDS) for _ in range(words)) for k in range(n)]
 
 
-def rounds(turns: int = 4, systems: int = 4,
-           users: int = 1) -> list[list[list[dict[str, str]]]]:
+def rounds(turns: int = 4, systems: int = 4, users: int = 1,
+           seed: int = 14) -> list[list[list[dict[str, str]]]]:
     """TURNS rounds; each round has USERS conversations per system prompt (sent together)."""
-    prompts = system_prompts(systems)
+    prompts = system_prompts(systems, seed=seed)
     return [[[{"role": "system", "content": s},
               {"role": "user", "content": f"Turn {t}, user {u}: what does note {t * 7 + k} "
                                           f"say?"}]

@@ -6,8 +6,8 @@ the prefix-cache hit rate of cache-aware routing vs round robin.
 Three servers run one after another (1 replica; 2 cache_aware; 2 round_robin), each with its
 workers over tcp loopback with CURVE, on the same workload: 4 long system prompts, USERS
 conversations each per round, TURNS rounds, each round's requests sent together. Each server
-first runs the first round once to warm up (compile, page pool); the measured pass then runs
-every round (its first round is fully cached on every setup alike)."""
+first runs one round on other system prompts to warm up (compile, page pool); the measured pass
+then starts with nothing of its prompts cached."""
 
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ def measure(model: str, keys: Path, extra: tuple[str, ...], args: argparse.Names
         n = int(extra[1])
         wait_for(lambda: sum(r["state"] == "ready" for r in wl.replicas(srv.url, "a")) == n)
         plan = wl.rounds(turns=args.turns, users=args.users)
-        wl.run(srv.url, "a", plan[:1], max_tokens=4)  # warm-up: first compile and pages
+        # warm-up on other system prompts: compile and pages, while the measured pass starts cold
+        wl.run(srv.url, "a", wl.rounds(turns=1, users=args.users, seed=99), max_tokens=4)
         before = wl.counters(srv.url, "a")
         result = wl.run(srv.url, "a", plan, max_tokens=args.max_tokens, concurrency=16)
         after = wl.counters(srv.url, "a")

@@ -165,7 +165,7 @@ def test_sigterm_drains_one_replica_and_new_work_goes_to_the_other(tmp_path: Pat
                  == {("r0", "ready"), ("r1", "ready")}
                  and r1["boot_id"] not in {r["boot_id"] for r in wl.replicas(srv.url, "a")},
                  timeout=60)
-        missing = httpx.post(f"{srv.base}/admin/drain/a/nosuch",
+        missing = httpx.post(f"{srv.base}/admin/drain/a/nosuch", json={},
                              headers={"Authorization": "Bearer k3y"}, timeout=10)
         assert missing.status_code == 404 and missing.json()["error"]["code"] == "replica_not_found"
     finally:
