@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import threading
 import time
 from typing import Any
 
@@ -22,8 +23,10 @@ class SigtermDrain:
         self.since: float | None = None
 
     def install(self) -> None:
-        """Handle SIGTERM from now on (call once the loop serves)."""
-        signal.signal(signal.SIGTERM, self._on_signal)
+        """Handle SIGTERM from now on (call once the loop serves; a loop run in another thread,
+        as in tests, keeps the process's handler)."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_signal)
 
     def _on_signal(self, *_: Any) -> None:
         if self.since is not None:
