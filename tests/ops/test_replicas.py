@@ -222,3 +222,31 @@ def test_external_replicas_join_and_another_revision_is_refused(tmp_path: Path) 
             if w.poll() is None:
                 w.terminate()
                 w.wait(30)
+
+
+def test_swap_replaces_every_replica(tmp_path: Path) -> None:
+    keys = _keys(tmp_path)
+    allowed = tmp_path / "models"
+    new = allowed / "other-revision"
+    shutil.copytree(DEMO, new)
+    config = json.loads((new / "config.json").read_text())
+    (new / "config.json").write_text(json.dumps({**config, "rope_theta": 20000.0}))
+    srv = _replicated(keys, "--replicas", "2", "--admin-key", "k3y", "--swap-allow-path",
+                      str(allowed)).wait_ready(120)
+    try:
+        wait_for(lambda: sum(r["state"] == "ready" for r in wl.replicas(srv.url, "a")) == 2)
+        old = wl.replicas(srv.url, "a")
+        got = httpx.post(f"{srv.base}/admin/swap/a", json={"model": str(new)},
+                         headers={"Authorization": "Bearer k3y"}, timeout=120)
+        assert got.status_code == 200, got.text
+        wait_for(lambda: sum(r["state"] == "ready" for r in wl.replicas(srv.url, "a")) == 2,
+                 timeout=60)
+        rows = wl.replicas(srv.url, "a")
+        assert not {r["boot_id"] for r in rows} & {r["boot_id"] for r in old}
+        assert {r["model"] for r in rows} == {str(new)}
+        assert len({r["revision"] for r in rows}) == 1
+        assert {r["revision"] for r in rows} != {r["revision"] for r in old}
+        assert stream_chat(srv.url, "a", 8).ok
+        assert srv.worker("a")["restarts"] == 2  # one per replica
+    finally:
+        srv.stop()
