@@ -10,7 +10,7 @@ ARGS ?=
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev,embeddings,audio]'
+	$(BIN)/python -m pip install -q -e '.[dev,embeddings,audio,vision,tts-convert]'
 	sh deploy/ensure-blas.sh
 	sh deploy/ensure-test-browser.sh
 	sh deploy/ensure-audio-tools.sh

@@ -16,6 +16,8 @@ from starlette.routing import Route
 
 from gateway.aliases import detect_into
 from gateway.anthropic.endpoint import MessagesEndpoint
+from gateway.audio.speech import SpeechEndpoint
+from gateway.audio.transcriptions import AudioEndpoints
 from gateway.config import GatewayConfig
 from gateway.edge.auth import ApiKeyMiddleware, public_paths
 from gateway.edge.cors import CorsPolicy
@@ -68,6 +70,7 @@ def build_app(config: GatewayConfig) -> Starlette:
         replicas=config.replicas,
     ) if config.spawn_workers else None
     info = InfoEndpoints(hub, served, _version())
+    audio = AudioEndpoints(hub)
 
     def on_ready(st: AliasState) -> None:
         """An alias's worker is up: learn its parsers from the model when no alias gave them."""
@@ -106,20 +109,28 @@ def build_app(config: GatewayConfig) -> Starlette:
             if store is not None:
                 await store.close()
 
-    messages = MessagesEndpoint(hub, served, config.anthropic_model_map)
+    messages = MessagesEndpoint(hub, served, config.anthropic_model_map,
+                                config.allow_image_urls)
     docs = DocsEndpoints("rapid-mlx")
+    speech = SpeechEndpoint(hub)
     routes = [
         Route("/v1/models", info.models, methods=["GET"]),
         Route("/v1/models/{model:path}", info.model, methods=["GET"]),
-        Route("/v1/chat/completions", ChatEndpoint(hub, served).handle, methods=["POST"]),
+        Route("/v1/chat/completions", ChatEndpoint(hub, served, config.allow_image_urls).handle,
+              methods=["POST"]),
         Route("/v1/completions", CompletionsEndpoint(hub).handle, methods=["POST"]),
-        Route("/v1/responses", ResponsesEndpoint(hub, served, conversations).handle,
+        Route("/v1/responses", ResponsesEndpoint(hub, served, conversations,
+                                                 config.allow_image_urls).handle,
               methods=["POST"]),
         Route("/v1/responses/{response_id}", stored.get, methods=["GET"]),
         Route("/v1/responses/{response_id}", stored.delete, methods=["DELETE"]),
         Route("/v1/responses/{response_id}/input_items", stored.input_items, methods=["GET"]),
         Route("/v1/messages", messages.handle, methods=["POST"]),
         Route("/v1/messages/count_tokens", messages.count_tokens, methods=["POST"]),
+        Route("/v1/audio/transcriptions", audio.transcriptions, methods=["POST"]),
+        Route("/v1/audio/translations", audio.translations, methods=["POST"]),
+        Route("/v1/audio/speech", speech.handle, methods=["POST"]),
+        Route("/v1/audio/voices", speech.voices, methods=["GET"]),
         Route("/v1/health", health.health, methods=["GET"]),
         Route("/v1/health/{alias}", health.health_one, methods=["GET"]),
         Route("/health", health.health, methods=["GET"]),

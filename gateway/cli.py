@@ -103,6 +103,9 @@ def _edge_options(f: Callable[..., None]) -> Callable[..., None]:
                      help="admin swaps may load model folders under this directory (repeatable)"),
         click.option("--swap-allow-repos", is_flag=True,
                      help="admin swaps may load (and download) any Hugging Face repo id"),
+        click.option("--allow-image-urls", is_flag=True,
+                     help="fetch http(s) image URLs of requests (public addresses only, "
+                     "bounded; default: only data: URLs are accepted)"),
         click.option("--header-timeout", default=15.0, show_default=True,
                      type=click.FloatRange(min=0.5),
                      help="seconds a connection may take to send its request headers"),
@@ -247,6 +250,7 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
         public_metrics=edge["public_metrics"], public_health=edge["public_health"],
         public_docs=edge["public_docs"], swap_allow_paths=list(edge["swap_allow_paths"]),
         swap_allow_repos=edge["swap_allow_repos"], header_timeout=edge["header_timeout"],
+        allow_image_urls=edge["allow_image_urls"],
         alias_models={name: entry.repo for name, entry in aliases.items()},
         data_dir=None if no_store else _data_dir(data_dir), store_responses=not no_store,
         responses_max_count=responses_max_count, responses_max_age_days=responses_max_age)
@@ -271,6 +275,19 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
 def worker(args: tuple[str, ...]) -> None:
     """Run one model worker that connects to a gateway (`python -m worker`; try --help)."""
     os.execv(sys.executable, [sys.executable, "-m", "worker", *args])
+
+
+@main.command("convert-whisper")
+@click.argument("src", type=click.Path(exists=True, file_okay=False))
+@click.argument("dst", type=click.Path(file_okay=False))
+@click.option("--dtype", type=click.Choice(["float16", "float32"]), default="float16",
+              show_default=True, help="weights dtype in the output")
+def convert_whisper(src: str, dst: str, dtype: str) -> None:
+    """Convert a faster-whisper (CTranslate2) Whisper folder SRC into an MLX folder DST."""
+    import subprocess
+
+    cmd = [sys.executable, "-m", "worker.stt.convert_ct2", src, dst, "--dtype", dtype]
+    sys.exit(subprocess.run(cmd, check=False).returncode)
 
 
 _URL = click.option("--url", default="http://127.0.0.1:8000", show_default=True,

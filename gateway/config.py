@@ -44,6 +44,7 @@ class GatewayConfig:
     allow_unauthenticated: bool = False  # a non-loopback --host without API keys may start
     swap_allow_paths: list[str] = field(default_factory=list)  # folders swap targets may be in
     swap_allow_repos: bool = False  # swap targets may be Hugging Face repo ids
+    allow_image_urls: bool = False  # fetch http(s) image URLs (public addresses only)
     alias_models: dict[str, str] = field(default_factory=dict)  # alias table: name -> repo
     header_timeout: float = 15.0  # a connection must send its request headers within this
     worker_token_file: str | None = None  # external workers prove themselves with this token

@@ -52,6 +52,13 @@ class GrammarSpec(msgspec.Struct, array_like=True, omit_defaults=True, kw_only=T
     after_think: bool = False  # a reasoning section (<think> ... </think>) may come first, free
 
 
+class ImageData(msgspec.Struct, array_like=True, omit_defaults=True, kw_only=True):
+    """One checked image of a request: the client's bytes (PNG, JPEG, WebP) and their sha256."""
+
+    data: bytes
+    sha256: str
+
+
 # ---- jobs: gateway -> worker -------------------------------------------------------------
 
 
@@ -68,6 +75,7 @@ class Generate(_Msg, tag="gen"):
     echo: bool = False
     assistant_prefix: str = ""  # text the answer is forced to start with (tool_choice)
     grammar: GrammarSpec | None = None  # structured output: the answer must match it
+    images: list[ImageData] = []  # one per {"type": "image"} placeholder part, in order
 
 
 class Abort(_Msg, tag="abort"):
@@ -196,6 +204,7 @@ class Segment(msgspec.Struct, array_like=True, omit_defaults=True, kw_only=True)
     compression_ratio: float = 0.0
     no_speech_prob: float = 0.0
     words: list[Word] = []
+    seek: int = 0  # the window's start (mel frames, 100 per second), as Whisper reports it
 
 
 class RequestOutput(msgspec.Struct, array_like=True, omit_defaults=True, kw_only=True):

@@ -207,11 +207,8 @@ def _add_value_center(out: mx.array, center: mx.array) -> mx.array:
 _installed: dict[str, Any] = {}
 
 
-def install() -> None:
-    """Route paged KV to paged_attention in every loaded mlx-lm model module."""
-    import mlx_lm.models.base as base
-
-    original = _installed.setdefault("original", base.scaled_dot_product_attention)
+def _router(original: Any) -> Any:
+    """ORIGINAL (an attention function) sending LayerKV caches to paged_attention."""
 
     def sdpa(queries: mx.array, keys: Any, values: Any, cache: Any, scale: float, mask: Any,
              sinks: Any = None) -> mx.array:
@@ -223,17 +220,32 @@ def install() -> None:
                                     sinks=sinks)
         return result
 
-    routed = _installed.setdefault("routed", sdpa)
-    for name, module in list(sys.modules.items()):
-        if name.startswith("mlx_lm.models.") and getattr(
-                module, "scaled_dot_product_attention", None) is original:
-            module.scaled_dot_product_attention = routed  # type: ignore[attr-defined]
+    return sdpa
+
+
+def install() -> None:
+    """Route paged KV to paged_attention in every loaded mlx-lm (and mlx-vlm) model module."""
+    import mlx_lm.models.base as base
+
+    original = _installed.setdefault("original", base.scaled_dot_product_attention)
+    routed = _installed.setdefault("routed", _router(original))
+    pairs = [("mlx_lm.models.", original, routed)]
+    vlm_base = sys.modules.get("mlx_vlm.models.base")
+    if vlm_base is not None:  # a vision model is loaded: its language model's modules too
+        vlm_original = _installed.setdefault("vlm_original", vlm_base.scaled_dot_product_attention)
+        pairs.append(("mlx_vlm.models.", vlm_original,
+                      _installed.setdefault("vlm_routed", _router(vlm_original))))
+    for prefix, before, after in pairs:
+        for name, module in list(sys.modules.items()):
+            if name.startswith(prefix) and getattr(
+                    module, "scaled_dot_product_attention", None) is before:
+                module.scaled_dot_product_attention = after  # type: ignore[attr-defined]
 
 
 def routes_attention(model: Any) -> bool:
     """True when every attention layer of MODEL calls the routed attention function."""
     install()
-    routed = _installed["routed"]
+    routed = {f for f in (_installed["routed"], _installed.get("vlm_routed")) if f is not None}
     layers = getattr(getattr(model, "model", model), "layers", None) or getattr(model, "layers", [])
     found = False
     for layer in layers:
@@ -242,7 +254,7 @@ def routes_attention(model: Any) -> bool:
         if attn is None:
             return False
         module = sys.modules.get(type(attn).__module__)
-        if getattr(module, "scaled_dot_product_attention", None) is not routed:
+        if getattr(module, "scaled_dot_product_attention", None) not in routed:
             return False
         found = True
     return found

@@ -8,6 +8,7 @@ from collections import deque
 from typing import Any
 
 import mlx.core as mx
+import numpy as np
 
 from cache.paged_kv import PagedKVStore
 from protocol.messages import RequestOutput, SamplingParams, TokenLogprob
@@ -60,8 +61,12 @@ class Engine:
     # ---- intake -------------------------------------------------------------------------
 
     def add(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
-            think_opened: bool = False, grammar: Any = None) -> None:
-        """Queue a request; it joins the running batch at a later step."""
+            think_opened: bool = False, grammar: Any = None, vision: Any = None) -> None:
+        """Queue a request; it joins the running batch at a later step.
+
+        VISION (a worker.vision VisionInput) holds the prompt's images: its cache key (image
+        positions keyed by content hash) becomes the request's tokens.
+        """
         if len(self.waiting) >= self.max_waiting:
             raise QueueFull(f"wait queue is full ({self.max_waiting} requests)")
         pages = self.kv.pages_for(len(prompt_ids) + params.max_tokens)
@@ -71,10 +76,14 @@ class Engine:
             raise KVTooSmall(
                 f"this request needs {pages} KV pages but the KV cache holds "
                 f"{self.kv.pool.total}; shorten it or raise --kv-cache-memory")
+        if vision is not None and getattr(self.model, "mrope", False):
+            vision.positions, vision.delta = self.model.rope_positions(vision.ids, vision.pixels)
         self.waiting.append(Request(
-            id=request_id, prompt_len=len(prompt_ids), tokens=list(prompt_ids), params=params,
+            id=request_id, prompt_len=len(prompt_ids),
+            tokens=list(vision.key if vision is not None else prompt_ids), params=params,
             sampler=RowSampler(params), detok=self.tokenizer.detokenizer,
-            stop=StopMatcher(params.stop), think_opened=think_opened, grammar=grammar))
+            stop=StopMatcher(params.stop), think_opened=think_opened, grammar=grammar,
+            vision=vision))
 
     def abort(self, request_ids: list[str]) -> None:
         """Drop these requests; their pages go back (full ones stay cached)."""
@@ -153,17 +162,21 @@ class Engine:
         if decodes:
             self._touched = decodes
             out = self._forward([[r.tokens[-1]] for r in decodes], [r.kv for r in decodes],
-                                [r.computed for r in decodes], True)
+                                [r.computed for r in decodes], True,
+                                **_given(positions=self._rope([(r, r.computed, 1) for r in decodes])))
             assert out is not None
             logits.append(out)
             rows.extend(decodes)
         t1 = time.perf_counter()
         for group in _group_chunks(prefills):
             samplers = [r.computed + n == r.need and not r.generated for r, n in group]
+            embeds = self._embeds(group)
             self._touched = [r for r, _ in group]
             out = self._forward([r.tokens[r.computed : r.computed + n] for r, n in group],
                                 [r.kv for r, _ in group], [r.computed for r, _ in group],
-                                any(samplers))
+                                any(samplers), **_given(
+                                    embeds=embeds,
+                                    positions=self._rope([(r, r.computed, n) for r, n in group])))
             if out is not None:
                 keep = [i for i, wants in enumerate(samplers) if wants]
                 logits.append(out[mx.array(keep)] if len(keep) < len(group) else out)
@@ -177,6 +190,8 @@ class Engine:
             r.computed += n
             self.stats.prompt_tokens_computed += n
             self.kv.publish(r)
+            if r.embeds is not None and r.computed >= r.prompt_len:
+                r.embeds = None  # the prompt is in the KV now
         self.stats.prefill_seconds += t2 - t1
         self.stats.decode_seconds += time.perf_counter() - t2 + t1 - t0
         self._retire()
@@ -184,6 +199,45 @@ class Engine:
         self.stats.decode_rows += len(decodes)
         self.stats.last_step_at = time.time()
         return outputs
+
+    def _embeds(self, group: list[tuple[Request, int]]) -> list[mx.array | None] | None:
+        """Each row's input embeddings for its chunk when its prompt holds images there.
+
+        The vision tower runs once per request (all its images), at its first chunk that
+        reaches an image; a failure there fails that request only.
+        """
+        if all(r.vision is None for r, _ in group):
+            return None
+        out: list[mx.array | None] = []
+        for r, n in group:
+            v = r.vision
+            if v is None or (r.embeds is None and r.computed >= v.end) or r.computed >= len(v.ids):
+                out.append(None)  # no image ahead (cached past them): its tokens are real
+                continue
+            if r.embeds is None:
+                self._touched = [r]
+                r.embeds = self.model.prompt_embeddings(v.ids, v.pixels)
+                self.stats.images_encoded += len(v.spans)
+            a, b = r.computed, r.computed + n
+            part = r.embeds[a : min(b, len(v.ids))]
+            if b > len(v.ids):  # recomputing after preemption: generated tokens follow
+                extra = self.model.embed_tokens(mx.array([r.tokens[len(v.ids) : b]]))[0]
+                part = mx.concatenate([part, extra.astype(part.dtype)])
+            out.append(part)
+        return out
+
+    def _rope(self, rows: list[tuple[Request, int, int]]) -> mx.array | None:
+        """(3, B, n) M-RoPE positions of rows fed n tokens from a start (None: not M-RoPE)."""
+        if not getattr(self.model, "mrope", False):
+            return None
+        n = max(k for _, _, k in rows)
+        out = []
+        for r, start, _ in rows:
+            if r.vision is not None:
+                out.append(r.vision.rope(start, n))
+            else:
+                out.append(np.broadcast_to(np.arange(start, start + n), (3, n)))
+        return mx.array(np.stack(out, axis=1))
 
     def _reserve_overlapped(self) -> bool:
         """True (with pages reserved) when the next step can be built on unread tokens.
@@ -207,8 +261,9 @@ class Engine:
         previous = self._inflight
         self._touched.extend(rows)
         inputs = self._next_inputs(rows, previous)
-        logits = self._forward.decode_lazy(inputs, [r.kv for r in rows],
-                                           [r.computed for r in rows])
+        logits = self._forward.decode_lazy(
+            inputs, [r.kv for r in rows], [r.computed for r in rows],
+            **_given(positions=self._rope([(r, r.computed, 1) for r in rows])))
         outputs: list[RequestOutput] = []
         if any(r.grammar is not None for r in rows):
             # the masks need the previous tokens: read them back while this forward runs
@@ -419,6 +474,11 @@ def model_dtype(model: Any) -> mx.Dtype:
         if p.dtype in (mx.float32, mx.float16, mx.bfloat16):
             return p.dtype
     return mx.float32
+
+
+def _given(**kwargs: Any) -> dict[str, Any]:
+    """The keyword arguments that are not None (a text model's forward gets none of them)."""
+    return {k: v for k, v in kwargs.items() if v is not None}
 
 
 def _group_chunks(chunks: list[tuple[Request, int]]) -> list[list[tuple[Request, int]]]:

@@ -10,6 +10,7 @@ import mlx.core as mx
 from cache.paged_kv import PagedKVStore
 from worker.attention import PagedBatch, routes_attention
 from worker.kv_manager import RequestPages
+from worker.vision.inputs import KEY_BASE
 
 # Architectures whose Model.__call__ is exactly `head(model(inputs, cache))`: for these the head
 # runs on the last position only, and not at all for prompt chunks that need no logits.
@@ -17,6 +18,8 @@ _PLAIN_HEAD = {"llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe"}
 
 
 def _split(model: Any) -> tuple[Any, Callable[[mx.array], mx.array]] | None:
+    if hasattr(model, "split"):  # a vision model (worker/vision/model.py) says itself
+        return model.split()  # type: ignore[no-any-return]
     args = getattr(model, "args", None)
     inner = getattr(model, "model", None)
     if getattr(model, "model_type", getattr(args, "model_type", None)) not in _PLAIN_HEAD:
@@ -44,35 +47,64 @@ class Forward:
         self.cascade = routes_attention(model)
 
     def __call__(self, rows: list[list[int]], kvs: list[RequestPages], starts: list[int],
-                 want_logits: bool) -> mx.array | None:
-        """Feed each row's tokens at its start; return each row's last logits (B, V) if wanted."""
+                 want_logits: bool, embeds: list[mx.array | None] | None = None,
+                 positions: mx.array | None = None) -> mx.array | None:
+        """Feed each row's tokens at its start; return each row's last logits (B, V) if wanted.
+
+        EMBEDS (a vision model's rows with images) gives a row's input embeddings (n, D) in
+        place of its tokens' (a cache-key id there is not a token). POSITIONS (3, B, n) are the
+        rotary positions of an M-RoPE model.
+        """
         lengths = [len(r) for r in rows]
         n = max(lengths)
+        if embeds is not None and any(e is not None for e in embeds):
+            rows = [[t if t < KEY_BASE else 0 for t in r] for r in rows]
         tokens = mx.array([r + [0] * (n - len(r)) for r in rows])
-        out = self._build(tokens, kvs, starts, lengths, want_logits)
+        inputs = None
+        if embeds is not None and any(e is not None for e in embeds):
+            inputs = self._embeddings(tokens, embeds, n)
+        out = self._build(tokens, kvs, starts, lengths, want_logits, inputs, positions)
         mx.eval(out, self.store.arrays()) if out is not None else mx.eval(self.store.arrays())
         return out
 
-    def decode_lazy(self, tokens: mx.array, kvs: list[RequestPages], starts: list[int]) -> mx.array:
+    def decode_lazy(self, tokens: mx.array, kvs: list[RequestPages], starts: list[int],
+                    positions: mx.array | None = None) -> mx.array:
         """One token per row from an unevaluated (B,) array; the logits (B, V), not evaluated.
 
         The caller evaluates them (with ``store.arrays()``) before building the next call.
         """
-        out = self._build(tokens[:, None], kvs, starts, [1] * len(starts), True)
+        out = self._build(tokens[:, None], kvs, starts, [1] * len(starts), True, None, positions)
         assert out is not None
         return out
 
+    def _embeddings(self, tokens: mx.array, embeds: list[mx.array | None], n: int) -> mx.array:
+        """(B, n, D) input embeddings: each row's given ones (padded), else its tokens'."""
+        text = self.model.embed_tokens(tokens)
+        rows = []
+        for b, e in enumerate(embeds):
+            if e is None:
+                rows.append(text[b])
+            else:
+                pad = mx.zeros((n - e.shape[0], e.shape[1]), dtype=e.dtype)
+                rows.append(mx.concatenate([e, pad]) if n > e.shape[0] else e)
+        return mx.stack(rows).astype(text.dtype)
+
     def _build(self, tokens: mx.array, kvs: list[RequestPages], starts: list[int],
-               lengths: list[int], want_logits: bool) -> mx.array | None:
+               lengths: list[int], want_logits: bool, inputs: mx.array | None = None,
+               positions: mx.array | None = None) -> mx.array | None:
         batch = PagedBatch(self.store, [kv.pages for kv in kvs], starts, lengths, self.dtype,
                            tails=[kv.tail for kv in kvs], cascade=self.cascade)
         cache = batch.views()
         last = mx.array(lengths) - 1
         if self.split is not None:
             inner, head = self.split
-            hidden = inner(tokens, cache)
+            if positions is not None:
+                hidden = inner(tokens, cache, inputs, positions)
+            else:
+                hidden = inner(tokens, cache) if inputs is None else inner(tokens, cache, inputs)
             return head(_at(hidden, last)) if want_logits else None
-        logits = self.model(tokens, cache=cache)
+        logits = (self.model(tokens, cache=cache) if inputs is None
+                  else self.model(tokens, cache=cache, inputs_embeds=inputs))
         return _at(logits, last) if want_logits else None
 
 

@@ -15,6 +15,7 @@ from protocol.messages import Generate
 from worker.grammar.compiler import Compiling, GrammarCompiler
 from worker.prompt import PromptError, render
 from worker.validate import JobError, check_params, check_prompt_ids, check_size
+from worker.vision.inputs import VisionInput, render_images
 
 log = logging.getLogger("rapid_mlx.worker")
 
@@ -32,18 +33,37 @@ class Prepared:
     error: JobError | None = None
     compiling: Compiling | None = None  # the job's grammar, until it is compiled
     grammar: Any = None  # its Constraint, once compiled
+    vision: VisionInput | None = None  # the prompt's images, when it has any
 
 
 def prepare(tokenizer: Any, job: Generate, vocab: int, context_length: int,
             chars_per_token: int = CHARS_PER_TOKEN) -> tuple[list[int], bool]:
-    """Check JOB, render and tokenize it; fill max_tokens; raise JobError when it cannot run."""
+    """Check JOB, render and tokenize it (text only); fill max_tokens; JobError if it cannot run."""
+    ids, think_opened, _ = prepare_job(tokenizer, job, vocab, context_length, chars_per_token)
+    return ids, think_opened
+
+
+def prepare_job(tokenizer: Any, job: Generate, vocab: int, context_length: int,
+                chars_per_token: int = CHARS_PER_TOKEN, vision: Any = None
+                ) -> tuple[list[int], bool, VisionInput | None]:
+    """Check JOB, render and tokenize it; fill max_tokens; raise JobError when it cannot run.
+
+    VISION is (processor, image token id) of a vision model; a job with images needs it.
+    """
     check_params(job.params, vocab)
     if job.prompt_ids is not None:
         check_prompt_ids(job.prompt_ids, vocab, context_length)
     else:
         check_size(job, context_length, chars_per_token)
+    if job.images and vision is None:
+        raise JobError("this model has no vision: it cannot take image inputs")
+    images = None
     try:
-        ids, think_opened = render(tokenizer, job)
+        if job.images:
+            images, think_opened = render_images(tokenizer, vision[0], vision[1], job)
+            ids = images.ids
+        else:
+            ids, think_opened = render(tokenizer, job)
     except PromptError as exc:
         raise JobError(str(exc)) from exc
     if job.prompt_ids is None:
@@ -57,7 +77,7 @@ def prepare(tokenizer: Any, job: Generate, vocab: int, context_length: int,
             f"requested {len(ids) + params.max_tokens} tokens ({len(ids)} in the messages, "
             f"{params.max_tokens} in the completion). Please reduce the length of the messages or "
             "completion.", "context_length_exceeded")
-    return ids, think_opened
+    return ids, think_opened, images
 
 
 class Intake:
@@ -65,8 +85,9 @@ class Intake:
 
     def __init__(self, tokenizer: Any, vocab: int, context_length: int,
                  chars_per_token: int = CHARS_PER_TOKEN,
-                 grammars: GrammarCompiler | None = None) -> None:
+                 grammars: GrammarCompiler | None = None, vision: Any = None) -> None:
         self.tokenizer = tokenizer
+        self.vision = vision  # (processor, image token id) of a vision model
         self.grammars = grammars
         self._compiling: list[Prepared] = []  # loop side: prepared, grammar not yet compiled
         self.vocab = vocab
@@ -156,8 +177,9 @@ class Intake:
             seq, job = item
             p = Prepared(job=job, seq=seq)
             try:
-                p.ids, p.think_opened = prepare(self.tokenizer, job, self.vocab,
-                                                self.context_length, self.chars_per_token)
+                p.ids, p.think_opened, p.vision = prepare_job(
+                    self.tokenizer, job, self.vocab, self.context_length, self.chars_per_token,
+                    self.vision)
             except JobError as exc:
                 p.error = exc
             except Exception as exc:  # rendering a hostile request must not end intake

@@ -16,6 +16,7 @@ from mlx_lm import load as mlx_load
 from protocol.messages import ModelFacts
 from worker.fetch import CannotLoad, resolve
 from worker.preflight import check_architecture, check_memory
+from worker.vision.load import is_vision, load_vision, vision_facts
 
 log = logging.getLogger("rapid_mlx.worker")
 
@@ -29,6 +30,7 @@ class LoadedModel:
     path: Path
     config: dict[str, Any]
     facts: ModelFacts
+    processor: Any = None  # a vision model's image processor (mlx-vlm); None for text models
 
 
 def _on_cpu() -> bool:
@@ -65,14 +67,21 @@ def load_model(model: str, revision: str | None = None) -> LoadedModel:
     """Resolve, load and prepare MODEL; return it with its facts."""
     path = resolve(model, revision)
     config = read_config(model, path)
-    check_architecture(model, config)
+    vision = is_vision(config)
+    if not vision:
+        check_architecture(model, config)
     if not any(path.glob("*.safetensors")):
         raise CannotLoad(model, f"{path} has no *.safetensors weight files",
                          "pass a complete model folder (or delete the partial download and pull "
                          "it again)")
     check_memory(model, path)
-    mdl, tok = mlx_load(str(path))[:2]
-    dtype = choose_dtype(mdl)
+    processor = None
+    if vision:
+        mdl, tok, processor = load_vision(model, path, config)
+        dtype = choose_dtype(mdl.vlm)
+    else:
+        mdl, tok = mlx_load(str(path))[:2]
+        dtype = choose_dtype(mdl)
     text_cfg = config.get("text_config", config)
     ctx = int(text_cfg.get("max_position_embeddings") or config.get("max_position_embeddings") or 4096)
     template = getattr(tok, "chat_template", None)
@@ -90,4 +99,6 @@ def load_model(model: str, revision: str | None = None) -> LoadedModel:
         chat_template=template if isinstance(template, str) else None,
         special_tokens=[str(t) for t in getattr(tok, "all_special_tokens", [])][:200],
     )
-    return LoadedModel(mdl, tok, path, config, facts)
+    if vision:
+        facts = vision_facts(facts)
+    return LoadedModel(mdl, tok, path, config, facts, processor)

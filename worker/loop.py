@@ -45,7 +45,8 @@ class WorkerLoop:
         self._last_beat = 0.0
         self._pending: list[m.RequestOutput] = []
         self.intake = Intake(loaded.tokenizer, vocab_size(loaded), engine.context_length,
-                             chars_per_token, grammar_compiler(loaded, engine))
+                             chars_per_token, grammar_compiler(loaded, engine),
+                             vision_of(loaded))
         self._poller = zmq.Poller()
         self._poller.register(sock, zmq.POLLIN)
         self._poller.register(self.intake.fd, zmq.POLLIN)
@@ -149,7 +150,7 @@ class WorkerLoop:
             self._fail(rid, str(p.error), p.error.code)
             return
         try:
-            self.engine.add(rid, p.ids, p.job.params, p.think_opened, p.grammar)
+            self.engine.add(rid, p.ids, p.job.params, p.think_opened, p.grammar, p.vision)
         except QueueFull as exc:
             self._fail(rid, str(exc), "queue_full")
         except KVTooSmall as exc:
@@ -232,6 +233,13 @@ def grammar_compiler(loaded: LoadedModel, engine: Engine) -> GrammarCompiler | N
     except Exception as exc:
         log.warning("structured output is off for this model: %r", exc)
         return None
+
+
+def vision_of(loaded: LoadedModel) -> tuple[Any, int] | None:
+    """(processor, image token id) of a vision model, else None."""
+    if loaded.processor is None:
+        return None
+    return loaded.processor, int(loaded.model.image_token_id)
 
 
 def vocab_size(loaded: LoadedModel) -> int:

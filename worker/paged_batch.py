@@ -128,6 +128,13 @@ class LayerKV:
     window_k: mx.array | None = None
     window_v: mx.array | None = None
 
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        """(rows, KV heads, key positions, head dim): what mlx-vlm layers read of keys."""
+        fmt = self.batch.store.fmt
+        return (self.batch.q_pos.shape[0], fmt.num_kv_heads, self.batch.k_pos.shape[-1],
+                fmt.head_dim)
+
 
 class PagedView:
     """One layer's cache as an mlx-lm attention layer sees it."""

@@ -13,15 +13,38 @@ class PromptError(ValueError):
     """The request cannot be rendered into a prompt."""
 
 
+TEXT_PARTS = ("text", "input_text", "output_text")
+SKIPPED_PARTS = ("refusal",)  # an assistant's refusal part carries no prompt text
+
+
+def _text_of(content: list[Any], i: int) -> str:
+    """The text of a content-part list; any other part (an image, audio, a file) is refused,
+    never dropped: this worker cannot see it, and answering without it would be wrong."""
+    texts = []
+    for j, p in enumerate(content):
+        kind = p.get("type") if isinstance(p, dict) else None
+        if kind in SKIPPED_PARTS:
+            continue
+        if kind not in TEXT_PARTS:
+            what = "image" if kind in ("image", "image_url", "input_image") else \
+                f"'{str(kind)[:40]}'"
+            raise PromptError(f"messages[{i}].content[{j}]: this model cannot take {what} "
+                              "content parts (text only).")
+        text = p.get("text", "")
+        if not isinstance(text, str):
+            raise PromptError(f"messages[{i}].content[{j}].text must be a string.")
+        texts.append(text)
+    return "".join(texts)
+
+
 def _normalize(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Flatten OpenAI content parts to text and keep tool-call arguments as the template expects."""
     out = []
-    for m in messages:
+    for i, m in enumerate(messages):
         m = dict(m)
         content = m.get("content")
         if isinstance(content, list):
-            texts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") in ("text", "input_text")]
-            m["content"] = "".join(texts)
+            m["content"] = _text_of(content, i)
         elif content is None:
             m["content"] = ""
         out.append(m)

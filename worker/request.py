@@ -35,6 +35,8 @@ class Request:
     think_opened: bool = False
     preemptions: int = 0
     grammar: Any = None  # a worker.grammar Constraint when the answer must match a grammar
+    vision: Any = None  # a worker.vision VisionInput when the prompt holds images
+    embeds: mx.array | None = None  # the prompt's input embeddings while its prefill needs them
 
     @property
     def generated(self) -> int:
@@ -71,6 +73,7 @@ class EngineStats:
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
     mask_seconds: float = 0.0  # filling grammar masks (overlapped with the forward pass)
+    images_encoded: int = 0  # images run through a vision tower
 
 
 @dataclass

@@ -24,7 +24,8 @@ from gateway.doors.kinds import require_kind
 from gateway.doors.relay import abort_all, error_for, peek_first, submit_all
 from gateway.doors.streaming import SSE_HEADERS, merged
 from gateway.doors.structured import thinks
-from gateway.edge.errors import read_body
+from gateway.images.body import read_image_body
+from gateway.images.intake import ImageParts, require_vision
 from gateway.plane.hub import Hub, Stream, Terminal
 from gateway.served import ServedModel
 from protocol.messages import Generate, RequestOutput, SamplingParams
@@ -37,18 +38,23 @@ class MessagesEndpoint:
     """Translates Messages requests into Generate jobs and their outputs into Anthropic's shape."""
 
     def __init__(self, hub: Hub, served: dict[str, ServedModel],
-                 model_map: list[tuple[str, str]] | None = None) -> None:
+                 model_map: list[tuple[str, str]] | None = None,
+                 allow_image_urls: bool = False) -> None:
         self.hub = hub
         self.served = served
         self.model_map = model_map or []
+        self.allow_image_urls = allow_image_urls
 
-    async def _submit(self, req: CountTokensRequest, params: SamplingParams, mid: str
-                      ) -> tuple[list[Stream], Callable[[bool], ChoiceAssembler]]:
+    async def _submit(self, req: CountTokensRequest, size: int, params: SamplingParams,
+                      mid: str) -> tuple[list[Stream], Callable[[bool], ChoiceAssembler]]:
+        images = ImageParts()
+        messages = chat_messages(req, images)
+        images.check_body(size)
         alias = resolve_model(req.model, self.served, self.model_map)
         st = await self.hub.wait_ready(alias)
         require_kind(st, "generate", "/v1/messages")
+        pictures = require_vision(alias, st.facts, await images.load(self.allow_image_urls))
         served = self.served[alias]
-        messages = chat_messages(req)
         tools, parse_tools, prefix, grammar = chat_tools(req, served.tool_call_parser)
         if grammar is not None:
             grammar.after_think = thinks(served.reasoning_parser, template_kwargs(req))
@@ -58,7 +64,7 @@ class MessagesEndpoint:
             params.max_tokens = 0  # the worker gives the rest of the context instead
         job = Generate(request_id=mid, params=params, messages=messages, tools=tools,
                        chat_template_kwargs=template_kwargs(req), assistant_prefix=prefix,
-                       grammar=grammar)
+                       grammar=grammar, images=pictures)
         encodable(job)
         streams = submit_all(self.hub, alias, [job])
 
@@ -71,8 +77,8 @@ class MessagesEndpoint:
 
     async def count_tokens(self, request: Request) -> Response:
         """Handle one POST /v1/messages/count_tokens: render and prefill with max_tokens=1."""
-        req = await read_body(request, CountTokensRequest)
-        streams, _ = await self._submit(req, SamplingParams(max_tokens=1, temperature=0.0),
+        req, size = await read_image_body(request, CountTokensRequest)
+        streams, _ = await self._submit(req, size, SamplingParams(max_tokens=1, temperature=0.0),
                                              f"msgcount-{uuid.uuid4().hex}")
         try:
             firsts = await until_disconnected(request, peek_first(self.hub, streams))
@@ -82,11 +88,11 @@ class MessagesEndpoint:
 
     async def handle(self, request: Request) -> Response:
         """Handle one POST /v1/messages."""
-        req = await read_body(request, MessagesRequest)
+        req, size = await read_image_body(request, MessagesRequest)
         served = self.served.get(resolve_model(req.model, self.served, self.model_map))
         params = sampling(req, served.sampling if served else None)
         mid = f"msg_{uuid.uuid4().hex[:24]}"
-        streams, assembler = await self._submit(req, params, mid)
+        streams, assembler = await self._submit(req, size, params, mid)
         single = bool(req.tool_choice and req.tool_choice.disable_parallel_tool_use)
         first = asyncio.ensure_future(peek_first(self.hub, streams))
         try:

@@ -16,50 +16,73 @@ from gateway.anthropic.schemas import (
 )
 from gateway.doors.jobs import _pick
 from gateway.doors.tool_choice import Mode, ToolPlan, plan_tools
-from gateway.edge.errors import APIError, bad_request
+from gateway.edge.errors import bad_request
 from gateway.edge.limits import MAX_STOP_CHARS, MAX_STOPS
+from gateway.images.intake import ImageParts
+from gateway.images.refs import from_anthropic_source
 from protocol.messages import SamplingParams
 
 
-def _no_image(param: str) -> APIError:
-    return bad_request("Image blocks are not supported: the served model has no vision.",
-                       param=param)
+def _image(b: AnthropicImageBlock, param: str, images: ImageParts | None) -> dict[str, Any]:
+    """The placeholder of an image block recorded in IMAGES (refused without IMAGES)."""
+    if images is None:
+        raise bad_request("Image blocks are not allowed here.", param=param)
+    return images.add(from_anthropic_source(b.source, param))
 
 
-def _text_of(blocks: str | list[Any] | None, param: str) -> str:
-    """The text of a string or of a list of text blocks (images refused)."""
+def _joined(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    """Text parts as one string; with an image among them, the parts themselves."""
+    if all(p["type"] == "text" for p in parts):
+        return "\n".join(p["text"] for p in parts)
+    return parts
+
+
+def _text_of(blocks: str | list[Any] | None, param: str,
+             images: ImageParts | None = None) -> str | list[dict[str, Any]]:
+    """The text of a string or of a list of text blocks; image blocks recorded in IMAGES."""
     if blocks is None or isinstance(blocks, str):
         return blocks or ""
     parts = []
-    for b in blocks:
+    for j, b in enumerate(blocks):
         if isinstance(b, AnthropicImageBlock):
-            raise _no_image(param)
-        if not isinstance(b, AnthropicTextBlock):
+            parts.append(_image(b, f"{param}[{j}]", images))
+        elif not isinstance(b, AnthropicTextBlock):
             raise bad_request("Only text blocks are allowed here.", param=param)
-        parts.append(b.text)
-    return "\n".join(parts)
+        else:
+            parts.append({"type": "text", "text": b.text})
+    return _joined(parts)
 
 
-def _user(blocks: list[Block], param: str) -> list[dict[str, Any]]:
-    """A user turn: text blocks become user messages, tool_result blocks tool messages, in order."""
+def _plain(blocks: str | list[Any] | None, param: str) -> str:
+    """Text only (system prompts): image blocks are refused there."""
+    text = _text_of(blocks, param)
+    assert isinstance(text, str)
+    return text
+
+
+def _user(blocks: list[Block], param: str, images: ImageParts | None) -> list[dict[str, Any]]:
+    """A user turn: text and image blocks become user messages, tool_result blocks tool
+    messages, in order."""
     out: list[dict[str, Any]] = []
-    text: list[str] = []
+    parts: list[dict[str, Any]] = []
 
     def flush() -> None:
-        if text:
-            out.append({"role": "user", "content": "\n".join(text)})
-            text.clear()
+        if parts:
+            out.append({"role": "user", "content": _joined(list(parts))})
+            parts.clear()
 
     for j, b in enumerate(blocks):
         if isinstance(b, AnthropicTextBlock):
-            text.append(b.text)
+            parts.append({"type": "text", "text": b.text})
+        elif isinstance(b, AnthropicImageBlock):
+            parts.append(_image(b, f"{param}[{j}]", images))
         elif isinstance(b, AnthropicToolResultBlock):
             flush()
-            body = _text_of(b.content, f"{param}[{j}].content")
-            out.append({"role": "tool", "tool_call_id": b.tool_use_id,
-                        "content": f"Error: {body}" if b.is_error else body})
-        elif isinstance(b, AnthropicImageBlock):
-            raise _no_image(f"{param}[{j}]")
+            body = _text_of(b.content, f"{param}[{j}].content", images)
+            if b.is_error:
+                body = f"Error: {body}" if isinstance(body, str) else \
+                    [{"type": "text", "text": "Error:"}, *body]
+            out.append({"role": "tool", "tool_call_id": b.tool_use_id, "content": body})
         else:
             raise bad_request(f"A user message cannot hold a '{type(b).__name__}' block.",
                               param=f"{param}[{j}]")
@@ -89,18 +112,20 @@ def _assistant(blocks: list[Block], param: str) -> dict[str, Any]:
     return msg
 
 
-def chat_messages(req: CountTokensRequest) -> list[dict[str, Any]]:
-    """The conversation as chat-template messages; every system text folded into one system."""
-    system = [_text_of(req.system, "system")] if req.system else []
+def chat_messages(req: CountTokensRequest,
+                  images: ImageParts | None = None) -> list[dict[str, Any]]:
+    """The conversation as chat-template messages; every system text folded into one system;
+    image blocks of user turns recorded in IMAGES (refused without it)."""
+    system = [_plain(req.system, "system")] if req.system else []
     out: list[dict[str, Any]] = []
     for i, m in enumerate(req.messages):
         param = f"messages[{i}].content"
         if m.role == "system":
-            system.append(_text_of(m.content, param))
+            system.append(_plain(m.content, param))
         elif isinstance(m.content, str):
             out.append({"role": m.role, "content": m.content})
         elif m.role == "user":
-            out.extend(_user(m.content, param))
+            out.extend(_user(m.content, param, images))
         else:
             out.append(_assistant(m.content, param))
     return ([{"role": "system", "content": "\n\n".join(system)}] if system else []) + out

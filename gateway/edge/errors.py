@@ -112,7 +112,11 @@ async def read_raw(request: Request, limit: int = MAX_BODY_BYTES,
 
 async def read_body(request: Request, type_: type[T]) -> T:
     """Read, bound-check, decode and validate a JSON request body, or raise the matching 4xx."""
-    raw = await read_raw(request)
+    return decode_body(await read_raw(request), type_)
+
+
+def decode_body(raw: bytes, type_: type[T]) -> T:
+    """Bound-check, decode and validate a JSON body, or raise the matching 400."""
     try:
         check_json(raw)  # depth and 64-bit integers, before the decoder recurses or overflows
         return msgspec.json.decode(raw, type=type_)

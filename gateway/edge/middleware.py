@@ -31,9 +31,18 @@ def is_json(content_type: str | None) -> bool:
     return (content_type or "").split(";", 1)[0].strip().lower() == "application/json"
 
 
+MULTIPART_PATHS = frozenset({"/v1/audio/transcriptions", "/v1/audio/translations"})
+
+
+def takes_multipart(path: str, content_type: str | None) -> bool:
+    """True for a multipart/form-data body sent to an upload endpoint (every other POST is JSON)."""
+    kind = (content_type or "").split(";", 1)[0].strip().lower()
+    return kind == "multipart/form-data" and path in MULTIPART_PATHS
+
+
 class EdgeMiddleware:
     """Refuse what no route should see: unknown Hosts (400), cross-site writes (403), non-JSON
-    bodies (415); answer CORS preflights and add CORS headers for allowed origins."""
+    bodies (415, but multipart uploads to the audio endpoints); answer CORS preflights and add CORS headers for allowed origins."""
 
     def __init__(self, app: ASGIApp, hosts: HostPolicy, cors: CorsPolicy) -> None:
         self.app = app
@@ -56,7 +65,8 @@ class EdgeMiddleware:
             return APIError(403, "Cross-origin requests are refused; start the server with "
                             "--cors-allow-origins ORIGIN to let browser pages from ORIGIN call it.",
                             code="cross_origin_forbidden")
-        if method == "POST" and not is_json(headers.get("content-type")):  # every POST is JSON
+        if method == "POST" and not is_json(headers.get("content-type")) \
+                and not takes_multipart(scope.get("path", ""), headers.get("content-type")):
             got = headers.get("content-type") or "none"
             return APIError(415, f"Request bodies must be JSON: send `Content-Type: "
                             f"application/json` (got '{got}').", code="unsupported_media_type")

@@ -7,7 +7,6 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -26,9 +25,9 @@ from gateway.doors.kinds import require_kind
 from gateway.doors.relay import abort_all, error_for, peek_first, submit_all
 from gateway.doors.streaming import DONE, SSE_HEADERS, merged, sse
 from gateway.doors.structured import grammar_for, thinks
-from gateway.doors.tool_choice import ToolPlan, plan_tools
-from gateway.edge.errors import bad_request, read_body
-from gateway.edge.jsonguard import JSONLimitError, check_json
+from gateway.images.body import read_image_body
+from gateway.images.intake import ImageParts, require_vision
+from gateway.openai.chat_input import chat_messages, chat_tools
 from gateway.openai.logprobs import chat_logprobs
 from gateway.openai.schemas import ChatCompletionRequest
 from gateway.plane.hub import Hub, Terminal
@@ -36,57 +35,32 @@ from gateway.served import ServedModel
 from protocol.messages import Generate
 
 
-def _messages(req: ChatCompletionRequest) -> list[dict[str, Any]]:
-    """Messages as plain dicts for the template; tool-call arguments as objects when they parse."""
-    out = []
-    for i, msg in enumerate(req.messages):
-        d = msgspec.to_builtins(msg)
-        if d.get("role") == "developer":
-            d["role"] = "system"
-        for j, call in enumerate(d.get("tool_calls") or []):
-            fn = call.get("function", {})
-            raw = (fn.get("arguments") or "{}").encode()
-            try:
-                check_json(raw)  # JSON inside a string: the body's checks did not see it
-                fn["arguments"] = msgspec.json.decode(raw)
-            except JSONLimitError as exc:
-                raise bad_request(str(exc), param=f"messages[{i}].tool_calls[{j}].function."
-                                  "arguments", code=exc.code) from None
-            except msgspec.DecodeError:
-                pass
-        out.append(d)
-    return out
-
-
-def _tools(req: ChatCompletionRequest, tool_parser: str | None) -> ToolPlan:
-    """The tools to render, whether tool calls are parsed, the forced prefix and grammar."""
-    tools = [msgspec.to_builtins(t) for t in req.tools] if req.tools else None
-    choice = req.tool_choice
-    parallel = req.parallel_tool_calls is not False
-    if choice is None or isinstance(choice, str):
-        return plan_tools(tools, choice or "auto", None, tool_parser, parallel=parallel)
-    return plan_tools(tools, "named", choice.function.name, tool_parser)
-
-
 class ChatEndpoint:
     """Validates a chat request, submits one job per choice and relays the outputs."""
 
-    def __init__(self, hub: Hub, served: dict[str, ServedModel]) -> None:
+    def __init__(self, hub: Hub, served: dict[str, ServedModel],
+                 allow_image_urls: bool = False) -> None:
         self.hub = hub
         self.served = served
+        self.allow_image_urls = allow_image_urls
 
     async def handle(self, request: Request) -> Response:
         """Handle one POST /v1/chat/completions."""
-        req = await read_body(request, ChatCompletionRequest)
+        req, size = await read_image_body(request, ChatCompletionRequest)
+        images = ImageParts()
+        messages = chat_messages(req, images)
+        images.check_body(size)
         check_fanout(1, req.n)
         check_template_kwargs(req.chat_template_kwargs)
         fmt = req.response_format
         grammar = grammar_for(fmt.type, fmt.json_schema) if fmt else None
         st = await self.hub.wait_ready(req.model)
         require_kind(st, "generate", "/v1/chat/completions")
+        pictures = require_vision(req.model, st.facts,
+                                  await images.load(self.allow_image_urls))
         served = self.served[req.model]
         params = chat_params(req, served.sampling, vocab_size(st.facts))
-        tools, parse_tools, prefix, forced = _tools(req, served.tool_call_parser)
+        tools, parse_tools, prefix, forced = chat_tools(req, served.tool_call_parser)
         grammar = forced or grammar  # a forced call comes before any response format
         kwargs = dict(req.chat_template_kwargs or {})
         if req.reasoning_effort is not None:
@@ -94,11 +68,11 @@ class ChatEndpoint:
         if grammar is not None:
             grammar.after_think = thinks(served.reasoning_parser, kwargs)
         cid = f"chatcmpl-{uuid.uuid4().hex}"
-        messages = _messages(req)
         check_chars(text_chars(messages) + text_chars(tools),
                     context_length(st.facts, served.context_length), "messages")
         jobs = [Generate(request_id=f"{cid}-{i}", params=params, messages=messages, tools=tools,
-                         chat_template_kwargs=kwargs, assistant_prefix=prefix, grammar=grammar)
+                         chat_template_kwargs=kwargs, assistant_prefix=prefix, grammar=grammar,
+                         images=pictures)
                 for i in range(req.n)]
         encodable(jobs[0])  # the choices differ only in request_id
         streams = submit_all(self.hub, req.model, jobs)

@@ -266,6 +266,11 @@ class ModelCard(msgspec.Struct):
     model: str | None = None  # what the alias serves: a path or a hub repo
     revision: str | None = None
     boot_id: str | None = None  # of the alias's current worker
+    kind: str | None = None  # generate, embed, transcribe or speech (None until its worker is up)
+    capabilities: list[str] = []  # the endpoints it serves, then what its worker can do
+    dimensions: int | None = None  # an embedding model's vector size
+    voices: list[str] | None = None  # a speech model's voices (the first is the default)
+    sample_rate: int | None = None  # a speech model's output rate (Hz)
 
 
 class ModelList(msgspec.Struct):

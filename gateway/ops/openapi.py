@@ -11,6 +11,7 @@ from gateway.anthropic import reply as ar
 from gateway.anthropic import schemas as a
 from gateway.anthropic.errors import is_messages_path
 from gateway.anthropic.event_schemas import MESSAGE_EVENTS
+from gateway.audio import speech_schemas as sp
 from gateway.openai import schemas as s
 from gateway.openai.stream_schemas import CHAT_EVENTS, COMPLETION_EVENTS
 from gateway.ops import schemas as o
@@ -40,6 +41,11 @@ ROUTES: list[tuple[str, str, str, type | None, type | None, bool]] = [
      ar.AnthropicMessage, True),
     ("/v1/messages/count_tokens", "post", "Count a message's input tokens (Anthropic API)",
      a.CountTokensRequest, ar.AnthropicTokenCount, False),
+    ("/v1/audio/speech", "post", "Create speech from text: the audio file (`stream_format` "
+     "`audio`: the same bytes chunked as they are made; `sse`: base64 `speech.audio.delta` "
+     "events, then `speech.audio.done`)", sp.SpeechRequest, None, True),
+    ("/v1/audio/voices", "get", "The voices of every ready text-to-speech model", None,
+     sp.SpeechVoiceList, False),
     ("/v1/health", "get", "Health of the gateway and of each model worker", None,
      o.HealthReport, False),
     ("/v1/health/{alias}", "get", "Health of one alias", None, o.OneAliasHealth, False),
@@ -60,11 +66,16 @@ ROUTES: list[tuple[str, str, str, type | None, type | None, bool]] = [
 # is documented as a plain text/event-stream)
 STREAM_EVENTS: dict[str, tuple[type, ...]] = {
     "/v1/chat/completions": CHAT_EVENTS, "/v1/completions": COMPLETION_EVENTS,
-    "/v1/responses": RESPONSE_EVENTS, "/v1/messages": MESSAGE_EVENTS}
+    "/v1/responses": RESPONSE_EVENTS, "/v1/messages": MESSAGE_EVENTS,
+    "/v1/audio/speech": sp.SPEECH_EVENTS}
+# routes whose 200 is a file: path -> its content types
+BINARY_ANSWERS = {"/v1/audio/speech": ("audio/mpeg", "audio/wav", "audio/flac", "audio/ogg",
+                                       "audio/aac", "audio/pcm")}
 _DATA_ONLY = ("Server-sent events (`stream: true`): each `data:` line is one of these JSON "
               "objects; the stream ends with `data: [DONE]`.")
-_NAMED = ("Server-sent events (`stream: true`): each event is an `event: TYPE` line and a `data:` "
-          "line with one of these JSON objects, whose `type` is TYPE.")
+_NAMED = ("Server-sent events (`stream: true`; `stream_format: \"sse\"` on /v1/audio/speech): "
+          "each event is an `event: TYPE` line and a `data:` line with one of these JSON "
+          "objects, whose `type` is TYPE.")
 
 # status -> (description, the methods it applies to; None: every method)
 ERROR_STATUSES: dict[str, tuple[str, tuple[str, ...] | None]] = {
@@ -147,6 +158,10 @@ def build_openapi(version: str) -> dict[str, Any]:
             content["text/event-stream"] = event_stream_schema(path)
         if path == "/metrics":
             content = {"text/plain": {"schema": {"type": "string"}}}
+        if path in BINARY_ANSWERS:
+            content = {t: {"schema": {"type": "string", "format": "binary"}}
+                       for t in BINARY_ANSWERS[path]} | (
+                {"text/event-stream": event_stream_schema(path)} if streams else {})
         op: dict[str, Any] = {
             "summary": summary,
             "operationId": f"{method}_{path.strip('/').replace('/', '_')}",

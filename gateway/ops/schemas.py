@@ -60,6 +60,7 @@ class WorkerInfo(msgspec.Struct, kw_only=True):
     alias: str
     model: str
     revision: str | None
+    kind: str | None  # generate, embed, transcribe or speech (None before its first Ready)
     path: str | None
     state: State
     pid: int | None

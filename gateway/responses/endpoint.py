@@ -18,7 +18,9 @@ from gateway.doors.kinds import require_kind
 from gateway.doors.relay import abort_all, error_for, outputs, peek_first, submit_all
 from gateway.doors.streaming import SSE_HEADERS
 from gateway.doors.structured import thinks
-from gateway.edge.errors import APIError, read_body
+from gateway.edge.errors import APIError
+from gateway.images.body import read_image_body
+from gateway.images.intake import ImageParts, require_vision
 from gateway.plane.hub import Hub, Stream, Terminal
 from gateway.responses.events import ResponseBuilder
 from gateway.responses.history import as_input
@@ -55,20 +57,27 @@ class ResponsesEndpoint:
     """Validates a Responses request, submits one chat job and relays it as Responses items."""
 
     def __init__(self, hub: Hub, served: dict[str, ServedModel],
-                 conversations: Conversations | None = None) -> None:
+                 conversations: Conversations | None = None,
+                 allow_image_urls: bool = False) -> None:
         self.hub = hub
         self.served = served
+        self.allow_image_urls = allow_image_urls
         self.conv = conversations or Conversations(None, keyed=False)
 
     async def handle(self, request: Request) -> Response:
         """Handle one POST /v1/responses."""
-        req = await read_body(request, CreateResponse)
+        req, size = await read_image_body(request, CreateResponse)
+        images = ImageParts()
+        messages = to_messages(req, images)  # checks this request's own input items first
+        images.check_body(size)
         grammar = to_grammar(req)
         check_template_kwargs(req.chat_template_kwargs)
         owner = self.conv.owner(request)
         items = await self.conv.items(req, owner)  # previous turn + this input, as stored
         st = await self.hub.wait_ready(req.model)
         require_kind(st, "generate", "/v1/responses")
+        pictures = require_vision(req.model, st.facts,
+                                  await images.load(self.allow_image_urls))
         served = self.served[req.model]
         d = served.sampling
         params = SamplingParams(
@@ -80,9 +89,12 @@ class ResponsesEndpoint:
             presence_penalty=_pick(None, d, "presence_penalty", 0.0), ignore_eos=req.ignore_eos)
         tools, parse_tools, prefix, forced = to_tools(req, served.tool_call_parser)
         grammar = forced or grammar  # a forced call comes before any text.format
-        messages = to_messages(req)  # checks this request's own input items first
-        if req.previous_response_id is not None:
-            messages = to_messages(msgspec.structs.replace(req, input=as_input(items)))
+        if req.previous_response_id is not None:  # the stored turns, then this input
+            history = ImageParts()  # the stored turns' images, then this input's, in order
+            messages = to_messages(msgspec.structs.replace(req, input=as_input(items)), history)
+            if history.refs:
+                pictures = require_vision(req.model, st.facts,
+                                          await history.load(self.allow_image_urls))
         saver = self.conv.saver(req, owner, items)
         check_chars(text_chars(messages) + text_chars(tools),
                     context_length(st.facts, served.context_length), "input")
@@ -91,7 +103,7 @@ class ResponsesEndpoint:
         rid = f"resp_{uuid.uuid4().hex}"
         job = Generate(request_id=rid, params=params, messages=messages, tools=tools,
                        chat_template_kwargs=template_kwargs(req), assistant_prefix=prefix,
-                       grammar=grammar)
+                       grammar=grammar, images=pictures)
         encodable(job)
         streams = submit_all(self.hub, req.model, [job])
         try:

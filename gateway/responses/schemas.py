@@ -10,10 +10,13 @@ from gateway.openai.schemas import MaxTokens, Temperature, TopP, _Body
 
 
 class ContentPart(_Body):
-    """A content part of an input message (`input_text`, `output_text`, ...)."""
+    """A content part of an input message (`input_text`, `output_text`, `input_image`, ...)."""
 
     type: str
     text: str | None = None
+    image_url: str | None = None  # input_image: a data: URL (or http(s) where allowed)
+    file_id: str | None = None  # input_image: refused (no Files API)
+    detail: str | None = None  # input_image: auto, low or high
 
 
 class InputItem(_Body):

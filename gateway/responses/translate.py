@@ -10,6 +10,8 @@ from gateway.doors.structured import grammar_for
 from gateway.doors.tool_choice import ToolPlan, plan_tools
 from gateway.edge.errors import bad_request
 from gateway.edge.jsonguard import JSONLimitError, check_json
+from gateway.images.intake import ImageParts
+from gateway.images.refs import from_input_image, shown
 from gateway.responses.schemas import ContentPart, CreateResponse, InputItem
 from gateway.responses.tooltypes import served_tools
 from protocol.messages import GrammarSpec
@@ -18,20 +20,35 @@ ROLES = {"user": "user", "assistant": "assistant", "system": "system", "develope
 TEXT_PARTS = {"input_text", "output_text", "text", "reasoning_text", "summary_text"}
 
 
-def _text(parts: str | list[ContentPart] | None, param: str) -> str:
-    """Text of a string or of a list of text parts (other part types are refused)."""
+def _text(parts: str | list[ContentPart] | None, param: str,
+          images: ImageParts | None = None) -> str | list[dict[str, Any]]:
+    """Text of a string or of a list of text parts; with IMAGES, input_image parts are
+    recorded there and the content becomes a list of text and image placeholder parts (other
+    part types are refused)."""
     if parts is None or isinstance(parts, str):
         return parts or ""
-    out = []
+    out: list[dict[str, Any]] = []
     for j, p in enumerate(parts):
         if p.type == "refusal":
             continue
+        if p.type == "input_image" and images is not None:
+            out.append(images.add(from_input_image(p, f"{param}[{j}]")))
+            continue
         if p.type not in TEXT_PARTS or p.text is None:
-            raise bad_request(f"Content part of type '{p.type}' is not supported here (only "
-                              "text parts are).", param=f"{param}[{j}]",
+            raise bad_request(f"Content part of type '{shown(p.type)}' is not supported here "
+                              "(only text parts are).", param=f"{param}[{j}]",
                               code="unsupported_parameter")
-        out.append(p.text)
-    return "\n".join(out)
+        out.append({"type": "text", "text": p.text})
+    if all(p["type"] == "text" for p in out):
+        return "\n".join(p["text"] for p in out)
+    return out
+
+
+def _plain(parts: str | list[ContentPart] | None, param: str) -> str:
+    """Text only (tool outputs, reasoning): image parts are refused there."""
+    text = _text(parts, param)
+    assert isinstance(text, str)
+    return text
 
 
 def _arguments(raw: str, param: str) -> Any:
@@ -45,8 +62,9 @@ def _arguments(raw: str, param: str) -> Any:
         return raw
 
 
-def to_messages(req: CreateResponse) -> list[dict[str, Any]]:
-    """The request's instructions and input items as chat-template messages."""
+def to_messages(req: CreateResponse, images: ImageParts | None = None) -> list[dict[str, Any]]:
+    """The request's instructions and input items as chat-template messages (input_image parts
+    of messages recorded in IMAGES, refused without it)."""
     msgs: list[dict[str, Any]] = []
     if req.instructions:
         msgs.append({"role": "system", "content": req.instructions})
@@ -64,7 +82,8 @@ def to_messages(req: CreateResponse) -> list[dict[str, Any]]:
             if role is None:
                 raise bad_request(f"Message role '{it.role}' is not supported (use user, "
                                   "assistant, system or developer).", param=f"{where}.role")
-            msg: dict[str, Any] = {"role": role, "content": _text(it.content, f"{where}.content")}
+            msg: dict[str, Any] = {"role": role,
+                                   "content": _text(it.content, f"{where}.content", images)}
             if role == "assistant" and reasoning:
                 msg["reasoning_content"], reasoning = reasoning, ""
             msgs.append(msg)
@@ -87,12 +106,12 @@ def to_messages(req: CreateResponse) -> list[dict[str, Any]]:
                 raise bad_request("A function_call_output item needs call_id and output.",
                                   param=where)
             tool: dict[str, Any] = {"role": "tool", "tool_call_id": it.call_id,
-                                    "content": _text(it.output, f"{where}.output")}
+                                    "content": _plain(it.output, f"{where}.output")}
             if it.call_id in names:
                 tool["name"] = names[it.call_id]
             msgs.append(tool)
         elif kind == "reasoning":
-            reasoning += _text(it.content, f"{where}.content")
+            reasoning += _plain(it.content, f"{where}.content")
         else:
             raise bad_request(f"Input item of type '{kind}' is not supported.",
                               param=f"{where}.type", code="unsupported_parameter")

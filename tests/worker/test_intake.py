@@ -165,3 +165,28 @@ def test_request_id_is_recovered_from_undecodable_frames() -> None:
     assert recover_request_id(deep) == long_id
     assert recover_request_id(b"\x93\xa3gen\xa5ab") is None  # truncated id
     assert recover_request_id(b"") is None
+
+
+@pytest.mark.parametrize("part", [
+    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+    {"type": "image"}, {"type": "input_image", "image_url": "data:x"},
+    {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
+])
+def test_non_text_parts_are_refused_not_dropped(tok: Any, part: dict[str, Any]) -> None:
+    """A text-only worker given an image (or audio) part says so instead of answering without it."""
+    job = _gen(messages=[{"role": "user", "content": [{"type": "text", "text": "Look:"}, part]}])
+    with pytest.raises(JobError) as err:
+        prepare(tok, job, VOCAB, CTX)
+    assert err.value.code == "invalid_request_error"
+    assert "messages[0].content[1]" in str(err.value) and "AAAA" not in str(err.value)
+
+
+def test_text_and_refusal_parts_still_render(tok: Any) -> None:
+    job = _gen(messages=[{"role": "user", "content": [{"type": "text", "text": "a"},
+                                                      {"type": "input_text", "text": "b"}]},
+                         {"role": "assistant", "content": [{"type": "refusal", "refusal": "NOPE"},
+                                                           {"type": "output_text", "text": "c"}]},
+                         {"role": "user", "content": "d"}])
+    ids, _ = prepare(tok, job, VOCAB, CTX)
+    text = tok.decode(ids)
+    assert "ab" in text and "c" in text and "NOPE" not in text

@@ -21,7 +21,7 @@ from worker.fetch import CannotLoad
 from worker.kinds import registry
 from worker.kinds.detect import detect_kind
 from worker.kinds.loop import KindLoop
-from worker.kinds.runner import QueueFull
+from worker.kinds.runner import BadInput, QueueFull
 
 
 @pytest.mark.parametrize(("files", "config", "kind"), [
@@ -64,7 +64,7 @@ class FakeRunner:
     def add(self, job: m.Work) -> None:
         assert isinstance(job, m.Embed)
         if not job.inputs:
-            raise ValueError("input must not be empty")
+            raise BadInput("input must not be empty", param="input")
         if len(self.queue) >= self.bound:
             raise QueueFull("too many requests")
         self.queue.append(job)
@@ -148,6 +148,7 @@ def test_kind_loop_moves_jobs_and_outputs() -> None:
         outs = rig.outputs()
         assert [msgspec.msgpack.decode(v) for v in outs["ok"].embeddings] == [3.0, 2.0]
         assert outs["empty"].error_code == "invalid_request_error"
+        assert outs["empty"].error_param == "input"
         assert "empty" in (outs["empty"].error or "")
         rig.send(m.StatusQuery(query_id="q1"))
         assert rig.until(lambda: any(isinstance(e, m.Status) for e in rig.events))

@@ -97,16 +97,17 @@ class KindLoop:
             self.runner.add(job)
         except QueueFull as exc:
             self._fail(job.request_id, str(exc), "queue_full")
-        except ValueError as exc:  # the runner refused this job's input
-            self._fail(job.request_id, str(exc), "invalid_request_error")
+        except ValueError as exc:  # the runner refused this job's input (BadInput names the field)
+            self._fail(job.request_id, str(exc), "invalid_request_error",
+                       getattr(exc, "param", None))
         except Exception as exc:  # admitting one request must not end the others
             log.exception("request %s could not be admitted", job.request_id)
             self._fail(job.request_id, f"the worker could not start this request: {exc}",
                        "internal_error")
 
-    def _fail(self, request_id: str, message: str, code: str) -> None:
+    def _fail(self, request_id: str, message: str, code: str, param: str | None = None) -> None:
         self._pending.append(m.RequestOutput(request_id=request_id, finish_reason="error",
-                                             error=message, error_code=code))
+                                             error=message, error_code=code, error_param=param))
 
     def _maybe_heartbeat(self) -> None:
         now = time.monotonic()

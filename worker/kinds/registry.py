@@ -15,7 +15,8 @@ from worker.kinds.runner import Runner
 # needs, the top-level packages of that extra)
 RUNNERS = {"embed": ("worker.embed.runner", "embeddings", ("mlx_embeddings",)),
            "transcribe": ("worker.stt.runner", "audio", ("mlx_audio", "av")),
-           "speech": ("worker.tts.runner", "audio", ("mlx_audio", "av"))}
+           "speech": ("worker.tts.runner", "audio", ("mlx_audio", "av", "misaki", "phonemizer",
+                                                     "espeakng_loader"))}
 
 
 def missing_extra(model: str, kind: str, extra: str, missing: list[str]) -> CannotLoad:

@@ -11,6 +11,14 @@ class QueueFull(Exception):
     """The runner's queue is at its bound: the request is refused (503), nothing else changes."""
 
 
+class BadInput(ValueError):
+    """A request's input the runner refuses (400), naming the request field it is about."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
 class Runner(Protocol):
     """One model of one kind behind the worker loop: jobs in, one bounded step, outputs out."""
 

@@ -1,0 +1,48 @@
+"""worker/stt/audio_io.py: PyAV decoding of uploads, its errors and the duration limit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.audio.media import ENCODINGS, encode
+from worker.stt.audio_io import SAMPLE_RATE, AudioDecoder, AudioError
+
+
+@pytest.fixture(scope="module")
+def tone(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("tone")
+    t = np.arange(int(2.0 * 22050)) / 22050
+    samples = (0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)
+    return {ext: encode(samples, 22050, folder / f"tone.{ext}", ext) for ext in ENCODINGS}
+
+
+@pytest.mark.parametrize("ext", sorted(ENCODINGS))
+def test_formats_decode_to_16k_mono(tone: dict[str, Path], ext: str) -> None:
+    d = AudioDecoder(tone[ext].read_bytes(), 7200)
+    x = d.read(10 * SAMPLE_RATE)
+    assert d.done and x.dtype == np.float32
+    assert abs(x.size / SAMPLE_RATE - 2.0) < 0.1, x.size
+    assert 0.2 < float(np.abs(x).max()) < 0.4
+
+
+def test_reads_in_bounded_pieces(tone: dict[str, Path]) -> None:
+    d = AudioDecoder(tone["flac"].read_bytes(), 7200)
+    first = d.read(SAMPLE_RATE // 2)
+    assert not d.done and SAMPLE_RATE // 2 <= first.size < SAMPLE_RATE
+    rest = d.read(10 * SAMPLE_RATE)
+    assert d.done and abs((first.size + rest.size) / SAMPLE_RATE - 2.0) < 0.1
+
+
+@pytest.mark.parametrize("data", [b"garbage" * 100, b"RIFF" + b"\0" * 60, bytes(range(256)) * 4])
+def test_garbage_is_refused(data: bytes) -> None:
+    with pytest.raises(AudioError) as err:
+        AudioDecoder(data, 7200).read(SAMPLE_RATE)
+    assert err.value.param == "file"
+
+
+def test_duration_limit(tone: dict[str, Path]) -> None:
+    with pytest.raises(AudioError, match="longer than"):
+        AudioDecoder(tone["wav" if "wav" in tone else "flac"].read_bytes(), 0.5).read(10 * SAMPLE_RATE)

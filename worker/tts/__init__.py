@@ -1,0 +1,1 @@
+"""Text-to-speech worker: Kokoro through mlx-audio, audio encoded with PyAV."""

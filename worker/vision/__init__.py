@@ -1,0 +1,1 @@
+"""Vision models (mlx-vlm) inside the continuous-batching engine."""
