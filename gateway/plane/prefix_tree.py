@@ -81,6 +81,8 @@ class PrefixTree:
 
 def _common(edge: str, text: str, start: int) -> int:
     """Length of the common prefix of EDGE and TEXT[start:]."""
+    if text.startswith(edge, start):  # the usual case, at C speed
+        return len(edge)
     n = min(len(edge), len(text) - start)
     for k in range(n):
         if edge[k] != text[start + k]:

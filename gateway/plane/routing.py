@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from gateway.plane.state import Replica
 
 POLICIES = ("cache_aware", "least_loaded", "round_robin")
+KEY_CHARS = 16384  # route by the first this many characters (the prefix is what matters)
 
 
 @dataclass
@@ -28,7 +29,12 @@ class RoutingConfig:
 
 
 def route_key(job: m.Work) -> str:
-    """The text the replica's prefix cache will see first: roles and contents, or the prompt."""
+    """The text the replica's prefix cache will see first: roles and contents, or the prompt
+    (at most KEY_CHARS characters)."""
+    return _full_key(job)[:KEY_CHARS]
+
+
+def _full_key(job: m.Work) -> str:
     if isinstance(job, m.Generate):
         if job.messages is not None:
             return "".join(f"<{msg.get('role', '')}>{_content(msg.get('content'))}"

@@ -97,3 +97,18 @@ def test_route_keys() -> None:
     ids = route_key(m.Generate(request_id="3", params=m.SamplingParams(), prompt_ids=[1, 2]))
     assert len(ids) == 2
     assert route_key(m.Speak(request_id="4", text="t")) == ""
+
+
+def test_route_keys_are_bounded_and_long_prompts_route_fast() -> None:
+    import time
+
+    from gateway.plane.routing import KEY_CHARS
+
+    huge = m.Generate(request_id="5", params=m.SamplingParams(), prompt="x" * (4 << 20))
+    assert len(route_key(huge)) == KEY_CHARS
+    router = Router(RoutingConfig(tree_chars=1 << 20))
+    reps = [_replica("r0"), _replica("r1")]
+    started = time.perf_counter()
+    for i in range(200):
+        router.pick(reps, SYS["ABCD"[i % 4]] * 10 + f"turn {i}")
+    assert time.perf_counter() - started < 1.0  # 200 picks of ~40k-character keys

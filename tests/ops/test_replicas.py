@@ -45,7 +45,7 @@ def _computed(srv: Server, plan: list) -> int:  # type: ignore[type-arg]
 
 def test_cache_aware_keeps_prefixes_together(tmp_path: Path) -> None:
     keys = _keys(tmp_path)
-    plan = wl.rounds(turns=4)
+    plan = wl.rounds(turns=6)
     results: dict[str, int] = {}
     for name, extra in (("one", ("--replicas", "1")),
                         ("cache_aware", ("--replicas", "2", "--routing", "cache_aware")),
