@@ -35,6 +35,7 @@ from gateway.ops.swap_targets import SwapTargets
 from gateway.ops.workers_api import WorkersEndpoints
 from gateway.plane.curve import CurveServer
 from gateway.plane.hub import AliasState, Hub
+from gateway.plane.routing import RoutingConfig
 from gateway.plane.supervisor import Supervisor, WorkerSpec
 from gateway.responses.endpoint import ResponsesEndpoint
 from gateway.responses.retrieve import StoredEndpoints
@@ -60,12 +61,14 @@ def build_app(config: GatewayConfig) -> Starlette:
     hub = Hub(address, hang_timeout=config.hang_timeout, swap_wait=config.swap_wait,
               external=not config.spawn_workers, curve=curve,
               worker_token=config.worker_token(), insecure=config.insecure_worker_transport,
-              heartbeat_timeout=config.heartbeat_timeout)
+              heartbeat_timeout=config.heartbeat_timeout,
+              routing=RoutingConfig(policy=config.routing))
     for s in config.served:
         hub.add_alias(s.alias, s.model)
     supervisor = Supervisor(
         hub, [WorkerSpec(s.alias, s.model, list(config.worker_args)) for s in config.served],
         max_start_crashes=config.max_start_crashes, backoff=config.restart_backoff,
+        replicas=config.replicas,
     ) if config.spawn_workers else None
     info = InfoEndpoints(hub, served, _version())
     audio = AudioEndpoints(hub)
@@ -137,6 +140,7 @@ def build_app(config: GatewayConfig) -> Starlette:
         Route("/readyz", health.readyz, methods=["GET"]),
         Route("/metrics", health.metrics, methods=["GET"]),
         Route("/admin/swap/{alias}", admin.swap, methods=["POST"]),
+        Route("/admin/drain/{alias}/{boot_id}", admin.drain, methods=["POST"]),
         Route("/v1/workers", workers.list, methods=["GET"]),
         Route("/v1/workers/{alias}", workers.one, methods=["GET"]),
         Route("/openapi.json", info.openapi, methods=["GET"]),

@@ -163,6 +163,11 @@ def main() -> None:
 @click.option("--hang-timeout", default=30.0, show_default=True, type=float,
               help="seconds without progress, with work, before a worker is declared hung")
 @click.option("--log-level", default="info", show_default=True)
+@click.option("--replicas", default=1, show_default=True, type=click.IntRange(min=1),
+              help="worker processes per alias; external workers of an alias join as more")
+@click.option("--routing", type=click.Choice(["cache_aware", "least_loaded", "round_robin"]),
+              default="cache_aware", show_default=True,
+              help="how a request picks one of an alias's replicas")
 @click.option("--no-spawn-workers", is_flag=True,
               help="start no workers: wait for `rapid-mlx worker --connect ADDR` to join")
 @click.option("--shutdown-timeout", default=30.0, show_default=True, type=float,
@@ -202,7 +207,8 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
           api_keys: tuple[str, ...], tool_call_parser: str | None, reasoning_parser: str | None,
           aliases_file: str | None, kv_cache_turboquant: str, kv_cache_memory: str,
           disable_prefix_cache: bool, max_batch: int, prefill_budget: int, max_waiting: int, context_length: int,
-          worker_address: str, hang_timeout: float, log_level: str, no_spawn_workers: bool,
+          worker_address: str, hang_timeout: float, log_level: str, replicas: int, routing: str,
+          no_spawn_workers: bool,
           shutdown_timeout: float, swap_wait: float, swap_drain_timeout: float,
           max_start_crashes: int, restart_backoff: float, admin_key: str | None,
           curve_dir: str | None, worker_token_file: str | None, insecure_worker_transport: bool,
@@ -232,7 +238,8 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
         host=host, port=port,
         worker_address=worker_address, worker_args=worker_args,
         api_keys=[k for k in api_keys if k], hang_timeout=hang_timeout, log_level=log_level,
-        spawn_workers=not no_spawn_workers, shutdown_timeout=shutdown_timeout,
+        spawn_workers=not no_spawn_workers, replicas=replicas, routing=routing,
+        shutdown_timeout=shutdown_timeout,
         swap_wait=swap_wait, swap_drain_timeout=swap_drain_timeout,
         max_start_crashes=max_start_crashes, restart_backoff=restart_backoff,
         admin_key=admin_key or None, curve_dir=curve_dir, worker_token_file=worker_token_file,

@@ -22,6 +22,8 @@ class GatewayConfig:
     port: int = 8000
     worker_address: str = ""  # where workers connect; default: ipc in a private directory
     spawn_workers: bool = True
+    replicas: int = 1  # spawned workers per alias (external ones join as extra replicas)
+    routing: str = "cache_aware"  # cache_aware, least_loaded or round_robin (gateway/plane/routing.py)
     worker_args: list[str] = field(default_factory=list)
     api_keys: list[str] = field(default_factory=list)
     hang_timeout: float = 30.0

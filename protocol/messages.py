@@ -160,6 +160,7 @@ class ModelFacts(msgspec.Struct, array_like=True, omit_defaults=True, kw_only=Tr
     think_opened_by_template: bool = False
     chat_template: str | None = None
     special_tokens: list[str] = []
+    revision: str = ""  # fingerprint of the weights (worker/fingerprint.py): replicas must agree
 
 
 class Ready(_Msg, tag="ready"):
@@ -247,6 +248,7 @@ class Heartbeat(_Msg, tag="hb"):
     waiting: int
     kv_used: int = 0
     kv_total: int = 0
+    draining: bool = False  # SIGTERM: finishing its requests, then exiting; route nothing new
 
 
 class Status(_Msg, tag="status"):

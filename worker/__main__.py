@@ -97,13 +97,16 @@ def serve_kind(kind: str, args: argparse.Namespace, sock: Any, boot_id: str, sec
                       "" if debug else " (--log-level debug shows the traceback)")
         logging.debug("details", exc_info=True)
         return _give_up(sock, args.alias, boot_id, f"load failed: {why}", 3)
+    from worker.fingerprint import fingerprint
+
+    runner.facts.revision = fingerprint(path)
     loop = KindLoop(runner, sock, args.alias, boot_id, args.parent_pid, secret=secret,
                     path=str(path))
     logging.info("serving %s (%s, %s) pid %d boot %s", args.alias, args.model, kind,
                  os.getpid(), boot_id)
     try:
         loop.run()
-        reason = "shutdown"
+        reason = loop.stop_reason
     except KeyboardInterrupt:
         reason = "signal"
     except Exception as exc:  # report, then die: the supervisor restarts us
@@ -115,7 +118,7 @@ def serve_kind(kind: str, args: argparse.Namespace, sock: Any, boot_id: str, sec
         pass
     sock.close()
     sock.context.term()
-    return 0 if reason in ("shutdown", "signal") else 1
+    return 0 if reason in ("shutdown", "signal", "drained after SIGTERM") else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     from worker.attention import install as install_paged_attention
     from worker.engine import Engine, model_dtype
     from worker.fetch import EXIT_CANNOT_LOAD, CannotLoad
+    from worker.fingerprint import fingerprint
     from worker.kv_setup import UnsupportedModel, plan_kv
     from worker.loader import load_model
     from worker.loop import WorkerLoop
@@ -155,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         if kind != "generate":
             return serve_kind(kind, args, sock, boot_id, secret)
         loaded = load_model(args.model, args.revision)
+        loaded.facts.revision = fingerprint(loaded.path)
         context_length = loaded.facts.context_length
         if args.context_length:
             if args.context_length > context_length:
@@ -194,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.info("serving %s (%s) pid %d boot %s", args.alias, args.model, os.getpid(), boot_id)
     try:
         loop.run()
-        reason = "shutdown"
+        reason = loop.stop_reason
     except KeyboardInterrupt:
         reason = "signal"
     except Exception as exc:  # report, then die: the supervisor restarts us
@@ -206,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         pass
     sock.close()
     ctx.term()
-    return 0 if reason in ("shutdown", "signal") else 1
+    return 0 if reason in ("shutdown", "signal", "drained after SIGTERM") else 1
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from worker.engine import Engine, KVTooSmall, QueueFull
 from worker.grammar.compiler import GrammarCompiler
 from worker.intake import CHARS_PER_TOKEN, Intake, Prepared
 from worker.loader import LoadedModel
+from worker.sigterm import SigtermDrain
 from worker.validate import recover_request_id
 
 log = logging.getLogger("rapid_mlx.worker")
@@ -39,6 +40,8 @@ class WorkerLoop:
         self.secret = secret  # proves to the gateway that this worker may serve the alias
         self.started = time.time()
         self.running = True
+        self.stop_reason = "shutdown"
+        self.sigterm = SigtermDrain()
         self._last_beat = 0.0
         self._pending: list[m.RequestOutput] = []
         self.intake = Intake(loaded.tokenizer, vocab_size(loaded), engine.context_length,
@@ -57,6 +60,7 @@ class WorkerLoop:
     def run(self) -> None:
         """Say ready, then loop: jobs in, one step, outputs out, heartbeat."""
         self._send(self._ready())
+        self.sigterm.install()
         try:
             while self.running:
                 self._drain(timeout_ms=0 if self.engine.has_work
@@ -71,6 +75,9 @@ class WorkerLoop:
                     self._send(m.StepOutputs(boot_id=self.boot_id, step=self.engine.stats.steps,
                                              outputs=outputs))
                 self._maybe_heartbeat()
+                idle = not (self.engine.has_work or self.intake.pending or self._pending)
+                if self.sigterm.finished(idle):
+                    self.running, self.stop_reason = False, "drained after SIGTERM"
         finally:
             self.intake.close()
 
@@ -111,7 +118,9 @@ class WorkerLoop:
 
     def _maybe_heartbeat(self) -> None:
         now = time.monotonic()
-        if now - self._last_beat < HEARTBEAT_INTERVAL:
+        since = self.sigterm.since  # the first draining heartbeat goes out at once
+        if now - self._last_beat < HEARTBEAT_INTERVAL and not (
+                since is not None and self._last_beat < since):
             return
         self._last_beat = now
         if self.parent_pid is not None and os.getppid() != self.parent_pid:
@@ -121,7 +130,8 @@ class WorkerLoop:
         pool = self.engine.kv.pool
         self._send(m.Heartbeat(boot_id=self.boot_id, step=self.engine.stats.steps,
                                running=len(self.engine.running), waiting=len(self.engine.waiting),
-                               kv_used=pool.num_used, kv_total=pool.total))
+                               kv_used=pool.num_used, kv_total=pool.total,
+                               draining=self.sigterm.draining))
 
     # ---- handlers -----------------------------------------------------------------------
 
@@ -165,7 +175,8 @@ class WorkerLoop:
         self._send(m.Status(boot_id=self.boot_id, query_id=job.query_id, body=self.status()))
 
     def _on_shutdown(self, job: m.Shutdown) -> None:
-        log.info("shutdown requested: %s", job.reason or "no reason")
+        log.log(logging.ERROR if job.reason.startswith("refused") else logging.INFO,
+                "shutdown requested: %s", job.reason or "no reason")
         self.running = False
 
     def status(self) -> dict[str, Any]:

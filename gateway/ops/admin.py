@@ -15,6 +15,7 @@ from gateway.edge.errors import APIError, from_validation
 from gateway.edge.middleware import is_cross_origin
 from gateway.ops.swap_targets import SwapTargets
 from gateway.plane.hub import Hub
+from gateway.plane.replica_drain import drain_replica, find_replica
 from gateway.plane.supervisor import Supervisor
 
 
@@ -54,6 +55,7 @@ class AdminEndpoints:
         self.admin_key = admin_key
         self.drain_timeout = drain_timeout
         self._tasks: set[asyncio.Task[None]] = set()
+        self._drains: set[asyncio.Task[int]] = set()
 
     async def swap(self, request: Request) -> Response:
         """Drain the alias (bounded), restart its worker, and (by default) wait until it is ready."""
@@ -89,3 +91,29 @@ class AdminEndpoints:
                            f"({st.last_exit}).", type="server_error", code="swap_failed")
         done = self.hub.serving(st) and st.boot_id != previous
         return JSONResponse(body, status_code=200 if done else 202)
+
+    async def drain(self, request: Request) -> Response:
+        """POST /admin/drain/{alias}/{boot_id}: move new work off one replica, let its requests
+        finish (up to the body's `timeout`, default the swap drain timeout), then stop it."""
+        check_admin(request, self.admin_key)
+        r = find_replica(self.hub, request.path_params["alias"], request.path_params["boot_id"])
+        raw = await request.body()
+        try:
+            req = msgspec.json.decode(raw, type=DrainRequest) if raw.strip() else DrainRequest()
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise from_validation(exc) from exc
+        alias = request.path_params["alias"]
+        timeout = self.drain_timeout if req.timeout is None else req.timeout
+        task = asyncio.create_task(drain_replica(self.hub, alias, r, timeout))
+        self._drains.add(task)
+        task.add_done_callback(self._drains.discard)
+        ended = await asyncio.shield(task)
+        return JSONResponse({"alias": alias, "replica": r.name, "boot_id": r.boot_id,
+                             "state": "drained", "ended": ended,
+                             "respawned": self.supervisor is not None})
+
+
+class DrainRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """Body of POST /admin/drain/{alias}/{boot_id}; optional."""
+
+    timeout: float | None = None

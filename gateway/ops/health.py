@@ -23,7 +23,8 @@ class HealthEndpoints:
     def _alias(self, st: AliasState) -> dict[str, Any]:
         return {"state": st.state, "ready": self.hub.serving(st), "model": st.model,
                 "boot_id": st.boot_id, "pid": st.pid, "restarts": st.restarts,
-                "last_exit": st.last_exit, "in_flight": len(st.streams)}
+                "last_exit": st.last_exit, "in_flight": len(st.streams),
+                "replicas": len(st.ready_replicas())}
 
     def health_body(self) -> dict[str, Any]:
         """Overall and per-alias health."""

@@ -16,7 +16,7 @@ from gateway.openai import embedding_schemas as e
 from gateway.openai import schemas as s
 from gateway.openai.stream_schemas import CHAT_EVENTS, COMPLETION_EVENTS
 from gateway.ops import schemas as o
-from gateway.ops.admin import SwapRequest
+from gateway.ops.admin import DrainRequest, SwapRequest
 from gateway.responses import objects as ro
 from gateway.responses import schemas as rs
 from gateway.responses.event_schemas import RESPONSE_EVENTS
@@ -61,6 +61,9 @@ ROUTES: list[tuple[str, str, str, type | None, type | None, bool]] = [
     ("/metrics", "get", "Prometheus metrics", None, None, False),
     ("/admin/swap/{alias}", "post", "Hot-swap one alias's worker (needs --admin-key)",
      SwapRequest, o.SwapResult, False),
+    ("/admin/drain/{alias}/{boot_id}", "post", "Drain one replica of an alias (boot id or name "
+     "such as r1; needs --admin-key): no new work, running requests finish, then it stops",
+     DrainRequest, o.DrainResult, False),
 ]
 
 # the events each streaming route sends with `stream: true` (a streaming route not listed here
@@ -98,7 +101,7 @@ OTHER_ANSWERS: dict[str, dict[str, tuple[str, type]]] = {
     "/admin/swap/{alias}": {"202": ("Swap started; the new worker is not serving yet",
                                     o.SwapResult)},
 }
-OPTIONAL_BODIES = {"/admin/swap/{alias}"}  # an empty body takes every default
+OPTIONAL_BODIES = {"/admin/swap/{alias}", "/admin/drain/{alias}/{boot_id}"}  # an empty body takes every default
 
 QUERY = {"/v1/responses/{response_id}/input_items": [
     {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 100,

@@ -22,6 +22,7 @@ class AliasHealth(msgspec.Struct, kw_only=True):
     restarts: int
     last_exit: str | None
     in_flight: int
+    replicas: int  # ready replicas (worker processes) of the alias
 
 
 class OneAliasHealth(AliasHealth, kw_only=True):
@@ -83,6 +84,44 @@ class WorkerInfo(msgspec.Struct, kw_only=True):
     last_step_at: float | None
     last_step_age_s: float | None
     last_heartbeat_age_s: float | None
+    routing: str  # cache_aware, least_loaded or round_robin
+    replicas: list[ReplicaInfo]
+
+
+class ReplicaInfo(msgspec.Struct, kw_only=True):
+    """One replica (worker process) of an alias: where it runs, its state, load and hit rates."""
+
+    replica: str  # r0, r1... for spawned workers; the boot id's start for external ones
+    boot_id: str
+    pid: int | None
+    address: str | None  # the worker's IP (tcp)
+    state: Literal["starting", "ready", "draining"]
+    model: str | None
+    revision: str | None  # the weights fingerprint the worker reported
+    uptime_s: float | None
+    in_flight: int
+    load: int
+    running: int
+    waiting: int
+    prompt_tokens_computed: int | None
+    prefix_cache_queries: int | None  # prompt tokens looked up in the worker's prefix cache
+    prefix_cache_hits: int | None  # ... and found there
+    prefix_cache_hit_rate: float | None  # the worker's own prefix cache
+    route_prefix_hit_rate: float | None  # the router's estimate (its prefix tree)
+    routed_chars: int
+    last_heartbeat_age_s: float | None
+    live: bool
+
+
+class DrainResult(msgspec.Struct, kw_only=True):
+    """POST /admin/drain/{alias}/{boot_id}: the replica was drained and asked to exit."""
+
+    alias: str
+    replica: str
+    boot_id: str
+    state: Literal["drained"]
+    ended: int  # requests still running at the timeout, ended with an error
+    respawned: bool  # a spawned replica is restarted by the supervisor
     live: dict[str, Any] | None
 
 

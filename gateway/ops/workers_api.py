@@ -9,7 +9,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from gateway.plane.hub import AliasState, Hub
+from gateway.plane.hub import AliasState, Hub, Replica
 
 
 def _rate(hits: Any, queries: Any) -> float | None:
@@ -23,9 +23,17 @@ class WorkersEndpoints:
         self.hub = hub
 
     async def describe(self, st: AliasState) -> dict[str, Any]:
-        """Everything known about ST's worker; live fields are None when it does not answer."""
+        """Everything known about ST's workers: the primary replica's fields (one worker: the
+        worker's) with counts summed over replicas, and a `replicas` list; live fields are None
+        when a worker does not answer."""
         now = time.monotonic()
-        live = await self.hub.worker_status(st.alias) if st.identity is not None else None
+        replicas = sorted(st.replicas.values(), key=lambda r: r.name)
+        asked = [r.boot_id for r in replicas if r.identity is not None]  # before any await
+        lives = await asyncio.gather(*(self.hub.worker_status(st.alias, boot_id=b)
+                                       for b in asked))
+        by_boot = dict(zip(asked, lives, strict=True))
+        primary = st.primary
+        live = by_boot.get(primary.boot_id) if primary is not None else None
         lv = live or {}
         hb = st.heartbeat if st.identity is not None else None
         prefix = self.hub.metrics.prefix.get(st.alias)
@@ -35,6 +43,8 @@ class WorkersEndpoints:
         if used is None and hb is not None and hb.kv_total:
             used, free = hb.kv_used, hb.kv_total - hb.kv_used
         last_step_at = lv.get("last_step_at") or None
+        rows = [_replica(r, by_boot.get(r.boot_id), now) for r in replicas]
+        many = len(rows) > 1
         return {
             "alias": st.alias, "model": st.model, "revision": st.revision or lv.get("revision"),
             "kind": st.facts.kind if st.facts else lv.get("kind"),
@@ -42,8 +52,10 @@ class WorkersEndpoints:
             "uptime_s": round(now - st.ready_at, 3) if st.ready_at and st.identity else None,
             "restarts": st.restarts, "last_exit": st.last_exit,
             "in_flight": len(st.streams),
-            "running": lv.get("running", hb.running if hb else 0),
-            "waiting": lv.get("waiting", hb.waiting if hb else 0),
+            "running": sum(x["running"] for x in rows) if many
+            else lv.get("running", hb.running if hb else 0),
+            "waiting": sum(x["waiting"] for x in rows) if many
+            else lv.get("waiting", hb.waiting if hb else 0),
             "requests": lv.get("requests", []),
             "kv_format": lv.get("kv_format", "none"),
             "kv_pages_used": used, "kv_pages_free": free,
@@ -55,6 +67,8 @@ class WorkersEndpoints:
             "last_step_at": last_step_at,
             "last_step_age_s": round(time.time() - last_step_at, 3) if last_step_at else None,
             "last_heartbeat_age_s": round(now - st.last_seen, 3) if st.last_seen else None,
+            "routing": self.hub.router.config.policy,
+            "replicas": rows,
             "live": live,
         }
 
@@ -67,3 +81,27 @@ class WorkersEndpoints:
         """One alias's worker, or 404."""
         st = self.hub.lookup(request.path_params["alias"])
         return JSONResponse(await self.describe(st))
+
+
+def _replica(r: Replica, live: dict[str, Any] | None, now: float) -> dict[str, Any]:
+    """One replica: where it runs, its state and load, and its prefix hit rates."""
+    lv = live or {}
+    hb = r.heartbeat if r.identity is not None else None
+    return {
+        "replica": r.name, "boot_id": r.boot_id, "pid": r.pid, "address": r.address or None,
+        "state": r.state, "model": r.facts.model if r.facts else None,
+        "revision": r.facts.revision or None if r.facts else None,
+        "uptime_s": round(now - r.ready_at, 3) if r.ready_at and r.identity else None,
+        "in_flight": len(r.streams), "load": r.load,
+        "running": lv.get("running", hb.running if hb else 0),
+        "waiting": lv.get("waiting", hb.waiting if hb else 0),
+        "prompt_tokens_computed": lv.get("prompt_tokens_computed"),
+        "prefix_cache_queries": lv.get("prefix_cache_queries"),
+        "prefix_cache_hits": lv.get("prefix_cache_hits"),
+        "prefix_cache_hit_rate": _rate(lv.get("prefix_cache_hits"),
+                                       lv.get("prefix_cache_queries")),
+        "route_prefix_hit_rate": r.hit_rate,
+        "routed_chars": r.routed_chars,
+        "last_heartbeat_age_s": round(now - r.last_seen, 3) if r.last_seen else None,
+        "live": live is not None,
+    }

@@ -37,9 +37,10 @@ def on_stranger(hub: Hub, st: AliasState, identity: bytes, user_id: str | None, 
             hub.send_to(identity, m.Shutdown(reason="this worker was declared gone"))
         hub.rejections.drop(identity, "retired_boot", "a Heartbeat")
         return
-    if (isinstance(ev, m.Heartbeat) and hub.external and st.identity is None
+    if (isinstance(ev, m.Heartbeat) and hub.external and ev.boot_id not in st.replicas
             and not hub.draining and identity == hub.peers.routing_id(st.alias, ev.boot_id)):
-        # a worker that said Ready to a previous gateway: ask it to say Ready again
+        # a worker that said Ready to a previous gateway: ask it to say Ready again (it joins
+        # the alias as a replica if its Ready passes)
         if _nudge(hub, ev.boot_id, now, 1.0):
             hub.send_to(identity, m.StatusQuery(query_id=m.ADOPT_QUERY))
         return
@@ -49,12 +50,13 @@ def on_stranger(hub: Hub, st: AliasState, identity: bytes, user_id: str | None, 
 def _own_loader(hub: Hub, st: AliasState, identity: bytes, user_id: str | None,
                 ev: m.Dead) -> bool:
     """True when a Dead comes from the worker being started for the alias (before its Ready)."""
-    if st.identity is not None or ev.boot_id in hub.retired:
+    if ev.boot_id in hub.retired:
         return False
+    r = st.replicas.get(ev.boot_id)
     if not hub.external:
-        return (ev.boot_id == st.boot_id and st.secret is not None
-                and identity == m.routing_id(st.alias, ev.boot_id, st.secret))
-    if identity != hub.peers.routing_id(st.alias, ev.boot_id):
+        return (r is not None and r.identity is None and r.secret is not None
+                and identity == m.routing_id(st.alias, ev.boot_id, r.secret))
+    if r is not None or identity != hub.peers.routing_id(st.alias, ev.boot_id):
         return False
     return hub.curve is not None and hub.curve.allows(user_id, st.alias)
 

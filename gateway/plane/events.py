@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import zmq
 
 from gateway.plane.adopt import on_stranger
-from gateway.plane.state import AliasState, Terminal
+from gateway.plane.state import AliasState, Replica
 from protocol import messages as m
 
 if TYPE_CHECKING:
@@ -63,11 +63,16 @@ def on_frames(hub: Hub, frames: list[zmq.Frame]) -> None:
     if hub.curve is not None:
         with contextlib.suppress(zmq.ZMQError):
             user_id = str(frames[1].get("User-Id"))
-    on_event(hub, identity, user_id, event)
+    peer = ""
+    if isinstance(event, m.Ready) and hub.address.startswith("tcp://"):
+        with contextlib.suppress(zmq.ZMQError):
+            peer = str(frames[1].get("Peer-Address"))  # tcp only: the worker's IP
+    on_event(hub, identity, user_id, event, peer)
 
 
-def on_event(hub: Hub, identity: bytes, user_id: str | None, ev: m.Event) -> None:
-    """Route one event, if it comes from the alias's current worker (Ready: if it proves itself)."""
+def on_event(hub: Hub, identity: bytes, user_id: str | None, ev: m.Event,
+             peer: str = "") -> None:
+    """Route one event, if it comes from a replica of the alias (Ready: if it proves itself)."""
     alias = identity.decode(errors="replace").split(":", 1)[0]
     st = hub.aliases.get(alias)
     if st is None:
@@ -75,71 +80,106 @@ def on_event(hub: Hub, identity: bytes, user_id: str | None, ev: m.Event) -> Non
         return
     now = time.monotonic()
     if isinstance(ev, m.Ready):
-        accept_ready(hub, st, identity, user_id, ev, now)
+        accept_ready(hub, st, identity, user_id, ev, now, peer)
         return
-    if ev.boot_id != st.boot_id or not hub.peers.owns(st, identity, user_id):
+    r = st.replicas.get(ev.boot_id)
+    if r is None or not hub.peers.owns(r, identity, user_id):
         on_stranger(hub, st, identity, user_id, ev, now)
         return
-    st.last_seen = now
+    r.last_seen = now
     if isinstance(ev, m.Dead):
         hub.worker_gone(alias, ev.boot_id, ev.reason)
     elif isinstance(ev, m.StepOutputs):
-        _on_step(hub, st, ev, now)
+        _on_step(hub, r, ev, now)
     elif isinstance(ev, m.Heartbeat):
-        st.heartbeat = ev
-        if ev.step != st.last_step:
-            st.last_step, st.last_progress = ev.step, now
+        r.heartbeat = ev
+        if ev.draining and r.state == "ready":
+            r.state = "draining"  # SIGTERM: it finishes its requests, then leaves
+            log.warning("replica %s of %s drains (SIGTERM): no new work goes to it", r.name,
+                        st.alias)
+        if ev.step != r.last_step:
+            r.last_step, r.last_progress = ev.step, now
     elif isinstance(ev, m.Status):
         fut = hub.status_waiters.get(ev.query_id)
         if fut is not None and not fut.done():
             fut.set_result(ev.body)
 
 
+def revision_refusal(st: AliasState, ev: m.Ready) -> str | None:
+    """Why a Ready's model differs from what the alias's ready replicas serve, or None.
+
+    With a revision fingerprint on both sides only those are compared (two machines may keep
+    the same weights in different folders); otherwise the model names must match."""
+    ref = next((r.facts for r in st.ready_replicas() if r.facts and r.boot_id != ev.boot_id),
+               None)
+    if ref is None:
+        return None
+    new = ev.facts
+    if ref.revision and new.revision:
+        same = ref.revision == new.revision
+    else:
+        same = ref.model == new.model and ref.revision == new.revision
+    if same:
+        return None
+    return (f"it serves {new.model} (revision {new.revision or 'unknown'}) but the replicas of "
+            f"{st.alias} serve {ref.model} (revision {ref.revision or 'unknown'})")
+
+
 def accept_ready(hub: Hub, st: AliasState, identity: bytes, user_id: str | None, ev: m.Ready,
-                 now: float) -> None:
-    """Make the sender the alias's worker, if its Ready proves it may be."""
+                 now: float, peer: str = "") -> None:
+    """Make the sender a replica of the alias, if its Ready proves it may be."""
     if ev.protocol_version != m.PROTOCOL_VERSION:
         why: str | None = "protocol_version"
     elif ev.boot_id in hub.retired:
         why = "retired_boot"
     else:
         why = hub.peers.refuse_ready(st, identity, user_id, ev)
+    mismatch = revision_refusal(st, ev) if why is None else None
+    if mismatch is not None:
+        why = "revision_mismatch"
+        log.error("refused a worker for %s (boot %s): %s", st.alias, ev.boot_id, mismatch)
     if why is not None:
         hub.rejections.drop(identity, why, f"a Ready for {st.alias} (protocol "
                              f"{ev.protocol_version}, gateway {m.PROTOCOL_VERSION})")
         hub.send_to(identity, m.Shutdown(reason=f"refused by the gateway: {why}"))
         return
-    if st.identity == identity and st.boot_id == ev.boot_id:
+    r = st.replicas.get(ev.boot_id)
+    if r is not None and r.identity == identity:
         return  # said Ready again (an adoption query crossed its first Ready)
-    if st.boot_id is not None and st.boot_id != ev.boot_id and st.streams:
-        hub.fail_streams(st, Terminal(f"The worker serving '{st.alias}' was replaced"))
-    if hub.external and st.ready_at is not None and st.boot_id != ev.boot_id:
-        hub.count_restart(st.alias)
-    st.identity, st.boot_id, st.pid, st.facts = identity, ev.boot_id, ev.pid, ev.facts
-    st.user_id = user_id
-    st.last_seen = st.last_progress = st.ready_at = now
-    st.last_step = -1
+    if r is None:  # an external worker joins the alias
+        r = st.replicas[ev.boot_id] = Replica(ev.boot_id, ev.boot_id[:8])
+        if st.departed:  # it replaces one that left
+            st.departed -= 1
+            hub.count_restart(st.alias)
+    r.identity, r.pid, r.facts, r.user_id = identity, ev.pid, ev.facts, user_id
+    r.address = peer
+    r.last_seen = r.last_progress = r.ready_at = st.ready_at = now
+    r.last_step = -1
+    r.state = "ready"
+    st.facts = ev.facts
     st.restarting = False
+    hub.accepted.add(ev.boot_id)
     if hub.external:
         st.model = ev.facts.model or st.model
     if st.state != "draining":
         st.state = "ready"
     st.ready_event.set()
     hub.started_up = hub.started_up or all(map(hub.serving, hub.aliases.values()))
-    log.info("worker for %s ready (pid %d, boot %s)", st.alias, ev.pid, ev.boot_id)
+    log.info("worker for %s ready (pid %d, boot %s, replica %s, %d ready)", st.alias, ev.pid,
+             ev.boot_id, r.name, len(st.ready_replicas()))
     if hub.on_ready is not None:
         hub.on_ready(st)
     hub.flush_parked(st)
 
 
-def _on_step(hub: Hub, st: AliasState, ev: m.StepOutputs, now: float) -> None:
-    st.last_step, st.last_progress = ev.step, now
+def _on_step(hub: Hub, r: Replica, ev: m.StepOutputs, now: float) -> None:
+    r.last_step, r.last_progress = ev.step, now
     for out in ev.outputs:
-        stream = st.streams.get(out.request_id)
+        stream = r.streams.get(out.request_id)
         if stream is None:
             continue
         stream.frame = b""  # answered: never resent
         stream.queue.put_nowait(out)
         hub.metrics.output(stream, out, now)
         if out.finish_reason is not None:
-            st.streams.pop(out.request_id, None)
+            r.streams.pop(out.request_id, None)

@@ -18,11 +18,12 @@ from gateway.plane.curve import CurveServer
 from gateway.plane.events import read_events, reader_ended
 from gateway.plane.metrics import Metrics
 from gateway.plane.peers import PeerAuth, Rejections
-from gateway.plane.state import AliasState, Parked, Stream, Terminal
+from gateway.plane.routing import Router, RoutingConfig, route_key
+from gateway.plane.state import AliasState, Parked, Replica, Stream, Terminal
 from gateway.plane.watchdog import watchdog
 from protocol import messages as m
 
-__all__ = ["AliasState", "Hub", "Stream", "Terminal"]  # the state types are re-exported
+__all__ = ["AliasState", "Hub", "Replica", "Stream", "Terminal"]  # the state types are re-exported
 
 log = logging.getLogger("rapid_mlx.gateway")
 
@@ -37,7 +38,8 @@ class Hub:
     def __init__(self, address: str, *, hang_timeout: float = 30.0, swap_wait: float = 30.0,
                  external: bool = False, curve: CurveServer | None = None,
                  worker_token: str | None = None, insecure: bool = False,
-                 heartbeat_timeout: float = HEARTBEAT_TIMEOUT) -> None:
+                 heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
+                 routing: RoutingConfig | None = None) -> None:
         self.address = address
         self.hang_timeout = hang_timeout
         self.swap_wait = swap_wait
@@ -47,6 +49,8 @@ class Hub:
         self.draining = False
         self.started_up = False  # every alias has been ready at once (latched)
         self.retired: set[str] = set()  # boot ids declared gone; never accepted again
+        self.accepted: set[str] = set()  # boot ids whose Ready was accepted (they served)
+        self.router = Router(routing)
         self.nudged: dict[str, float] = {}
         self.ctx = zmq.asyncio.Context()
         self.sock = self.ctx.socket(zmq.ROUTER)
@@ -65,7 +69,7 @@ class Hub:
         self.closing = False
         self._tasks: list[asyncio.Task[Any]] = []
         self.status_waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}
-        self.on_hung: Callable[[str], None] | None = None
+        self.on_hung: Callable[[str, str], None] | None = None  # (alias, boot id)
         self.on_ready: Callable[[AliasState], None] | None = None
         self.curve = curve
 
@@ -130,8 +134,9 @@ class Hub:
         return st
 
     def serving(self, st: AliasState) -> bool:
-        """True when the alias takes new requests now."""
-        return st.state == "ready" and st.identity is not None and not self.draining
+        """True when the alias takes new requests now (some replica is ready)."""
+        return st.state == "ready" and not self.draining and any(
+            r.routable for r in st.replicas.values())
 
     def _not_ready(self, st: AliasState) -> APIError:
         if self.draining:
@@ -172,51 +177,61 @@ class Hub:
         return st
 
     def submit(self, alias: str, job: m.Work) -> Stream:
-        """Send a request job (Generate, Embed, ...) to the alias's worker; return its output stream.
+        """Send a request job (Generate, Embed, ...) to a replica of the alias (the router picks
+        it); return its output stream.
 
-        When the worker just left (or the alias is between workers) the job waits for the next
-        worker, up to the swap wait; a send that fails otherwise (queue full) is a 503 at once.
+        When no replica is ready (the worker just left, or the alias is between workers) the job
+        waits for the next one, up to the swap wait; a send that fails otherwise (queue full) is
+        a 503 at once.
         """
         st = self.lookup(alias)
         if not self._waitable(st):
             raise self._not_ready(st)
         frame = m.encode(job)
-        stream = Stream(job.request_id, alias, st.boot_id or "", frame=frame)
-        if self.serving(st):
-            assert st.identity is not None
+        stream = Stream(job.request_id, alias, "", frame=frame, key=route_key(job))
+        while self.serving(st):
+            r = self.router.pick(st.ready_replicas(), stream.key)
+            assert r.identity is not None
             try:
-                self.send_now(st.identity, frame)
+                self.send_now(r.identity, frame)
             except zmq.ZMQError as exc:
                 if exc.errno != zmq.EHOSTUNREACH:
                     self.metrics.rejected(alias, "worker_unreachable")
                     raise unavailable(f"The worker of '{alias}' cannot take this request now "
                                       f"({exc.strerror}). Retry soon.", retry_after=1,
                                       code="worker_unreachable") from exc
-                self.worker_gone(alias, st.boot_id, "its connection closed")
+                self.worker_gone(alias, r.boot_id, "its connection closed")
             else:
-                if not st.streams:
-                    st.busy_since = stream.submitted_at
-                st.streams[job.request_id] = stream
+                self._attach(r, stream)
                 return stream
         st.parked.append(Parked(stream, frame, time.monotonic() + self.swap_wait))
         return stream
 
+    def _attach(self, r: Replica, stream: Stream) -> None:
+        """STREAM was sent to replica R: its outputs come from there."""
+        stream.boot_id = r.boot_id
+        if not r.streams:
+            r.busy_since = time.monotonic()
+        r.streams[stream.request_id] = stream
+        self.metrics.routed(stream.alias, r.name)
+
     def flush_parked(self, st: AliasState) -> None:
-        """Send the jobs that waited for this alias's new worker."""
+        """Send the jobs that waited for a ready replica of this alias."""
         parked, st.parked = st.parked, []
         for p in parked:
-            p.stream.boot_id = st.boot_id or ""
+            if not self.serving(st):
+                st.parked.append(p)  # the replica left meanwhile: wait for the next
+                continue
+            r = self.router.pick(st.ready_replicas(), p.stream.key)
             try:
-                assert st.identity is not None
-                self.send_now(st.identity, p.frame)
+                assert r.identity is not None
+                self.send_now(r.identity, p.frame)
             except zmq.ZMQError as exc:
                 self._end(p.stream, Terminal(f"The worker of '{st.alias}' cannot take this "
                                              f"request now ({exc.strerror}).",
                                              code="worker_unreachable"))
                 continue
-            if not st.streams:
-                st.busy_since = time.monotonic()
-            st.streams[p.stream.request_id] = p.stream
+            self._attach(r, p.stream)
 
     def expire_parked(self, st: AliasState, now: float, message: str,
                       code: str = "model_not_ready") -> None:
@@ -238,36 +253,47 @@ class Hub:
         st = self.aliases.get(stream.alias)
         if st is None:
             return
-        if st.streams.pop(stream.request_id, None) is None:
+        r = st.replicas.get(stream.boot_id)
+        if r is None or r.streams.pop(stream.request_id, None) is None:
             before = len(st.parked)
             st.parked = [p for p in st.parked if p.stream is not stream]
             if len(st.parked) != before:
                 self.metrics.ended(stream, "abort", time.monotonic())
             return
         self.metrics.ended(stream, "abort", time.monotonic())
-        if st.identity is not None and st.boot_id == stream.boot_id:
-            self.send_to(st.identity, m.Abort(request_ids=[stream.request_id]))
+        if r.identity is not None:
+            self.send_to(r.identity, m.Abort(request_ids=[stream.request_id]))
 
-    async def worker_status(self, alias: str, timeout: float = 2.0) -> dict[str, Any] | None:
-        """Ask the alias's worker for its live status; None if it does not answer in time."""
+    async def worker_status(self, alias: str, timeout: float = 2.0,
+                            boot_id: str | None = None) -> dict[str, Any] | None:
+        """Ask a replica (default: the primary) for its live status; None if it does not answer
+        in time."""
         st = self.aliases.get(alias)
-        if st is None or st.identity is None:
+        r = None if st is None else st.replicas.get(boot_id) if boot_id else st.primary
+        if r is None or r.identity is None:
             return None
         qid = uuid.uuid4().hex
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self.status_waiters[qid] = fut
         try:
-            self.send_now(st.identity, m.encode(m.StatusQuery(query_id=qid)))
+            self.send_now(r.identity, m.encode(m.StatusQuery(query_id=qid)))
             return await asyncio.wait_for(fut, timeout)
         except (zmq.ZMQError, TimeoutError):
             return None
         finally:
             self.status_waiters.pop(qid, None)
 
-    def send_shutdown(self, alias: str, reason: str) -> bool:
-        """Ask the alias's worker to exit; False if it cannot be reached."""
+    def send_shutdown(self, alias: str, reason: str, boot_id: str | None = None) -> bool:
+        """Ask the alias's replica BOOT_ID (default: every replica) to exit; False if none can
+        be reached."""
         st = self.aliases.get(alias)
-        return st is not None and st.identity is not None and self.send_to(st.identity, m.Shutdown(reason=reason))
+        if st is None:
+            return False
+        sent = False
+        for r in list(st.replicas.values()):
+            if r.identity is not None and boot_id in (None, r.boot_id):
+                sent = self.send_to(r.identity, m.Shutdown(reason=reason)) or sent
+        return sent
 
     def send_to(self, identity: bytes, job: m.Job) -> bool:
         """Send JOB to one worker identity without blocking; False when it cannot be routed."""
@@ -295,50 +321,78 @@ class Hub:
 
     # ---- worker lifecycle ---------------------------------------------------------------
 
-    def expect_worker(self, alias: str, boot_id: str, secret: str) -> None:
+    def expect_worker(self, alias: str, boot_id: str, secret: str, name: str = "r0") -> None:
         """The supervisor spawns BOOT_ID for ALIAS with SECRET: only its Ready will count."""
-        st = self.aliases[alias]
-        st.boot_id, st.secret = boot_id, secret
+        self.aliases[alias].replicas[boot_id] = Replica(boot_id, name, secret=secret)
+
+    def spawned(self, alias: str, boot_id: str, pid: int) -> None:
+        """The supervisor started BOOT_ID as process PID."""
+        r = self.aliases[alias].replicas.get(boot_id)
+        if r is not None:
+            r.pid = r.pid or pid
 
     def worker_gone(self, alias: str, boot_id: str | None, reason: str) -> None:
-        """The worker with BOOT_ID left: end its in-flight requests at once."""
+        """The replica BOOT_ID left: end its in-flight requests at once (requests it never
+        answered go to another replica, once)."""
         st = self.aliases.get(alias)
-        if st is None or (boot_id is not None and st.boot_id not in (None, boot_id)):
+        if st is None:
             return
+        if boot_id is None:
+            boot_id = st.boot_id
         if boot_id is not None and boot_id in self.retired:  # known gone: add how it ended
             if st.last_exit and reason not in st.last_exit:
                 st.last_exit = f"{st.last_exit}, then {reason}"
             return
+        r = st.replicas.pop(boot_id, None) if boot_id is not None else None
         if boot_id is not None:
             self.retired.add(boot_id)
-        if st.identity is not None:
-            st.restarting = True
-        st.identity = st.user_id = None
+        if r is None:
+            return
+        was_live = r.identity is not None
+        r.identity = r.user_id = None
+        r.state = "gone"
+        r.tree.clear()
         st.last_exit = reason
+        if self.external and was_live:
+            st.departed += 1
+        terminal = Terminal(f"The worker serving '{alias}' stopped: {reason}")
+        if self.serving(st):  # other replicas serve on
+            log.warning("replica %s of %s left (%s); %d replica(s) serve on", r.name, alias,
+                        reason, len(st.ready_replicas()))
+            self._park_unheard(st, r, window=float("inf"))
+            self.fail_streams(r, terminal)
+            self.flush_parked(st)
+            return
+        if was_live:
+            st.restarting = True
         st.ready_event.clear()
         if st.state not in ("failed", "stopped", "draining"):
             st.state = "starting"
-        self._park_unheard(st)
-        self.fail_streams(st, Terminal(f"The worker serving '{alias}' stopped: {reason}"))
+        self._park_unheard(st, r)
+        self.fail_streams(r, terminal)
 
-    def _park_unheard(self, st: AliasState) -> None:
-        """Keep for the next worker the jobs sent just before the worker died, that it never
-        acknowledged (it sent nothing since): they likely sat in its socket. Once per job."""
-        now = time.monotonic()
-        for rid, s in list(st.streams.items()):
-            if (s.frame and not s.retried and s.submitted_at >= st.last_seen
-                    and now - s.submitted_at < RESEND_WINDOW):
+    def _park_unheard(self, st: AliasState, r: Replica, window: float = RESEND_WINDOW) -> None:
+        """Keep for another replica the jobs R never answered (the client saw nothing of them),
+        once per job. With no other replica, only those sent within WINDOW of its death (they
+        likely sat in its socket) wait for the next worker; the rest fail fast."""
+        now, anywhere = time.monotonic(), window == float("inf")
+        for rid, s in list(r.streams.items()):
+            if (s.frame and not s.retried and (anywhere or s.submitted_at >= r.last_seen)
+                    and now - s.submitted_at < window):
                 s.retried = True
-                del st.streams[rid]
+                del r.streams[rid]
                 st.parked.append(Parked(s, s.frame, now + self.swap_wait))
+                self.metrics.retried(st.alias)
 
-    def fail_streams(self, st: AliasState, terminal: Terminal) -> None:
-        """End every in-flight request of the alias with a terminal error."""
-        streams, st.streams = st.streams, {}
+    def fail_streams(self, owner: AliasState | Replica, terminal: Terminal) -> None:
+        """End every in-flight request of an alias (all replicas) or of one replica."""
+        replicas = list(owner.replicas.values()) if isinstance(owner, AliasState) else [owner]
         now = time.monotonic()
-        for s in streams.values():
-            s.queue.put_nowait(terminal)
-            self.metrics.ended(s, terminal.code, now)
+        for r in replicas:
+            streams, r.streams = r.streams, {}
+            for s in streams.values():
+                s.queue.put_nowait(terminal)
+                self.metrics.ended(s, terminal.code, now)
 
     def reader_alive(self) -> bool:
         """True while the task reading worker events runs (/livez fails otherwise)."""

@@ -62,15 +62,51 @@ class _LiveGauges(Collector):
         state = GaugeMetricFamily("rapid_mlx_worker_state",
                                   "1 for the alias's current state (starting, ready, draining, "
                                   "stopped, failed).", labels=[*_L, "state"])
+        per = _ReplicaGauges()
         for st in self.aliases():
-            hb = st.heartbeat if st.identity is not None else None
-            running.add_metric([st.alias], hb.running if hb else 0)
-            waiting.add_metric([st.alias], hb.waiting if hb else 0)
-            kv.add_metric([st.alias], hb.kv_used / hb.kv_total if hb and hb.kv_total else 0.0)
-            up.add_metric([st.alias], 1 if st.state == "ready" and st.identity is not None else 0)
+            beats = [r.heartbeat for r in st.replicas.values()
+                     if r.identity is not None and r.heartbeat is not None]
+            running.add_metric([st.alias], sum(hb.running for hb in beats))
+            waiting.add_metric([st.alias], sum(hb.waiting for hb in beats))
+            used, total = sum(hb.kv_used for hb in beats), sum(hb.kv_total for hb in beats)
+            kv.add_metric([st.alias], used / total if total else 0.0)
+            up.add_metric([st.alias], 1 if st.state == "ready" and st.ready_replicas() else 0)
             for name in _STATES:
                 state.add_metric([st.alias, name], 1 if st.state == name else 0)
-        yield from (running, waiting, kv, up, state)
+            per.add(st)
+        yield from (running, waiting, kv, up, state, *per.families)
+
+
+class _ReplicaGauges:
+    """Per-replica gauges: a new family (`rapid_mlx_replica_*`, labels model_name and replica)
+    so the per-alias series above keep their labels."""
+
+    def __init__(self) -> None:
+        labels = [*_L, "replica"]
+        self.running = GaugeMetricFamily("rapid_mlx_replica_requests_running",
+                                         "Requests in the replica's batch.", labels=labels)
+        self.waiting = GaugeMetricFamily("rapid_mlx_replica_requests_waiting",
+                                         "Requests in the replica's wait queue.", labels=labels)
+        self.in_flight = GaugeMetricFamily("rapid_mlx_replica_in_flight",
+                                           "Requests the gateway has in flight on the replica.",
+                                           labels=labels)
+        self.ready = GaugeMetricFamily("rapid_mlx_replica_ready",
+                                       "1 while the replica takes new requests.", labels=labels)
+        self.hit = GaugeMetricFamily("rapid_mlx_replica_prefix_hit_rate",
+                                     "Share of the route-key text sent to the replica that its "
+                                     "approximate prefix tree already held.", labels=labels)
+        self.families = [self.running, self.waiting, self.in_flight, self.ready, self.hit]
+
+    def add(self, st: AliasState) -> None:
+        """Add every replica of ST."""
+        for r in st.replicas.values():
+            key = [st.alias, r.name]
+            hb = r.heartbeat if r.identity is not None else None
+            self.running.add_metric(key, hb.running if hb else 0)
+            self.waiting.add_metric(key, hb.waiting if hb else 0)
+            self.in_flight.add_metric(key, len(r.streams))
+            self.ready.add_metric(key, 1 if r.routable else 0)
+            self.hit.add_metric(key, r.hit_rate or 0.0)
 
 
 class Metrics:
@@ -115,6 +151,13 @@ class Metrics:
                                       "Frames from the worker socket dropped, by reason (not "
                                       "from the alias's current worker, unauthenticated, "
                                       "malformed).", ["reason"], registry=r)
+        self.routed_total = Counter("rapid_mlx_replica_requests_routed",
+                                    "Requests the router sent to each replica.",
+                                    [*_L, "replica"], registry=r)
+        self.retries = Counter("rapid_mlx_replica_retries",
+                               "Requests resent to another replica (or the next worker) because "
+                               "the one they were sent to left before answering.", _L,
+                               registry=r)
         r.register(_LiveGauges(aliases))
         self.prefix: dict[str, PrefixTotals] = {}
 
@@ -141,6 +184,14 @@ class Metrics:
     def dropped(self, reason: str) -> None:
         """A frame from the worker socket was dropped for REASON."""
         self.plane_rejected.labels(reason).inc()
+
+    def routed(self, alias: str, replica: str) -> None:
+        """The router sent a request of ALIAS to REPLICA."""
+        self.routed_total.labels(alias, replica).inc()
+
+    def retried(self, alias: str) -> None:
+        """A request of ALIAS was kept to be resent (its replica left before answering)."""
+        self.retries.labels(alias).inc()
 
     def restarted(self, alias: str) -> None:
         """The alias's worker was restarted (crash, hang, swap or external restart)."""

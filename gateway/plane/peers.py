@@ -15,7 +15,7 @@ import time
 
 from gateway.plane.curve import CurveServer
 from gateway.plane.metrics import Metrics
-from gateway.plane.state import AliasState
+from gateway.plane.state import AliasState, Replica
 from protocol import messages as m
 
 log = logging.getLogger("rapid_mlx.gateway")
@@ -38,11 +38,13 @@ class PeerAuth:
         """Why this Ready is refused (a metric reason), or None to accept it."""
         if ev.alias != st.alias:
             return "alias_mismatch"
-        if not self.external:
-            if (st.secret is None or ev.boot_id != st.boot_id
-                    or identity != m.routing_id(st.alias, ev.boot_id, st.secret)):
+        r = st.replicas.get(ev.boot_id)
+        if not self.external and (r is not None or not self.joinable):
+            if (r is None or r.secret is None
+                    or identity != m.routing_id(st.alias, ev.boot_id, r.secret)):
                 return "unexpected_ready"
-            return None if _same(ev.secret, st.secret) else "bad_secret"
+            return None if _same(ev.secret, r.secret) else "bad_secret"
+        # an external worker: with --no-spawn-workers, or joining spawned ones as a replica
         if identity != self.routing_id(st.alias, ev.boot_id):
             return "identity_mismatch"
         if self.curve is not None and not self.curve.allows(user_id, st.alias):
@@ -53,14 +55,19 @@ class PeerAuth:
             return "unauthenticated"
         return None
 
+    @property
+    def joinable(self) -> bool:
+        """True when workers this gateway did not spawn may join (CURVE keys or a token)."""
+        return self.curve is not None or self.token is not None
+
     def routing_id(self, alias: str, boot_id: str) -> bytes:
         """The routing id an external worker of ALIAS with BOOT_ID must use."""
         return m.routing_id(alias, boot_id, self.token or "")
 
-    def owns(self, st: AliasState, identity: bytes, user_id: str | None) -> bool:
-        """True when IDENTITY (with key USER_ID) is the alias's accepted current worker."""
-        return (st.identity is not None and identity == st.identity
-                and (st.user_id is None or user_id == st.user_id))
+    def owns(self, r: Replica, identity: bytes, user_id: str | None) -> bool:
+        """True when IDENTITY (with key USER_ID) is the accepted worker of replica R."""
+        return (r.identity is not None and identity == r.identity
+                and (r.user_id is None or user_id == r.user_id))
 
 
 def _same(given: str, expected: str) -> bool:

@@ -1,4 +1,5 @@
-"""Start one worker process per alias, restart it with backoff when it dies, swap it, stop it."""
+"""Start N worker processes (replicas) per alias, restart each with backoff when it dies, swap
+them, stop them."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ class WorkerSpec:
 @dataclass
 class _Proc:
     spec: WorkerSpec
+    slot: int = 0  # which replica of the alias (its metrics label is r<slot>)
     proc: asyncio.subprocess.Process | None = None
     boot_id: str | None = None
     started_at: float = 0.0
@@ -56,9 +58,11 @@ class Supervisor:
     """Owns worker processes for a Hub; restarts crashed ones with exponential backoff."""
 
     def __init__(self, hub: Hub, specs: list[WorkerSpec], *, max_start_crashes: int = 5,
-                 backoff: float = 0.5, backoff_max: float = 30.0, stop_timeout: float = 5.0) -> None:
+                 backoff: float = 0.5, backoff_max: float = 30.0, stop_timeout: float = 5.0,
+                 replicas: int = 1) -> None:
         self.hub = hub
-        self.procs = {s.alias: _Proc(s) for s in specs}
+        self.procs = {s.alias: [_Proc(s, slot) for slot in range(max(replicas, 1))]
+                      for s in specs}
         self.max_start_crashes = max_start_crashes
         self.backoff = backoff
         self.backoff_max = backoff_max
@@ -71,56 +75,70 @@ class Supervisor:
 
     def start(self) -> None:
         """Launch every worker and its watcher task."""
-        for p in self.procs.values():
-            self.hub.aliases[p.spec.alias].restarts = 0
-            p.task = asyncio.create_task(self._run(p), name=f"supervise-{p.spec.alias}")
+        for alias, ps in self.procs.items():
+            self.hub.aliases[alias].restarts = 0
+            for p in ps:
+                p.task = asyncio.create_task(self._run(p), name=f"supervise-{alias}-{p.slot}")
+
+    def _all(self) -> list[_Proc]:
+        return [p for ps in self.procs.values() for p in ps]
 
     def pid(self, alias: str) -> int | None:
-        """The pid of the alias's current worker process."""
-        p = self.procs.get(alias)
-        return p.proc.pid if p and p.proc and p.proc.returncode is None else None
+        """The pid of the alias's first live worker process."""
+        return next((p.proc.pid for p in self.procs.get(alias, [])
+                     if p.proc and p.proc.returncode is None), None)
 
-    def kill(self, alias: str) -> None:
-        """SIGKILL the alias's worker (hung); the watcher restarts it."""
-        p = self.procs.get(alias)
-        if p and p.proc and p.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                p.proc.kill()
+    def kill(self, alias: str, boot_id: str | None = None) -> None:
+        """SIGKILL the alias's worker BOOT_ID (hung; default: every one); the watcher restarts it."""
+        for p in self.procs.get(alias, []):
+            if p.proc and p.proc.returncode is None and boot_id in (None, p.boot_id):
+                with contextlib.suppress(ProcessLookupError):
+                    p.proc.kill()
 
     async def swap(self, alias: str, model: str | None, revision: str | None,
                    drain_timeout: float) -> None:
-        """Restart ALIAS's worker (optionally on another MODEL) once its requests drained."""
-        p = self.procs[alias]
+        """Restart ALIAS's workers (optionally on another MODEL) once its requests drained."""
+        ps = self.procs[alias]
         if self.stopping or self.hub.draining:
             raise APIError(503, "The server is shutting down.", type="server_error",
                            code="server_shutting_down")
-        if p.swapping:
+        if any(p.swapping for p in ps):
             raise APIError(409, f"A swap of '{alias}' is already in progress.", code="swap_in_progress")
         st = self.hub.aliases[alias]
-        p.swapping = True
+        for p in ps:
+            p.swapping = True
         try:
             if model:
-                p.spec.model, p.spec.revision = model, revision
+                for p in ps:
+                    p.spec.model, p.spec.revision = model, revision
             st.restarting = True
-            proc = p.proc
-            if proc is None or proc.returncode is not None:  # failed or between restarts
+            live = [p for p in ps if p.proc is not None and p.proc.returncode is None]
+            for p in ps:
+                if p not in live:  # failed or between restarts
+                    p.restart_now.set()
+            if not live:
                 st.state = "starting"
-                p.restart_now.set()
                 return
             st.state = "draining"
             st.ready_event.clear()
+            for r in st.replicas.values():
+                if r.state == "ready":
+                    r.state = "draining"  # no new work; the restarted ones come up ready
             left = await settle([st], drain_timeout)
             if left:
                 self.hub.fail_streams(st, Terminal(
                     f"The model '{alias}' is being swapped; this request was ended after "
                     f"{drain_timeout:g}s.", code="model_swapped"))
-            p.swap_exit = True
-            if not self.hub.send_shutdown(alias, "swap"):
-                with contextlib.suppress(ProcessLookupError):
-                    proc.terminate()  # still loading: it cannot read a Shutdown yet
-            await _terminate(proc, self.stop_timeout)
+            for p in live:
+                p.swap_exit = True
+                if not self.hub.send_shutdown(alias, "swap", p.boot_id) and p.proc is not None:
+                    with contextlib.suppress(ProcessLookupError):
+                        p.proc.terminate()  # still loading: it cannot read a Shutdown yet
+            await asyncio.gather(*(_terminate(p.proc, self.stop_timeout) for p in live
+                                   if p.proc is not None))
         finally:
-            p.swapping = False
+            for p in ps:
+                p.swapping = False
 
     def _command(self, p: _Proc) -> list[str]:
         cmd = [sys.executable, "-m", "worker", "--alias", p.spec.alias, "--model", p.spec.model,
@@ -137,15 +155,15 @@ class Supervisor:
         while not self.stopping:
             p.boot_id = uuid.uuid4().hex
             secret = secrets.token_hex(32)  # this boot's proof; in the environment, not argv
-            self.hub.expect_worker(alias, p.boot_id, secret)
+            self.hub.expect_worker(alias, p.boot_id, secret, f"r{p.slot}")
             st.model, st.revision = p.spec.model, p.spec.revision
-            if not self.hub.draining:
+            if not self.hub.draining and not st.ready_replicas():
                 st.state = "starting"
             p.started_at = time.monotonic()
             p.proc = await asyncio.create_subprocess_exec(
                 *self._command(p), stdin=asyncio.subprocess.DEVNULL,
                 env={**os.environ, SECRET_ENV: secret})
-            st.pid = p.proc.pid
+            self.hub.spawned(alias, p.boot_id, p.proc.pid)
             code = await p.proc.wait()
             reason = f"exit code {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}"
             swapped, p.swap_exit = p.swap_exit, False
@@ -154,7 +172,7 @@ class Supervisor:
                 await self._settle(1.0)  # a signal to our whole process group reaches us too
             if self.stopping or self.hub.draining:
                 break
-            was_ready = st.ready_at is not None and st.ready_at >= p.started_at
+            was_ready = p.boot_id in self.hub.accepted
             if swapped:
                 p.crashes_at_start, delay = 0, self.backoff
                 self.hub.count_restart(alias)
@@ -167,7 +185,8 @@ class Supervisor:
                 await self._await_dead(st, reason)
                 st.last_exit = _load_failure(st.last_exit, reason)
             if cannot_load or p.crashes_at_start >= self.max_start_crashes:
-                st.state = "failed"
+                if not st.ready_replicas():  # other replicas serve on: only this one waits
+                    st.state = "failed"
                 p.cannot_load = cannot_load
                 self._failed(p, reason)
                 await p.restart_now.wait()
@@ -214,6 +233,7 @@ class Supervisor:
         """True once any alias has been ready: later failures (a bad swap) leave the server up."""
         return any(self.hub.aliases[a].ready_at is not None for a in self.procs)
 
+
     @property
     def all_failed(self) -> bool:
         """True when every alias is failed: nothing is left to serve."""
@@ -221,20 +241,20 @@ class Supervisor:
 
     def failures(self) -> list[tuple[str, str, bool]]:
         """(alias, last exit, could not load) of every failed alias."""
-        return [(a, self.hub.aliases[a].last_exit or "unknown", p.cannot_load)
-                for a, p in self.procs.items() if self.hub.aliases[a].state == "failed"]
+        return [(a, self.hub.aliases[a].last_exit or "unknown", any(p.cannot_load for p in ps))
+                for a, ps in self.procs.items() if self.hub.aliases[a].state == "failed"]
 
     async def stop(self) -> None:
         """Stop every worker: ask, then SIGTERM, then SIGKILL."""
         self.stopping = True
-        for alias, p in self.procs.items():
-            if not self.hub.send_shutdown(alias, "gateway stopping") and p.proc is not None \
-                    and p.proc.returncode is None:
+        for p in self._all():
+            if not self.hub.send_shutdown(p.spec.alias, "gateway stopping", p.boot_id) \
+                    and p.proc is not None and p.proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     p.proc.terminate()  # still loading: it cannot read a Shutdown yet
-        procs = [p.proc for p in self.procs.values() if p.proc and p.proc.returncode is None]
+        procs = [p.proc for p in self._all() if p.proc and p.proc.returncode is None]
         await asyncio.gather(*(_terminate(pr, self.stop_timeout) for pr in procs))
-        for p in self.procs.values():
+        for p in self._all():
             self.hub.aliases[p.spec.alias].state = "stopped"
             if p.task:
                 p.task.cancel()

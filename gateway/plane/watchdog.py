@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import zmq
 
-from gateway.plane.state import AliasState
+from gateway.plane.state import AliasState, Replica
 from protocol import messages as m
 
 if TYPE_CHECKING:
@@ -31,38 +31,42 @@ async def watchdog(hub: Hub) -> None:
             hub.expire_parked(st, float("inf") if gave_up else now,
                                f"The model '{st.alias}' did not become ready (state: "
                                f"{st.state}). Retry soon.")
-            if st.identity is None:
-                continue
-            if hub.external and lost(hub, st, now):
-                continue
-            if not st.streams:
-                continue
-            stalled = now - max(st.last_progress, st.busy_since)
-            if stalled > hub.hang_timeout:
-                log.error("worker of %s made no progress for %.1fs with work: hung", st.alias,
-                          stalled)
-                hub.send_to(st.identity, m.Shutdown(reason="hung"))
-                hub.worker_gone(st.alias, st.boot_id, f"hung (no progress for {stalled:.1f}s)")
-                if hub.on_hung is not None:
-                    hub.on_hung(st.alias)
+            for r in list(st.replicas.values()):
+                check_replica(hub, st, r, now)
 
 
+def check_replica(hub: Hub, st: AliasState, r: Replica, now: float) -> None:
+    """Declare replica R gone when it is lost (external) or hung with work."""
+    if r.identity is None:
+        return
+    if (hub.external or r.secret is None) and lost(hub, st, r, now):  # not spawned by us
+        return
+    if not r.streams:
+        return
+    stalled = now - max(r.last_progress, r.busy_since)
+    if stalled > hub.hang_timeout:
+        log.error("worker %s of %s made no progress for %.1fs with work: hung", r.name,
+                  st.alias, stalled)
+        hub.send_to(r.identity, m.Shutdown(reason="hung"))
+        hub.worker_gone(st.alias, r.boot_id, f"hung (no progress for {stalled:.1f}s)")
+        if hub.on_hung is not None:
+            hub.on_hung(st.alias, r.boot_id)
 
 
-def lost(hub: Hub, st: AliasState, now: float) -> bool:
-    """Declare an external worker gone when its connection dropped or it fell silent."""
-    assert st.identity is not None
+def lost(hub: Hub, st: AliasState, r: Replica, now: float) -> bool:
+    """Declare an external replica gone when its connection dropped or it fell silent."""
+    assert r.identity is not None
     try:
-        hub.send_now(st.identity, _PROBE)
+        hub.send_now(r.identity, _PROBE)
         why = None
     except zmq.ZMQError as exc:
         why = "its connection was lost" if exc.errno == zmq.EHOSTUNREACH else None
-    silent = now - st.last_seen
+    silent = now - r.last_seen
     if why is None and silent > max(SILENCE_LIMIT, hub.heartbeat_timeout):
         why = f"no heartbeat for {silent:.1f}s"
-        hub.send_to(st.identity, m.Shutdown(reason="missed heartbeats"))
+        hub.send_to(r.identity, m.Shutdown(reason="missed heartbeats"))
     if why is None:
         return False
-    log.error("worker %s of %s is gone: %s", st.boot_id, st.alias, why)
-    hub.worker_gone(st.alias, st.boot_id, why)
+    log.error("worker %s of %s is gone: %s", r.boot_id, st.alias, why)
+    hub.worker_gone(st.alias, r.boot_id, why)
     return True

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import configparser
+import copy
 import plistlib
 import shlex
 from pathlib import Path
 
 import click
+import pytest
 import yaml
 
 from gateway.cli import main
@@ -82,6 +84,40 @@ def test_kubernetes_manifests() -> None:
         args = worker_args(wargv[2:])
         assert args.connect.startswith("tcp://rapid-mlx-workers:")
         assert args.curve_server_key and args.curve_secret_file
+
+
+def _k8s_docs() -> list[dict]:  # type: ignore[type-arg]
+    return [d for p in sorted((DEPLOY / "k8s").glob("*.yaml"))
+            for d in yaml.safe_load_all(p.read_text()) if d]
+
+
+def test_kubernetes_manifests_match_the_kubernetes_schemas() -> None:
+    kv = pytest.importorskip("kubernetes_validate")  # the dev extra installs it
+    version = kv.latest_version()
+    for doc in _k8s_docs():
+        kv.validate(doc, version, strict=True)  # raises on an unknown or mistyped field
+    bad = copy.deepcopy(next(d for d in _k8s_docs() if d["kind"] == "StatefulSet"))
+    bad["spec"]["replicas"] = "two"
+    with pytest.raises(kv.ValidationError):
+        kv.validate(bad, version, strict=True)
+
+
+def test_worker_statefulset_of_replicas() -> None:
+    sets = [d for d in _k8s_docs() if d["kind"] == "StatefulSet"]
+    assert len(sets) == 1
+    spec = sets[0]["spec"]
+    assert spec["replicas"] >= 2 and spec["updateStrategy"]["type"] == "RollingUpdate"
+    pod = spec["template"]["spec"]
+    wc = pod["containers"][0]
+    wargv = [*wc["command"], *wc["args"]]
+    check_argv(wargv)
+    args = worker_args(wargv[2:])
+    assert args.connect.startswith("tcp://rapid-mlx-workers:") and args.alias == "default"
+    assert args.curve_server_key and args.curve_secret_file
+    assert pod["terminationGracePeriodSeconds"] > 30  # longer than the worker's SIGTERM drain
+    headless = [d for d in _k8s_docs() if d["kind"] == "Service"
+                and d["metadata"]["name"] == spec["serviceName"]]
+    assert headless and headless[0]["spec"]["clusterIP"] == "None"
 
 
 def test_readme_documents_keys() -> None:

@@ -12,6 +12,7 @@ import zmq
 
 from protocol import messages as m
 from worker.kinds.runner import QueueFull, Runner
+from worker.sigterm import SigtermDrain
 from worker.validate import recover_request_id
 
 log = logging.getLogger("rapid_mlx.worker")
@@ -33,6 +34,8 @@ class KindLoop:
         self.path = path
         self.started = time.time()
         self.running = True
+        self.stop_reason = "shutdown"
+        self.sigterm = SigtermDrain()
         self.steps = 0
         self.failed = 0
         self._last_beat = 0.0
@@ -41,6 +44,7 @@ class KindLoop:
     def run(self) -> None:
         """Say ready, then loop: jobs in, one step, outputs out, heartbeat."""
         self._send(self._ready())
+        self.sigterm.install()
         while self.running:
             self._drain(0 if self.runner.has_work else int(HEARTBEAT_INTERVAL * 1000))
             outputs, self._pending = self._pending, []
@@ -50,6 +54,8 @@ class KindLoop:
             if outputs:
                 self._send(m.StepOutputs(boot_id=self.boot_id, step=self.steps, outputs=outputs))
             self._maybe_heartbeat()
+            if self.sigterm.finished(not (self.runner.has_work or self._pending)):
+                self.running, self.stop_reason = False, "drained after SIGTERM"
 
     def _send(self, msg: Any) -> None:
         self.sock.send(m.encode(msg), copy=False)
@@ -80,7 +86,8 @@ class KindLoop:
         elif isinstance(job, m.StatusQuery):
             self._on_status(job)
         elif isinstance(job, m.Shutdown):
-            log.info("shutdown requested: %s", job.reason or "no reason")
+            log.log(logging.ERROR if job.reason.startswith("refused") else logging.INFO,
+                    "shutdown requested: %s", job.reason or "no reason")
             self.running = False
         else:
             self._add(job)
@@ -104,7 +111,9 @@ class KindLoop:
 
     def _maybe_heartbeat(self) -> None:
         now = time.monotonic()
-        if now - self._last_beat < HEARTBEAT_INTERVAL:
+        since = self.sigterm.since  # the first draining heartbeat goes out at once
+        if now - self._last_beat < HEARTBEAT_INTERVAL and not (
+                since is not None and self._last_beat < since):
             return
         self._last_beat = now
         if self.parent_pid is not None and os.getppid() != self.parent_pid:
@@ -112,7 +121,8 @@ class KindLoop:
             self.running = False
             return
         self._send(m.Heartbeat(boot_id=self.boot_id, step=self.steps,
-                               running=self.runner.running, waiting=self.runner.waiting))
+                               running=self.runner.running, waiting=self.runner.waiting,
+                               draining=self.sigterm.draining))
 
     def _ready(self) -> m.Ready:
         return m.Ready(alias=self.alias, boot_id=self.boot_id, pid=os.getpid(),

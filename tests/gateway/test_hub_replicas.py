@@ -1,0 +1,164 @@
+"""An alias with several replicas against real ZeroMQ peers: routing, a replica that dies with
+answered and unanswered requests, a revision mismatch, draining one replica. No model: the
+peers are bare DEALER sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from gateway.plane.hub import Terminal
+from gateway.plane.replica_drain import drain_replica
+from protocol import messages as m
+from tests.gateway.test_hub_plane import Peer, _hub, _until
+from tests.gateway.test_hub_plane import address as address  # the fixture
+
+
+def _ready(boot: str, revision: str = "rev1") -> bytes:
+    facts = m.ModelFacts(model="demo", context_length=64, vocab_size=16, revision=revision)
+    return m.encode(m.Ready(alias="a", boot_id=boot, pid=1, protocol_version=m.PROTOCOL_VERSION,
+                            facts=facts))
+
+
+def _job(i: int, prompt: str = "hi") -> m.Generate:
+    return m.Generate(request_id=f"r{i}", params=m.SamplingParams(max_tokens=4),
+                      prompt=f"{prompt} {i}")
+
+
+def _out(boot: str, rid: str, text: str, finish: str | None = None) -> bytes:
+    out = m.RequestOutput(request_id=rid, text=text, token_ids=[1], finish_reason=finish)
+    return m.encode(m.StepOutputs(boot_id=boot, step=1, outputs=[out]))
+
+
+def _rejected(hub, reason: str) -> float:  # type: ignore[no-untyped-def]
+    return sum(s.value for metric in hub.metrics.plane_rejected.collect() for s in metric.samples
+               if s.name.endswith("_total") and s.labels.get("reason") == reason)
+
+
+async def _recv(peer: Peer) -> m.Job | None:
+    """The next job, skipping the watchdog's probes (empty Aborts to external workers)."""
+    while True:
+        job = await asyncio.to_thread(peer.recv, 3.0)
+        if not (isinstance(job, m.Abort) and not job.request_ids):
+            return job
+
+
+async def test_a_dead_replica_fails_what_clients_saw_and_resends_the_rest(address: str) -> None:
+    hub = await _hub(address, external=True, insecure=True)
+    one, two = Peer(address, b"a:boot1"), Peer(address, b"a:boot2")
+    try:
+        one.send(_ready("boot1"))
+        await _until(lambda: hub.serving(hub.aliases["a"]))
+        two.send(_ready("boot2"))
+        await _until(lambda: len(hub.aliases["a"].ready_replicas()) == 2)
+        # no shared text: least loaded, ties to the older replica: two jobs there, one here
+        streams = [hub.submit("a", _job(i, prompt=w)) for i, w in enumerate(("xy", "zw", "uv"))]
+        assert [s.boot_id for s in streams] == ["boot1", "boot2", "boot1"]
+        got1 = [await _recv(one) for _ in range(2)]
+        assert isinstance(await _recv(two), m.Generate)
+        ids1 = [j.request_id for j in got1 if isinstance(j, m.Generate)]
+        assert ids1 == ["r0", "r2"], got1
+        seen, unseen = ids1
+        one.send(_out("boot1", seen, "partial"))  # the client saw output of this one
+        s_seen = next(s for s in streams if s.request_id == seen)
+        first = await asyncio.wait_for(s_seen.queue.get(), 2)
+        assert isinstance(first, m.RequestOutput) and first.text == "partial"
+        one.send(m.encode(m.Dead(alias="a", boot_id="boot1", reason="boom")))
+        end = await asyncio.wait_for(s_seen.queue.get(), 2)
+        assert isinstance(end, Terminal) and "boom" in end.message  # never replayed
+        resent = await _recv(two)  # the unanswered one goes to the survivor, once
+        assert isinstance(resent, m.Generate) and resent.request_id == unseen
+        two.send(_out("boot2", unseen, "from two", "stop"))
+        s_unseen = next(s for s in streams if s.request_id == unseen)
+        out = await asyncio.wait_for(s_unseen.queue.get(), 2)
+        assert isinstance(out, m.RequestOutput) and out.text == "from two"
+        st = hub.aliases["a"]
+        assert hub.serving(st) and list(st.replicas) == ["boot2"] and st.state == "ready"
+    finally:
+        one.close()
+        two.close()
+        await hub.close()
+
+
+async def test_a_replica_of_another_revision_is_refused(address: str) -> None:
+    hub = await _hub(address, external=True, insecure=True)
+    one, other = Peer(address, b"a:boot1"), Peer(address, b"a:boot2")
+    try:
+        one.send(_ready("boot1", "rev1"))
+        await _until(lambda: hub.serving(hub.aliases["a"]))
+        other.send(_ready("boot2", "rev2"))
+        refused = await _recv(other)
+        assert isinstance(refused, m.Shutdown) and "revision_mismatch" in refused.reason
+        assert _rejected(hub, "revision_mismatch") == 1
+        assert list(hub.aliases["a"].replicas) == ["boot1"]
+        same = Peer(address, b"a:boot3")
+        same.send(_ready("boot3", "rev1"))
+        await _until(lambda: len(hub.aliases["a"].ready_replicas()) == 2)
+        same.close()
+    finally:
+        one.close()
+        other.close()
+        await hub.close()
+
+
+async def test_draining_one_replica_moves_new_work_to_the_other(address: str) -> None:
+    hub = await _hub(address, external=True, insecure=True)
+    one, two = Peer(address, b"a:boot1"), Peer(address, b"a:boot2")
+    try:
+        one.send(_ready("boot1"))
+        two.send(_ready("boot2"))
+        await _until(lambda: len(hub.aliases["a"].ready_replicas()) == 2)
+        st = hub.aliases["a"]
+        running = hub.submit("a", _job(0))
+        holder, other = (one, two) if running.boot_id == "boot1" else (two, one)
+        assert isinstance(await _recv(holder), m.Generate)
+        drain = asyncio.create_task(drain_replica(hub, "a", st.replicas[running.boot_id], 5.0))
+        await asyncio.sleep(0.1)
+        for i in range(1, 4):  # new work avoids the draining replica
+            hub.submit("a", _job(i))
+            got = await _recv(other)
+            assert isinstance(got, m.Generate) and got.request_id == f"r{i}"
+        assert not drain.done()  # it waits for its running request
+        holder.send(_out(running.boot_id, "r0", "done", "stop"))
+        assert await asyncio.wait_for(drain, 3) == 0
+        bye = await _recv(holder)
+        assert isinstance(bye, m.Shutdown) and bye.reason == "drained"
+    finally:
+        one.close()
+        two.close()
+        await hub.close()
+
+
+async def test_a_hung_replica_fails_only_its_own_requests(address: str) -> None:
+    hub = await _hub(address, external=True, insecure=True, hang_timeout=0.5)
+    one, two = Peer(address, b"a:boot1"), Peer(address, b"a:boot2")
+    try:
+        one.send(_ready("boot1"))
+        await _until(lambda: hub.serving(hub.aliases["a"]))
+        two.send(_ready("boot2"))
+        await _until(lambda: len(hub.aliases["a"].ready_replicas()) == 2)
+        stuck = hub.submit("a", _job(0, prompt="xy"))
+        fine = hub.submit("a", _job(1, prompt="zw"))
+        assert (stuck.boot_id, fine.boot_id) == ("boot1", "boot2")
+        assert isinstance(await _recv(one), m.Generate)
+        assert isinstance(await _recv(two), m.Generate)
+        one.send(_out("boot1", "r0", "started"))  # then no progress: hung
+        started = time.monotonic()
+        for _ in range(8):  # the healthy replica keeps making progress meanwhile
+            two.send(_out("boot2", "r1", "tick"))
+            two.send(m.encode(m.Heartbeat(boot_id="boot2", step=2, running=1, waiting=0)))
+            await asyncio.sleep(0.1)
+        assert isinstance(await asyncio.wait_for(stuck.queue.get(), 2), m.RequestOutput)
+        end = await asyncio.wait_for(stuck.queue.get(), 3)
+        assert isinstance(end, Terminal) and "hung" in end.message
+        assert time.monotonic() - started < 2.0
+        bye = await _recv(one)
+        assert isinstance(bye, m.Shutdown) and bye.reason == "hung"
+        two.send(_out("boot2", "r1", "end", "stop"))
+        outs = [await asyncio.wait_for(fine.queue.get(), 2) for _ in range(9)]
+        assert all(isinstance(o, m.RequestOutput) for o in outs) and outs[-1].text == "end"
+        assert hub.serving(hub.aliases["a"]) and list(hub.aliases["a"].replicas) == ["boot2"]
+    finally:
+        one.close()
+        two.close()
+        await hub.close()

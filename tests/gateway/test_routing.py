@@ -1,0 +1,114 @@
+"""The router's prefix tree and its policies (cache_aware, least_loaded, round_robin)."""
+
+from __future__ import annotations
+
+from gateway.plane.prefix_tree import PrefixTree
+from gateway.plane.routing import Router, RoutingConfig, route_key
+from gateway.plane.state import Replica, Stream
+from protocol import messages as m
+
+
+def test_tree_matches_the_longest_sent_prefix_and_splits_edges() -> None:
+    t = PrefixTree()
+    assert t.match("hello") == 0
+    t.insert("hello world")
+    assert t.match("hello world, again") == len("hello world")
+    assert t.match("hello there") == len("hello ")
+    t.insert("hello there")  # splits the edge after "hello "
+    assert t.match("hello there!") == len("hello there")
+    assert t.match("hello world") == len("hello world")
+    assert t.size == len("hello world") + len("there")
+    assert t.match("") == 0 and t.match("xyz") == 0
+
+
+def test_tree_evicts_least_recently_used_leaves_beyond_its_bound() -> None:
+    t = PrefixTree(max_chars=25)
+    t.insert("system A: aaaaaaaa")  # 18 chars
+    t.insert("system B: bbbbbbbb")  # shares "system " (7): +11 -> 29 > 25: evicts the LRU leaf
+    assert t.size <= 25
+    assert t.match("system B: bbbbbbbb") == len("system B: bbbbbbbb")  # the newest survives
+    assert t.match("system A: aaaaaaaa") == len("system ")  # the old leaf went
+    t.clear()
+    assert t.size == 0 and t.match("system B") == 0
+
+
+def _replica(name: str, load: int = 0) -> Replica:
+    r = Replica(boot_id=name, name=name, identity=name.encode(), state="ready")
+    for i in range(load):
+        r.streams[f"{name}-{i}"] = Stream(f"{name}-{i}", "a", name)
+    return r
+
+
+SYS = {k: f"<system>You are assistant {k}. " + k * 400 for k in "ABCD"}
+
+
+def test_cache_aware_keeps_each_system_prompt_on_one_replica() -> None:
+    router = Router(RoutingConfig(policy="cache_aware"))
+    reps = [_replica("r0"), _replica("r1")]
+    homes: dict[str, set[str]] = {k: set() for k in SYS}
+    for turn in range(5):
+        for k, system in SYS.items():
+            r = router.pick(reps, f"{system}<user>question {turn} about {k}")
+            homes[k].add(r.name)
+    assert all(len(h) == 1 for h in homes.values()), homes
+    assert {next(iter(h)) for h in homes.values()} == {"r0", "r1"}  # spread over both
+    assert all(r.hit_rate is not None and r.hit_rate > 0.7 for r in reps)
+
+
+def test_round_robin_alternates_and_spreads_prefixes() -> None:
+    router = Router(RoutingConfig(policy="round_robin"))
+    reps = [_replica("r0"), _replica("r1")]
+    names = [router.pick(reps, SYS["A"] + str(i)).name for i in range(4)]
+    assert names == ["r0", "r1", "r0", "r1"]
+
+
+def test_low_match_goes_to_the_least_loaded() -> None:
+    router = Router(RoutingConfig(policy="cache_aware", match_threshold=0.5))
+    for key, home in (("<system>short" + "x" * 400, "r1"), ("<system>short", "r0")):
+        busy, idle = _replica("r0", load=3), _replica("r1", load=1)
+        busy.tree.insert("<system>short")
+        # 13 of ~400 characters: below the threshold, the idle one; a full match: the busy one
+        assert router.pick([busy, idle], key).name == home
+
+
+def test_the_balance_bound_stops_one_replica_taking_everything() -> None:
+    router = Router(RoutingConfig(policy="cache_aware", balance_abs=4, balance_rel=1.5))
+    hot, cold = _replica("r0", load=10), _replica("r1", load=1)
+    hot.tree.insert(SYS["A"])
+    assert router.pick([hot, cold], SYS["A"] + "more").name == "r1"  # 10 - 1 > 4 and > 1.5x
+    warm, cold = _replica("r2", load=4), _replica("r1", load=1)
+    warm.tree.insert(SYS["A"])
+    assert router.pick([warm, cold], SYS["A"] + "more").name == "r2"  # 4 - 1 <= 4: by prefix
+
+
+def test_least_loaded_counts_heartbeats_and_in_flight() -> None:
+    router = Router(RoutingConfig(policy="least_loaded"))
+    a, b = _replica("r0", load=2), _replica("r1")
+    b.heartbeat = m.Heartbeat(boot_id="r1", step=1, running=3, waiting=2)  # another gateway's
+    assert b.load == 5 and router.pick([a, b], "x").name == "r0"
+
+
+def test_route_keys() -> None:
+    gen = m.Generate(request_id="1", params=m.SamplingParams(), messages=[
+        {"role": "system", "content": "S"}, {"role": "user", "content": [{"type": "text",
+                                                                         "text": "U"}]}])
+    assert route_key(gen) == "<system>S<user>U"
+    assert route_key(m.Generate(request_id="2", params=m.SamplingParams(), prompt="p")) == "p"
+    ids = route_key(m.Generate(request_id="3", params=m.SamplingParams(), prompt_ids=[1, 2]))
+    assert len(ids) == 2
+    assert route_key(m.Speak(request_id="4", text="t")) == ""
+
+
+def test_route_keys_are_bounded_and_long_prompts_route_fast() -> None:
+    import time
+
+    from gateway.plane.routing import KEY_CHARS
+
+    huge = m.Generate(request_id="5", params=m.SamplingParams(), prompt="x" * (4 << 20))
+    assert len(route_key(huge)) == KEY_CHARS
+    router = Router(RoutingConfig(tree_chars=1 << 20))
+    reps = [_replica("r0"), _replica("r1")]
+    started = time.perf_counter()
+    for i in range(200):
+        router.pick(reps, SYS["ABCD"[i % 4]] * 10 + f"turn {i}")
+    assert time.perf_counter() - started < 1.0  # 200 picks of ~40k-character keys
