@@ -62,6 +62,37 @@ def _give_up(sock: Any, alias: str, boot_id: str, reason: str, code: int) -> int
     return code
 
 
+def _load_failed(exc: Exception, args: argparse.Namespace, sock: Any, boot_id: str) -> int:
+    """Log a load failure that a restart may cure, tell the gateway, return exit code 3."""
+    why = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    logging.error("could not load %s: %s%s", args.model, why,
+                  "" if args.log_level.upper() == "DEBUG"
+                  else " (--log-level debug shows the traceback)")
+    logging.debug("details", exc_info=True)
+    return _give_up(sock, args.alias, boot_id, f"load failed: {why}", 3)
+
+
+def _serve(loop: Any, args: argparse.Namespace, sock: Any, boot_id: str, what: str) -> int:
+    """Run LOOP until it stops, say Dead with the reason, close the socket; 0 on a clean stop."""
+    import zmq
+
+    from protocol import messages as m
+
+    try:
+        loop.run()
+        reason = loop.stop_reason
+    except KeyboardInterrupt:
+        reason = "signal"
+    except Exception as exc:  # report, then die: the supervisor restarts us
+        logging.exception("%s failure", what)
+        reason = f"{what} failure: {exc}"
+    with contextlib.suppress(zmq.ZMQError):
+        sock.send(m.encode(m.Dead(alias=args.alias, boot_id=boot_id, reason=reason)), zmq.NOBLOCK)
+    sock.close()
+    sock.context.term()
+    return 0 if reason in ("shutdown", "signal", "drained after SIGTERM") else 1
+
+
 def model_kind(model: str, revision: str | None) -> str:
     """The worker kind MODEL's folder needs (downloading it first when it is a repo id)."""
     from worker.fetch import resolve
@@ -74,15 +105,12 @@ def model_kind(model: str, revision: str | None) -> str:
 
 def serve_kind(kind: str, args: argparse.Namespace, sock: Any, boot_id: str, secret: str) -> int:
     """Load and serve an embedding, speech-to-text or text-to-speech model until shutdown."""
-    import zmq
 
-    from protocol import messages as m
     from worker.fetch import EXIT_CANNOT_LOAD, CannotLoad, resolve
     from worker.kinds.loop import KindLoop
     from worker.kinds.registry import load_runner
     from worker.loader import read_config
 
-    debug = args.log_level.upper() == "DEBUG"
     try:
         path = resolve(args.model, args.revision)
         runner = load_runner(kind, args.model, path, read_config(args.model, path), args)
@@ -92,11 +120,7 @@ def serve_kind(kind: str, args: argparse.Namespace, sock: Any, boot_id: str, sec
         logging.log(logging.DEBUG if args.parent_pid else logging.ERROR, "%s", exc)
         return _give_up(sock, args.alias, boot_id, str(exc), EXIT_CANNOT_LOAD)
     except Exception as exc:  # maybe transient: the supervisor restarts us with backoff
-        why = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-        logging.error("could not load %s: %s%s", args.model, why,
-                      "" if debug else " (--log-level debug shows the traceback)")
-        logging.debug("details", exc_info=True)
-        return _give_up(sock, args.alias, boot_id, f"load failed: {why}", 3)
+        return _load_failed(exc, args, sock, boot_id)
     from worker.fingerprint import fingerprint
 
     runner.facts.revision = fingerprint(path)
@@ -104,21 +128,7 @@ def serve_kind(kind: str, args: argparse.Namespace, sock: Any, boot_id: str, sec
                     path=str(path))
     logging.info("serving %s (%s, %s) pid %d boot %s", args.alias, args.model, kind,
                  os.getpid(), boot_id)
-    try:
-        loop.run()
-        reason = loop.stop_reason
-    except KeyboardInterrupt:
-        reason = "signal"
-    except Exception as exc:  # report, then die: the supervisor restarts us
-        logging.exception("worker failure")
-        reason = f"worker failure: {exc}"
-    try:
-        sock.send(m.encode(m.Dead(alias=args.alias, boot_id=boot_id, reason=reason)), zmq.NOBLOCK)
-    except zmq.ZMQError:
-        pass
-    sock.close()
-    sock.context.term()
-    return 0 if reason in ("shutdown", "signal", "drained after SIGTERM") else 1
+    return _serve(loop, args, sock, boot_id, "worker")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,7 +136,6 @@ def main(argv: list[str] | None = None) -> int:
     reexec_with_openblas()
     signal.signal(signal.SIGTERM, _raise_interrupt)
     args = parse_args(argv)
-    debug = args.log_level.upper() == "DEBUG"
     logging.basicConfig(level=args.log_level.upper(),
                         format=f"%(asctime)s worker[{args.alias}] %(levelname)s %(message)s")
     from worker.lifetime import die_with_parent
@@ -183,11 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.debug("details", exc_info=True)
         return _give_up(sock, args.alias, boot_id, line, EXIT_CANNOT_LOAD)
     except Exception as exc:  # maybe transient: the supervisor restarts us with backoff
-        why = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-        logging.error("could not load %s: %s%s", args.model, why,
-                      "" if debug else " (--log-level debug shows the traceback)")
-        logging.debug("details", exc_info=True)
-        return _give_up(sock, args.alias, boot_id, f"load failed: {why}", 3)
+        return _load_failed(exc, args, sock, boot_id)
     logging.info("KV cache: %s, %d pages of %d tokens (%s)", plan.kind, plan.store.num_pages,
                  args.kv_page_size, plan.reason)
     install_paged_attention()
@@ -197,21 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     engine.kv_note = plan.reason
     loop = WorkerLoop(engine, loaded, sock, args.alias, boot_id, args.parent_pid, secret=secret)
     logging.info("serving %s (%s) pid %d boot %s", args.alias, args.model, os.getpid(), boot_id)
-    try:
-        loop.run()
-        reason = loop.stop_reason
-    except KeyboardInterrupt:
-        reason = "signal"
-    except Exception as exc:  # report, then die: the supervisor restarts us
-        logging.exception("engine failure")
-        reason = f"engine failure: {exc}"
-    try:
-        sock.send(m.encode(m.Dead(alias=args.alias, boot_id=boot_id, reason=reason)), zmq.NOBLOCK)
-    except zmq.ZMQError:
-        pass
-    sock.close()
-    ctx.term()
-    return 0 if reason in ("shutdown", "signal", "drained after SIGTERM") else 1
+    return _serve(loop, args, sock, boot_id, "engine")
 
 
 if __name__ == "__main__":

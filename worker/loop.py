@@ -16,7 +16,7 @@ from worker.grammar.compiler import GrammarCompiler
 from worker.intake import CHARS_PER_TOKEN, Intake, Prepared
 from worker.loader import LoadedModel
 from worker.sigterm import SigtermDrain
-from worker.validate import recover_request_id
+from worker.validate import read_job
 
 log = logging.getLogger("rapid_mlx.worker")
 
@@ -99,14 +99,8 @@ class WorkerLoop:
 
     def _on_frame(self, frame: bytes) -> None:
         """Handle one job frame; a bad one fails its own request (if it names one), nothing else."""
-        try:
-            job = m.decode_job(frame)
-        except Exception as exc:  # a malformed frame must never kill the worker
-            rid = recover_request_id(frame)
-            log.error("undecodable job frame (request %s): %s", rid or "unknown", exc)
-            if rid is not None:
-                self._fail(rid, f"the request could not be read by the worker: {exc}",
-                           "invalid_request_error")
+        job = read_job(frame, self._fail)
+        if job is None:
             return
         try:
             self._dispatch[type(job)](job)

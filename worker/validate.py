@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
-from protocol.messages import Generate, SamplingParams
+from protocol.messages import Generate, Job, SamplingParams, decode_job
 
 MAX_STOPS = 16  # stop strings per request
 MAX_STOP_CHARS = 512  # characters per stop string (matching costs grow with its square)
@@ -146,3 +148,18 @@ def _str_at(frame: bytes, pos: int) -> tuple[str | None, int]:
         return frame[start : start + size].decode(), start + size
     except UnicodeDecodeError:
         return None, pos
+
+
+def read_job(frame: bytes, fail: Callable[[str, str, str], None]) -> Job | None:
+    """Decode one job frame. A malformed one never kills the worker: it is logged and, when its
+    head names a request, that request fails through FAIL(request_id, message, code); None then."""
+    try:
+        return decode_job(frame)
+    except Exception as exc:
+        rid = recover_request_id(frame)
+        logging.getLogger("rapid_mlx.worker").error("undecodable job frame (request %s): %s",
+                                                    rid or "unknown", exc)
+        if rid is not None:
+            fail(rid, f"the request could not be read by the worker: {exc}",
+                 "invalid_request_error")
+        return None

@@ -13,7 +13,7 @@ import zmq
 from protocol import messages as m
 from worker.kinds.runner import QueueFull, Runner
 from worker.sigterm import SigtermDrain
-from worker.validate import recover_request_id
+from worker.validate import read_job
 
 log = logging.getLogger("rapid_mlx.worker")
 
@@ -72,14 +72,8 @@ class KindLoop:
 
     def _on_frame(self, frame: bytes) -> None:
         """Handle one job frame; a bad one fails its own request (if it names one), nothing else."""
-        try:
-            job = m.decode_job(frame)
-        except Exception as exc:  # a malformed frame must never kill the worker
-            rid = recover_request_id(frame)
-            log.error("undecodable job frame (request %s): %s", rid or "unknown", exc)
-            if rid is not None:
-                self._fail(rid, f"the request could not be read by the worker: {exc}",
-                           "invalid_request_error")
+        job = read_job(frame, self._fail)
+        if job is None:
             return
         if isinstance(job, m.Abort):
             self.runner.abort(job.request_ids)
