@@ -86,6 +86,7 @@ class WorkerInfo(msgspec.Struct, kw_only=True):
     last_heartbeat_age_s: float | None
     routing: str  # cache_aware, least_loaded or round_robin
     replicas: list[ReplicaInfo]
+    live: dict[str, Any] | None  # the worker's own status (null when it did not answer in time)
 
 
 class ReplicaInfo(msgspec.Struct, kw_only=True):
