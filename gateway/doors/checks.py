@@ -78,18 +78,21 @@ def check_chars(chars: int, ctx: int, param: str) -> None:
                           param=param, code="context_length_exceeded")
 
 
+def one_kind(value: str | list[Any], param: str) -> list[Any]:
+    """VALUE (an OpenAI prompt/input) as a list of items: strings or token-id lists, one kind."""
+    if isinstance(value, str):
+        return [value]
+    if all(isinstance(v, int) for v in value):
+        return [value]
+    if all(isinstance(v, str) for v in value) or all(isinstance(v, list) for v in value):
+        return value
+    raise bad_request(f"{param} must be a string, a list of strings, a list of token ids, or a "
+                      "list of lists of token ids, not a mix.", param=param, code="invalid_value")
+
+
 def split_prompt(prompt: str | list[Any], vocab: int, ctx: int) -> list[dict[str, Any]]:
     """A completion prompt as one job kwargs per prompt: strings, or token ids within VOCAB."""
-    if isinstance(prompt, str):
-        prompts: list[Any] = [prompt]
-    elif all(isinstance(p, int) for p in prompt):
-        prompts = [prompt]
-    elif all(isinstance(p, str) for p in prompt) or all(isinstance(p, list) for p in prompt):
-        prompts = prompt
-    else:
-        raise bad_request("prompt must be a string, a list of strings, a list of token ids, or a "
-                          "list of lists of token ids, not a mix.", param="prompt",
-                          code="invalid_value")
+    prompts = one_kind(prompt, "prompt")
     out: list[dict[str, Any]] = []
     for p in prompts:
         if isinstance(p, str):

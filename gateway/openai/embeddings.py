@@ -11,7 +11,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.doors.checks import check_chars, context_length, vocab_size
+from gateway.doors.checks import check_chars, context_length, one_kind, vocab_size
 from gateway.doors.disconnect import until_disconnected
 from gateway.doors.kinds import require_kind
 from gateway.doors.relay import abort_all, error_for, peek_first, submit_all
@@ -30,16 +30,7 @@ from protocol.messages import Embed, RequestOutput
 def split_inputs(value: str | list[Any], vocab: int, ctx: int,
                  truncate: bool) -> list[str | list[int]]:
     """The request's inputs as strings or token-id lists (one kind), checked against the model."""
-    if isinstance(value, str):
-        inputs: list[Any] = [value]
-    elif all(isinstance(v, int) for v in value):
-        inputs = [value]
-    elif all(isinstance(v, str) for v in value) or all(isinstance(v, list) for v in value):
-        inputs = value
-    else:
-        raise bad_request("input must be a string, a list of strings, a list of token ids, or a "
-                          "list of lists of token ids, not a mix.", param="input",
-                          code="invalid_value")
+    inputs = one_kind(value, "input")
     if len(inputs) > MAX_INPUTS:
         raise bad_request(f"input has {len(inputs)} items; at most {MAX_INPUTS} inputs per "
                           "request.", param="input", code="invalid_value")
