@@ -1,0 +1,174 @@
+"""`python -m worker.tp.launch -- python -m worker ... --tensor-parallel N`: one worker group.
+
+Runs the worker command as N ranks of an mlx.distributed ring: on this machine over TCP loopback
+(started here with mlx.launch's environment contract, MLX_RANK and MLX_HOSTFILE), or on the
+machines of `--tp-hostfile FILE` through mlx.launch itself (ssh; rank 0 is the file's first host
+and is the one that connects to the gateway). Exits with rank 0's exit code, so a supervisor sees
+"cannot load" (78) as it does from a single worker; any rank's death ends the whole group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from worker.tp.status import STATUS_ENV, read_status
+
+EXIT_RANK_LOST = 75  # another rank than 0 died first (EX_TEMPFAIL: the group is restarted)
+DEFAULT_PORT = 32323  # mlx.launch's default: ranks listen on PORT, PORT+1, ... per host
+
+
+def group_options(worker_argv: list[str]) -> argparse.Namespace:
+    """The group options found in a worker command line (the rest is ignored)."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--tensor-parallel", type=int, default=1)
+    p.add_argument("--tp-hostfile", default=None)
+    p.add_argument("--tp-port", type=int, default=0)
+    return p.parse_known_args(worker_argv)[0]
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> int:
+    """A port P with P .. P+N-1 free on HOST (checked by binding; a race stays possible)."""
+    for _ in range(200):
+        base = random.randrange(20000, 60000 - n)
+        try:
+            for port in range(base, base + n):
+                with socket.socket() as s:
+                    s.bind((host, port))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError(f"no {n} consecutive free ports on {host}")
+
+
+def launch_command(worker_argv: list[str]) -> list[str]:
+    """The mlx.launch command line that runs WORKER_ARGV as the group's ranks."""
+    opts = group_options(worker_argv)
+    exe = Path(sys.executable).parent / "mlx.launch"
+    launcher = [str(exe)] if exe.exists() else [shutil.which("mlx.launch") or "mlx.launch"]
+    if opts.tp_hostfile:
+        where = ["--hostfile", opts.tp_hostfile]
+        port = opts.tp_port or DEFAULT_PORT
+    else:
+        where = ["--hosts", "127.0.0.1", "-n", str(opts.tensor_parallel)]
+        port = opts.tp_port or free_ports(opts.tensor_parallel)
+    return [*launcher, "--backend", "ring", "--starting-port", str(port), *where, "--",
+            *worker_argv]
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGTERM this process when its parent dies (set in a child before exec)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+        except OSError:
+            pass
+
+
+def run_local(worker: list[str], ranks: int, port: int) -> int:
+    """Start RANKS ranks on this machine (mlx.launch's env contract, without its busy-polling
+    output relay: on a small machine it takes a whole core); any rank's exit ends the group."""
+    fd, hostfile = tempfile.mkstemp(prefix="rapid-mlx-tp-hosts-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump([[f"127.0.0.1:{port + r}"] for r in range(ranks)], f)
+    procs = [subprocess.Popen(worker, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent,
+                              env={**os.environ, "MLX_RANK": str(r), "MLX_HOSTFILE": hostfile})
+             for r in range(ranks)]
+
+    def _stop() -> None:
+        for q in procs:
+            if q.poll() is None:
+                q.send_signal(signal.SIGTERM)
+
+    _on_signals(_stop)
+    try:
+        while all(q.poll() is None for q in procs):
+            time.sleep(0.1)
+        first = next(r for r, q in enumerate(procs) if q.returncode is not None)
+        if first != 0 or procs[0].returncode != 0:
+            print(f"worker.tp.launch: rank {first} exited ({_how(procs[first].returncode)}): "
+                  "ending the group", file=sys.stderr, flush=True)
+        grace = 10.0 if procs[0].returncode == 0 else 0.0  # a clean stop told the others
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(q.poll() is None for q in procs):
+            time.sleep(0.05)
+        for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
+            for q in procs:
+                if q.poll() is None:
+                    q.send_signal(sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                for q in procs:
+                    q.wait(wait)
+        code = procs[0].wait()
+    finally:
+        os.unlink(hostfile)
+    if first != 0:  # rank 0 was ended because another rank died: not a clean stop
+        return EXIT_RANK_LOST
+    return code if code >= 0 else 128 - code
+
+
+def _how(code: int | None) -> str:
+    if code is not None and code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    return f"exit code {code}"
+
+
+def run_hosts(worker: list[str]) -> int:
+    """Start the ranks of --tp-hostfile's machines with mlx.launch (ssh); rank 0's exit code."""
+    fd, status = tempfile.mkstemp(prefix="rapid-mlx-tp-")
+    os.close(fd)
+    child = subprocess.Popen(launch_command(worker), env={**os.environ, STATUS_ENV: status},
+                             stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+    _on_signals(child.terminate)
+    child.wait()
+    code = read_status(status, 1)
+    os.unlink(status)
+    return code
+
+
+def _on_signals(stop: Callable[[], object]) -> None:
+    """SIGTERM or SIGINT: call STOP once (the group then ends and we return)."""
+
+    def _handler(signum: int, _frame: object) -> None:
+        signal.signal(signum, signal.SIG_IGN)
+        stop()
+
+    signal.signal(signal.SIGTERM, _handler)
+    signal.signal(signal.SIGINT, _handler)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the group until it ends; rank 0's exit code (1 when rank 0 left none)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    p = argparse.ArgumentParser(prog="python -m worker.tp.launch", description=__doc__)
+    p.add_argument("--parent-pid", type=int, default=None, help="exit when this process exits")
+    p.add_argument("worker", nargs=argparse.REMAINDER, help="-- the worker command")
+    args = p.parse_args(argv)
+    worker = args.worker[1:] if args.worker[:1] == ["--"] else args.worker
+    if not worker:
+        p.error("no worker command after --")
+    if args.parent_pid is not None:
+        _die_with_parent()
+        if os.getppid() != args.parent_pid:
+            return 0
+    opts = group_options(worker)
+    if opts.tp_hostfile:
+        return run_hosts(worker)
+    return run_local(worker, opts.tensor_parallel, opts.tp_port or free_ports(opts.tensor_parallel))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
