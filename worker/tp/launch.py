@@ -105,7 +105,10 @@ def run_local(worker: list[str], ranks: int, port: int) -> int:
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and any(q.poll() is None for q in procs):
             time.sleep(0.05)
-        for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
+        # a lost rank leaves the others nothing to finish: end them at once (fail fast)
+        steps = [(signal.SIGKILL, 3.0)] if first != 0 else [(signal.SIGTERM, 3.0),
+                                                            (signal.SIGKILL, 3.0)]
+        for sig, wait in steps:
             for q in procs:
                 if q.poll() is None:
                     q.send_signal(sig)

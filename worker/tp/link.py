@@ -67,7 +67,7 @@ class Link:
     def bytes(self, data: bytes | None) -> bytes:
         """Rank 0's DATA everywhere through the ring: its length, then its bytes (all_sums)."""
         n = mx.array([len(data) if data is not None else 0], dtype=mx.int32)
-        size = int(mx.distributed.all_sum(n, group=self.group).tolist()[0])  # type: ignore[index]
+        size = int(np.array(mx.distributed.all_sum(n, group=self.group))[0])
         if data is not None:
             buf = mx.array(np.frombuffer(data, dtype=np.uint8))
         else:
