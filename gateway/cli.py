@@ -292,7 +292,12 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def worker(args: tuple[str, ...]) -> None:
     """Run one model worker that connects to a gateway (`python -m worker`; try --help)."""
-    os.execv(sys.executable, [sys.executable, "-m", "worker", *args])
+    from gateway.plane.tp_group import tensor_parallel
+
+    cmd = [sys.executable, "-m", "worker", *args]
+    if tensor_parallel(list(args)) > 1:  # a worker group: worker.tp.launch starts its ranks
+        cmd = [sys.executable, "-m", "worker.tp.launch", "--", *cmd]
+    os.execv(sys.executable, cmd)
 
 
 @main.command("convert-embeddings",

@@ -32,6 +32,9 @@ def join_group(args: argparse.Namespace) -> Link:
 
     from worker.tp.link import join
 
+    if "MLX_RANK" not in os.environ:
+        raise SystemExit("--tensor-parallel N: start the group with `rapid-mlx worker ...` or "
+                         "`python -m worker.tp.launch -- python -m worker ...`, not alone")
     link = join()
     if link.size != args.tensor_parallel:
         raise SystemExit(f"--tensor-parallel {args.tensor_parallel} but the group has "
