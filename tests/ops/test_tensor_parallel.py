@@ -105,9 +105,12 @@ def _stream(url: str, out: dict[str, object], started: threading.Event) -> None:
     out["ended_at"] = time.monotonic()
 
 
-@pytest.mark.parametrize("victim", [1, 0], ids=["follower", "rank0"])
-def test_killed_rank_restarts_the_group(victim: int, tmp_path: Path) -> None:
-    srv = _serve(STORIES, "none", "--tensor-parallel", "2")
+@pytest.mark.parametrize("victim", ["follower", "rank0", "stopped-follower"])
+def test_a_lost_rank_restarts_the_group(victim: str) -> None:
+    """SIGKILL of rank 1 or rank 0, or a SIGSTOPped rank 1 (rank 0 then hangs in a collective
+    and the gateway's hang watchdog kills the group): the in-flight stream fails fast, the
+    whole group goes, a new one comes up and serves."""
+    srv = _serve(STORIES, "none", "--tensor-parallel", "2", "--hang-timeout", "3")
     try:
         ranks = _ranks(srv)
         assert sorted(ranks) == [0, 1]
@@ -118,11 +121,12 @@ def test_killed_rank_restarts_the_group(victim: int, tmp_path: Path) -> None:
         t.start()
         assert started.wait(60)
         killed_at = time.monotonic()
-        os.kill(ranks[victim].pid, signal.SIGKILL)
+        target = ranks[0 if victim == "rank0" else 1]
+        os.kill(target.pid, signal.SIGSTOP if victim == "stopped-follower" else signal.SIGKILL)
         t.join(30)
         assert out.get("error") and not out.get("done"), out  # the in-flight stream failed
         took = float(out["ended_at"]) - killed_at  # type: ignore[arg-type]
-        print(f"in-flight stream ended {took:.2f}s after SIGKILL of rank {victim}: {out['error']}")
+        print(f"in-flight stream ended {took:.2f}s after the {victim} was hit: {out['error']}")
         assert took < 10, took
         for p in ranks.values():  # the whole group went down
             p.wait(15)
@@ -131,5 +135,19 @@ def test_killed_rank_restarts_the_group(victim: int, tmp_path: Path) -> None:
         assert sorted(_ranks(srv)) == [0, 1]
         text, n, _ = _complete(srv.url, "Once upon a time", 16)
         assert n == 16 and text
+    finally:
+        srv.stop()
+
+
+def test_hostfile_group_runs_through_mlx_launch(tmp_path: Path) -> None:
+    """--tp-hostfile starts the ranks with mlx.launch itself (here both hosts are this one)."""
+    hosts = tmp_path / "hosts.json"
+    hosts.write_text(json.dumps([{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}] * 2))
+    srv = _serve(STORIES, "none", "--tensor-parallel", "2", "--tp-hostfile", str(hosts))
+    try:
+        assert sorted(_ranks(srv)) == [0, 1]
+        assert any("mlx.launch" in " ".join(p.cmdline()) for p in srv.tree())
+        text, n, _ = _complete(srv.url, "Once upon a time", 16)
+        assert text.startswith(", there was a little girl named Lily") and n == 16
     finally:
         srv.stop()
