@@ -88,16 +88,15 @@ def run_local(worker: list[str], ranks: int, port: int) -> int:
                               env={**os.environ, "MLX_RANK": str(r), "MLX_HOSTFILE": hostfile})
              for r in range(ranks)]
 
-    def _stop() -> None:
-        for q in procs:
-            if q.poll() is None:
-                q.send_signal(signal.SIGTERM)
+    def _stop(signum: int) -> None:  # rank 0 drains, then tells the others to stop
+        if procs[0].poll() is None:
+            procs[0].send_signal(signum)
 
     _on_signals(_stop)
     try:
-        while all(q.poll() is None for q in procs):
-            time.sleep(0.1)
-        first = next(r for r, q in enumerate(procs) if q.returncode is not None)
+        while procs[0].poll() is None and all(q.poll() in (None, 0) for q in procs[1:]):
+            time.sleep(0.1)  # (a rank exiting 0 was told to stop by rank 0, which follows)
+        first = next((r for r, q in enumerate(procs) if q.returncode not in (None, 0)), 0)
         if first != 0 or procs[0].returncode != 0:
             print(f"worker.tp.launch: rank {first} exited ({_how(procs[first].returncode)}): "
                   "ending the group", file=sys.stderr, flush=True)
@@ -135,19 +134,18 @@ def run_hosts(worker: list[str]) -> int:
     os.close(fd)
     child = subprocess.Popen(launch_command(worker), env={**os.environ, STATUS_ENV: status},
                              stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
-    _on_signals(child.terminate)
+    _on_signals(lambda _signum: child.terminate())
     child.wait()
     code = read_status(status, 1)
     os.unlink(status)
     return code
 
 
-def _on_signals(stop: Callable[[], object]) -> None:
-    """SIGTERM or SIGINT: call STOP once (the group then ends and we return)."""
+def _on_signals(stop: Callable[[int], object]) -> None:
+    """SIGTERM or SIGINT: call STOP with it (each time: a second SIGTERM stops a drain)."""
 
     def _handler(signum: int, _frame: object) -> None:
-        signal.signal(signum, signal.SIG_IGN)
-        stop()
+        stop(signum)
 
     signal.signal(signal.SIGTERM, _handler)
     signal.signal(signal.SIGINT, _handler)
