@@ -100,7 +100,7 @@ def run_local(worker: list[str], ranks: int, port: int) -> int:
         if first != 0 or procs[0].returncode != 0:
             print(f"worker.tp.launch: rank {first} exited ({_how(procs[first].returncode)}): "
                   "ending the group", file=sys.stderr, flush=True)
-        grace = 10.0 if procs[0].returncode == 0 else 0.0  # a clean stop told the others
+        grace = 5.0 if procs[0].returncode == 0 else 0.0  # a clean stop told the others
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and any(q.poll() is None for q in procs):
             time.sleep(0.05)
