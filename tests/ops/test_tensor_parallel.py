@@ -24,9 +24,11 @@ from tests.ops.harness import DEMO, wait_for
 pytestmark = pytest.mark.slow
 
 STORIES = "/work/shared/models/stories260K"
+SHARED = ("Once upon a time, there was a little girl named Lily. She loved to play outside in "
+          "the park with her friends. One day, she saw a big red ball under a tree. ")
 PROMPTS = ["Once upon a time", "The little dog", "Lily and Ben went to the park. They saw",
-           "One day, a big", "Tom had a red ball.", "The sun was hot and", "Sue liked to",
-           "There was a cat named"]
+           "One day, a big", "Tom had a red ball.", SHARED + "She", SHARED + "Her mom",
+           SHARED + "The ball"]  # the last three share full KV pages: prefix-cache hits
 
 
 def _serve(model: str, kv: str, *extra: str) -> Server:
@@ -77,6 +79,7 @@ def test_greedy_output_matches_one_worker(model: str, kv: str) -> None:
     assert facts[2]["kv_format"] == facts[1]["kv_format"] == (kv if model == DEMO else "none")
     # each rank holds its half of the KV heads: rank 0's pages cost half a token's bytes
     assert facts[2]["kv_bytes_per_token"] * 2 == facts[1]["kv_bytes_per_token"], facts
+    assert facts[2]["prefix_cache_hits"] > 0  # rank 0's radix cache shared pages on all ranks
     print(json.dumps({"single": got[1]["alone"][:2], "tp2": got[2]["alone"][:2]}))
     assert all(n > 0 for _, n, _ in got[1]["alone"])
     assert got[2]["alone"] == got[1]["alone"]
