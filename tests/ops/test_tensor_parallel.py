@@ -154,3 +154,13 @@ def test_hostfile_group_runs_through_mlx_launch(tmp_path: Path) -> None:
         assert text.startswith(", there was a little girl named Lily") and n == 16
     finally:
         srv.stop()
+
+
+def test_a_model_that_does_not_split_is_refused() -> None:
+    """8 heads over 3 ranks: rank 0 says why, the group exits 78 and so does the server."""
+    srv = Server(STORIES, "--tensor-parallel", "3")
+    code = srv.proc.wait(120)
+    out = "".join(srv.lines)
+    assert code == 78, out[-2000:]
+    assert "8 attention heads and 4 KV heads do not split over 3 ranks" in out
+    srv.stop()

@@ -44,11 +44,17 @@ def run_follower(args: argparse.Namespace, link: Link) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # mlx.launch ends the group: no clean-up here
     from worker.attention import install as install_paged_attention
     from worker.engine import model_dtype
+    from worker.fetch import CannotLoad
     from worker.forward import Forward
     from worker.kv_calibrate import calibrate_centers
+    from worker.kv_setup import UnsupportedModel
     from worker.tp.setup import load_shard
 
-    loaded, plan = load_shard(args, link)
+    try:
+        loaded, plan = load_shard(args, link)
+    except (CannotLoad, UnsupportedModel) as exc:  # rank 0 finds the same and tells the gateway
+        log.debug("rank %d cannot serve the model: %s", link.rank, exc)
+        return 0
     install_paged_attention()
     dtype = model_dtype(loaded.model)
     forward = Forward(loaded.model, plan.store, dtype)
