@@ -22,8 +22,8 @@ from worker.engine import model_dtype
 from worker.forward import Forward
 from worker.kv_setup import UnsupportedModel, plan_kv
 from worker.tp import plan as p
+from worker.tp.command import DEFAULT_PORT, launch_command
 from worker.tp.follower import follow
-from worker.tp.launch import DEFAULT_PORT, launch_command
 from worker.tp.leader import Leader
 from worker.tp.link import _endpoint
 from worker.tp.shard import shard_model
