@@ -104,7 +104,8 @@ def test_plan_channel_endpoint(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -
     hosts = tmp_path / "ring.json"
     hosts.write_text(json.dumps([["127.0.0.1:5000"], ["127.0.0.1:5001"]]))
     monkeypatch.setenv("MLX_HOSTFILE", str(hosts))
-    assert _endpoint().startswith("ipc://")
+    monkeypatch.setenv("RAPID_MLX_TP_DIR", str(tmp_path))  # the launcher's folder
+    assert _endpoint() == f"ipc://{tmp_path}/plans"
     hosts.write_text(json.dumps([["10.0.0.1:5000"], ["10.0.0.2:5000"]]))
     assert _endpoint() == "tcp://10.0.0.1:*"
 

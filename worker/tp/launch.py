@@ -14,6 +14,7 @@ import contextlib
 import ctypes
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,7 +23,7 @@ import time
 from collections.abc import Callable
 
 from worker.tp.command import free_ports, group_options, launch_command
-from worker.tp.status import STATUS_ENV, read_status
+from worker.tp.status import DIR_ENV, STATUS_ENV, read_status
 
 EXIT_RANK_LOST = 75  # another rank than 0 died first (EX_TEMPFAIL: the group is restarted)
 
@@ -39,12 +40,13 @@ def _die_with_parent() -> None:
 def run_local(worker: list[str], ranks: int, port: int) -> int:
     """Start RANKS ranks on this machine (mlx.launch's env contract, without its busy-polling
     output relay: on a small machine it takes a whole core); any rank's exit ends the group."""
-    fd, hostfile = tempfile.mkstemp(prefix="rapid-mlx-tp-hosts-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
+    folder = tempfile.mkdtemp(prefix="rapid-mlx-tp-")
+    hostfile = os.path.join(folder, "hosts.json")
+    with open(hostfile, "w") as f:
         json.dump([[f"127.0.0.1:{port + r}"] for r in range(ranks)], f)
+    env = {**os.environ, "MLX_HOSTFILE": hostfile, DIR_ENV: folder}
     procs = [subprocess.Popen(worker, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent,
-                              env={**os.environ, "MLX_RANK": str(r), "MLX_HOSTFILE": hostfile})
-             for r in range(ranks)]
+                              env={**env, "MLX_RANK": str(r)}) for r in range(ranks)]
 
     def _stop(signum: int) -> None:  # rank 0 drains, then tells the others to stop
         if procs[0].poll() is None:
@@ -74,7 +76,7 @@ def run_local(worker: list[str], ranks: int, port: int) -> int:
                     q.wait(wait)
         code = procs[0].wait()
     finally:
-        os.unlink(hostfile)
+        shutil.rmtree(folder, ignore_errors=True)
     if first != 0:  # rank 0 was ended because another rank died: not a clean stop
         return EXIT_RANK_LOST
     return code if code >= 0 else 128 - code
@@ -88,14 +90,15 @@ def _how(code: int | None) -> str:
 
 def run_hosts(worker: list[str]) -> int:
     """Start the ranks of --tp-hostfile's machines with mlx.launch (ssh); rank 0's exit code."""
-    fd, status = tempfile.mkstemp(prefix="rapid-mlx-tp-")
-    os.close(fd)
-    child = subprocess.Popen(launch_command(worker), env={**os.environ, STATUS_ENV: status},
-                             stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+    folder = tempfile.mkdtemp(prefix="rapid-mlx-tp-")
+    status = os.path.join(folder, "status")
+    child = subprocess.Popen(launch_command(worker), stdin=subprocess.DEVNULL,
+                             env={**os.environ, STATUS_ENV: status, DIR_ENV: folder},
+                             preexec_fn=_die_with_parent)
     _on_signals(lambda _signum: child.terminate())
     child.wait()
     code = read_status(status, 1)
-    os.unlink(status)
+    shutil.rmtree(folder, ignore_errors=True)
     return code
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import zmq
 
 from worker.tp import plan as p
+from worker.tp.status import DIR_ENV
 
 
 class Link:
@@ -25,6 +26,7 @@ class Link:
         self.size = group.size()
         self.ctx = zmq.Context()
         self.sock: zmq.Socket[bytes] | None = None
+        self.own_dir: str | None = None  # an ipc folder this rank made (no launcher gave one)
 
     def open(self, timeout: float = 60.0) -> None:
         """Set up the plan channel: rank 0 binds and says where (through the ring)."""
@@ -32,9 +34,11 @@ class Link:
             self.sock = self.ctx.socket(zmq.XPUB)
             self.sock.setsockopt(zmq.SNDHWM, 0)
             self.sock.setsockopt(zmq.LINGER, 1000)
-            self.sock.bind(_endpoint())
-            where = self.sock.getsockopt(zmq.LAST_ENDPOINT)
-            self.bytes(bytes(where))
+            where = _endpoint()
+            if where.startswith("ipc://") and DIR_ENV not in os.environ:
+                self.own_dir = os.path.dirname(where[6:])
+            self.sock.bind(where)
+            self.bytes(self.sock.getsockopt_string(zmq.LAST_ENDPOINT).encode())
             deadline = time.monotonic() + timeout
             for _ in range(self.size - 1):  # every follower subscribed: no plan can be lost
                 if not self.sock.poll(int(max(deadline - time.monotonic(), 0) * 1000)):
@@ -79,10 +83,9 @@ class Link:
     def close(self) -> None:
         """Close the plan channel (and remove rank 0's ipc folder)."""
         if self.sock is not None:
-            where = self.sock.getsockopt(zmq.LAST_ENDPOINT)
             self.sock.close()
-            if isinstance(where, bytes) and where.startswith(b"ipc://"):
-                shutil.rmtree(os.path.dirname(where[6:].decode()), ignore_errors=True)
+        if self.own_dir is not None:
+            shutil.rmtree(self.own_dir, ignore_errors=True)
         self.ctx.term()
 
 
@@ -95,7 +98,8 @@ def _endpoint() -> str:
             hosts = json.load(f)
     ip = hosts[0][0].rsplit(":", 1)[0] if hosts and hosts[0] else "127.0.0.1"
     if all(h.rsplit(":", 1)[0] == "127.0.0.1" for node in hosts for h in node):
-        return f"ipc://{tempfile.mkdtemp(prefix='rapid-mlx-tp-')}/plans"
+        folder = os.environ.get(DIR_ENV) or tempfile.mkdtemp(prefix="rapid-mlx-tp-")
+        return f"ipc://{folder}/plans"
     return f"tcp://{ip}:*"
 
 

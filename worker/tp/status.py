@@ -6,6 +6,7 @@ import contextlib
 import os
 
 STATUS_ENV = "RAPID_MLX_TP_STATUS"  # set by worker/tp/launch.py: the file rank 0 writes
+DIR_ENV = "RAPID_MLX_TP_DIR"  # worker/tp/launch.py's folder for the group (removed on its exit)
 
 
 def write_status(code: int) -> None:
