@@ -136,6 +136,31 @@ class PagedKVStore:
         """Full-precision tail keys and values at the rows of TABLE (B, H, W)."""
         return self.k_tail[layer][table], self.v_tail[layer][table]
 
+    def gather_tail_pages(self, layer: int, tails: mx.array, width: int
+                          ) -> tuple[mx.array, mx.array]:
+        """The first WIDTH positions of each row's tail page TAILS (B,), as (B, H, WIDTH, D)."""
+        return (_by_page(self.k_tail[layer], tails[:, None], self.fmt, width),
+                _by_page(self.v_tail[layer], tails[:, None], self.fmt, width))
+
+    def gather_pages(self, layer: int, pages: mx.array, length: int, dtype: mx.Dtype
+                     ) -> tuple[mx.array, mx.array] | tuple[QuantizedPages, QuantizedPages]:
+        """Keys and values of the first LENGTH positions of the pages PAGES (B, W).
+
+        Same result as ``gather`` over those pages' rows, but each page is one contiguous block
+        of (page_size, H, D) rows: one gather of W blocks per row and one transposing copy are
+        2-3x faster on CPU than gathering L * H single rows.
+        """
+        if self.fmt.kind == "none":
+            return (_by_page(self.k[layer][0], pages, self.fmt, length),
+                    _by_page(self.v[layer][0], pages, self.fmt, length))
+        g = self.fmt.group_size
+
+        def quantized(arrays: list[mx.array], bits: int) -> QuantizedPages:
+            w, s, b = (_by_page(a, pages, self.fmt, length) for a in arrays)
+            return QuantizedPages(w, s.astype(dtype), b.astype(dtype), bits, g)
+
+        return quantized(self.k[layer], KEY_BITS), quantized(self.v[layer], VALUE_BITS)
+
     def gather(self, layer: int, table: mx.array, dtype: mx.Dtype
                ) -> tuple[mx.array, mx.array] | tuple[QuantizedPages, QuantizedPages]:
         """Keys and values at the rows of TABLE (B, H, L), as (B, H, L, D) or quantized pages."""
@@ -156,3 +181,28 @@ class PagedKVStore:
     def nbytes(self) -> int:
         """Bytes held by all page arrays."""
         return sum(a.nbytes for a in self.arrays())
+
+
+def _by_page(a: mx.array, pages: mx.array, fmt: KVFormat, length: int) -> mx.array:
+    """Rows of pool array A for the pages PAGES (B, W): (B, H, LENGTH, cols)."""
+    p, h, cols = fmt.page_size, fmt.num_kv_heads, a.shape[-1]
+    bsz, w = pages.shape
+    blocks = a.reshape(-1, p * h * cols)[pages]  # (B, W, P*H*cols): one copy per page
+    out = blocks.reshape(bsz, w * p, h, cols).transpose(0, 2, 1, 3)
+    return out[:, :, :length] if length < w * p else out
+
+
+def dequantize(x: QuantizedPages) -> mx.array:
+    """The values (..., D) of quantized pages, in their scales' dtype.
+
+    Bytes are widened and scaled per group with plain element-wise ops: on MLX's CPU backend
+    this is 2x (8-bit) to 5x (4-bit) faster than ``mx.dequantize`` for attention's shapes.
+    """
+    u = mx.view(x.w, mx.uint8)
+    if x.bits == 4:  # two values per byte, the low nibble first
+        u = mx.stack([u & 15, u >> 4], axis=-1).reshape(*u.shape[:-1], -1)
+    elif x.bits != 8:
+        return mx.dequantize(x.w, x.scales, x.biases, group_size=x.group_size, bits=x.bits)
+    lead, d = u.shape[:-1], u.shape[-1]
+    groups = u.reshape(*lead, d // x.group_size, x.group_size).astype(x.scales.dtype)
+    return (groups * x.scales[..., None] + x.biases[..., None]).reshape(*lead, d)

@@ -53,6 +53,7 @@ class PagedBatch:
         writes[np.arange(n)[None, :] >= lengths_np[:, None]] = 0  # padding -> scratch
         self.write_rows = mx.array((writes.reshape(-1, 1) * h + heads).reshape(-1))
         self._rows = table[:, None, :] * h + heads[None, :, None]  # (B, H, L) pool rows
+        self._pages, self.length = pages, length
         self.offset: Any = starts[0] if self.single else mx.array(starts)
         self.q_pos = mx.array(starts)[:, None, None, None] + mx.arange(n)[None, None, :, None]
         self.k_pos = mx.arange(length)[None, None, None, :]
@@ -82,6 +83,13 @@ class PagedBatch:
             pos >= (starts + lengths)[:, None] // p * p)
         slots = np.where(keep, tails[:, None] * p + pos % p, 0)
         self.tail_write_rows = mx.array((slots.reshape(-1, 1) * h + heads).reshape(-1))
+        # decode: each row's own page is all in its tail page once this token is written there
+        self.decode_tail = n == 1 and len(set(tails.tolist())) == len(tails) and tails.min() > 0
+        if self.decode_tail:
+            own = (tails * p + starts % p)[:, None] * h + heads
+            self.decode_tail_rows = mx.array(own.reshape(-1))
+            self.tail_ids = mx.array(tails)
+            self.tail_width = len(w)
 
     @cached_property
     def older(self) -> mx.array:
@@ -93,6 +101,21 @@ class PagedBatch:
     def table(self) -> mx.array:
         """Pool rows of every row's positions 0..L (B, H, L)."""
         return mx.array(self._rows)
+
+    @cached_property
+    def page_table(self) -> mx.array:
+        """Every row's pages (B, W) covering positions 0..L."""
+        return mx.array(self._pages)
+
+    @cached_property
+    def shared_pages(self) -> mx.array:
+        """The shared prefix's pages (1, S / page_size)."""
+        return mx.array(self._pages[:1, : self.shared // self.store.fmt.page_size])
+
+    @cached_property
+    def rest_pages(self) -> mx.array:
+        """Every row's pages after the shared prefix (B, W - S / page_size)."""
+        return mx.array(self._pages[:, self.shared // self.store.fmt.page_size :])
 
     @cached_property
     def shared_table(self) -> mx.array:
@@ -151,6 +174,11 @@ class PagedView:
         flat_k = keys.transpose(0, 2, 1, 3).reshape(bsz * n * heads, dim)
         flat_v = values.transpose(0, 2, 1, 3).reshape(bsz * n * heads, values.shape[-1])
         stored_k, stored_v = b.store.write(self.layer, b.write_rows, flat_k, flat_v)
+        if b.tails is not None and b.decode_tail:
+            b.store.write_tail(self.layer, b.decode_tail_rows, stored_k, stored_v)
+            window_k, window_v = b.store.gather_tail_pages(self.layer, b.tail_ids, b.tail_width)
+            kv = LayerKV(b, self.layer, window_k.astype(b.dtype), window_v.astype(b.dtype))
+            return kv, kv
         if b.tails is not None:
             old_k, old_v = b.store.gather_tail(self.layer, b.tail_rows)
             window_k = mx.where(b.from_tail, old_k, stored_k[b.new_rows])
@@ -161,7 +189,7 @@ class PagedView:
         if b.quantized or b.shared:
             kv = LayerKV(b, self.layer)
             return kv, kv
-        return b.store.gather(self.layer, b.table, b.dtype)
+        return b.store.gather_pages(self.layer, b.page_table, b.length, b.dtype)
 
     def make_mask(self, n: int, return_array: bool = False, window_size: int | None = None) -> Any:
         """Causal mask over each row's own positions (optionally windowed)."""
