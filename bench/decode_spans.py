@@ -3,7 +3,8 @@
 In "split" mode the spans put ``mx.eval`` barriers where a category's work ends (the layer's
 keys/values, the cache update, attention's output, the logits, the sampled tokens), so compute is
 charged to the category that built it; that removes the overlap of host and compute, so the sum
-is larger than the overlapped wall time. In "wall" mode only the token readback is timed.
+is larger than the overlapped wall time. In "wall" mode only graph building, the page tables and
+the time the host blocks in ``mx.eval``/``mx.async_eval`` ("sync") are split out.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
-COLUMNS = ["build", "tables", "model", "kv", "attention", "sampling", "readback", "scheduling"]
+COLUMNS = ["build", "tables", "model", "kv", "attention", "sampling", "sync", "scheduling"]
 
 
 class Spans:
@@ -69,6 +70,15 @@ def _patch(obj: Any, name: str, make: Callable[[Any], Any], undo: list[Callable[
 def instrument(spans: Spans, model: Any, cache_classes: list[type], split: bool) -> Iterator[None]:
     """Patch attention and the caches' update_and_fetch of MODEL's module (split mode only)."""
     undo: list[Callable[[], None]] = []
+    if not split:  # the host blocked on compute: MLX throttles async_eval, readback waits
+        def blocking(original: Any) -> Any:
+            def run(*args: Any) -> Any:
+                with spans.span("sync"):
+                    return original(*args)
+            return run
+
+        _patch(mx, "eval", blocking, undo)
+        _patch(mx, "async_eval", blocking, undo)
     if split:
         layers = getattr(getattr(model, "model", model), "layers", [])
         module = sys.modules[type(layers[0].self_attn).__module__]

@@ -3,12 +3,16 @@
     LD_PRELOAD="$(.venv/bin/python -m worker.blas)" .venv/bin/python -m bench.profile_decode \\
         [--models stories260K,qwen3] [--rows 1,8,32] [--kv none,k8v4] [--steps 48] [--repeats 3]
     ... --threads 1,2,default   # one child process per OPENBLAS_NUM_THREADS value, wall only
+    ... --against ../base       # the same in a checkout of the code before (copy these files in)
 
 Both sides decode greedily, ignoring EOS, from distinct 64-token random prompts, after warm-up
 (every row decoding). "wall" is ms per step of the real loop (ours overlapped, mlx-lm's
-BatchGenerator with its async_eval pipelining), median over the repeats, taken in turns. "wait"
-is the part of ours spent blocked on the token readback (compute not hidden behind host work).
-The split (bench/decode_spans.py) puts eval barriers between categories, so its sum exceeds wall.
+BatchGenerator with its async_eval pipelining), median over the repeats, taken in turns; its
+"wall:" columns split it into graph building, page tables, "sync" (the host blocked in
+mx.eval/mx.async_eval: MLX throttles async_eval, so most compute shows here) and the rest of the
+Python step ("scheduling"). The "split:" columns (bench/decode_spans.py) put eval barriers
+between categories to charge compute to model / KV update+gather / attention / sampling; they
+remove the overlap of host and compute, so their sum exceeds wall.
 """
 
 from __future__ import annotations
@@ -90,7 +94,7 @@ def ours(model: Any, tok: Any, rows: int, kind: str, steps: int, split: bool) ->
         return timed_sampler(spans, lambda x: originals[3](x, samplers), split)(logits)
 
     def deliver(self: Any, batch: Any) -> Any:
-        with spans.span("readback"):
+        with spans.span("sync"):
             mx.eval(batch.tokens)
         return originals[4](self, batch)
 
@@ -148,12 +152,12 @@ def _timed(spans: Spans, step: Any, steps: int) -> dict[str, float]:
     import time
 
     spans.reset()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(steps):
         step()
-    wall = (time.perf_counter() - t0) / steps * 1e3
     out = {k: v / steps * 1e3 for k, v in spans.seconds.items()}
-    out["wall"] = wall
+    out["wall"] = (time.perf_counter() - t0) / steps * 1e3
+    out["cpu"] = (time.process_time() - c0) / steps * 1e3  # every thread of the process
     return out
 
 
@@ -169,11 +173,14 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
                 for kind in kinds:
                     cells.setdefault(f"ours {kind}", []).append(
                         ours(model, tok, rows, kind, args.steps, False))
-                cells.setdefault("mlx-lm", []).append(theirs(model, rows, args.steps, False))
+                if not args.no_peer:
+                    cells.setdefault("mlx-lm", []).append(theirs(model, rows, args.steps, False))
             for side, runs in cells.items():
                 row = {"model": name, "rows": rows, "side": side,
                        "wall": statistics.median(r["wall"] for r in runs),
-                       "wait": statistics.median(r.get("readback", 0.0) for r in runs)}
+                       "cpu": statistics.median(r["cpu"] for r in runs),
+                       "host": {c: statistics.median(r.get(c, 0.0) for r in runs)
+                                for c in ("build", "tables", "sync", "scheduling")}}
                 if not args.wall_only:
                     kind = side.split()[-1]
                     row["split"] = (theirs(model, rows, args.steps, True) if side == "mlx-lm"
@@ -183,45 +190,66 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    """Markdown: wall ms/step, ratio to mlx-lm, and the split per category."""
-    head = "| model | rows | side | wall ms/step | vs mlx-lm | wait | " + " | ".join(COLUMNS) + " |"
-    lines = [head, "|" + "---|" * (6 + len(COLUMNS))]
+    """Markdown: wall ms/step and its host split, ratio to mlx-lm, and the barrier split."""
+    host = ("build", "tables", "sync", "scheduling")
+    lines = ["| model | rows | side | wall ms/step | cpu ms/step | vs mlx-lm | "
+             + " | ".join(f"wall: {c}" for c in host) + " | "
+             + " | ".join(f"split: {c}" for c in COLUMNS) + " |",
+             "|" + "---|" * (6 + len(host) + len(COLUMNS))]
     ref = {(r["model"], r["rows"]): r["wall"] for r in results if r["side"] == "mlx-lm"}
     for r in results:
         split = r.get("split", {})
         cols = " | ".join(f"{split[c]:.2f}" if c in split else "-" for c in COLUMNS)
+        walls = " | ".join(f"{r['host'][c]:.2f}" if r["host"][c] else "-" for c in host)
         base = ref.get((r["model"], r["rows"]))
         ratio = f"{base / r['wall']:.2f}x" if base else "-"
-        wait = f"{r['wait']:.2f}" if r["side"] != "mlx-lm" else "-"
-        lines.append(f"| {r['model']} | {r['rows']} | {r['side']} | {r['wall']:.2f} | {ratio} | "
-                     f"{wait} | {cols} |")
+        lines.append(f"| {r['model']} | {r['rows']} | {r['side']} | {r['wall']:.2f} | "
+                     f"{r['cpu']:.2f} | {ratio} | "
+                     f"{walls} | {cols} |")
     return "\n".join(lines)
 
 
-def threads(args: argparse.Namespace) -> None:
-    """Wall ms/step per OPENBLAS_NUM_THREADS value, one child per value, in turns."""
+def variants(args: argparse.Namespace) -> None:
+    """Wall and CPU ms/step of child runs, one per variant, in turns (--threads or --against)."""
     from worker.blas import find_openblas
 
+    base = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    base["LD_PRELOAD"] = find_openblas() or ""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    plan: list[tuple[str, str, dict[str, str]]] = []
+    for value in filter(None, args.threads.split(",")):
+        env = dict(base, **({"OPENBLAS_NUM_THREADS": value} if value != "default" else {}))
+        plan.append((f"threads={value}", here, env))
+    if args.against:
+        plan = [("before", args.against, base), ("after", here, base)]
     runs: dict[str, list[list[dict[str, Any]]]] = {}
     for _ in range(args.repeats):
-        for value in args.threads.split(","):
-            env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
-            env["LD_PRELOAD"] = find_openblas() or ""
-            env["_RAPID_MLX_BLAS_DONE"] = "1"  # no policy of ours: the setting under test only
-            if value != "default":
-                env["OPENBLAS_NUM_THREADS"] = value
+        for label, cwd, env in plan:
             cmd = [sys.executable, "-m", "bench.profile_decode", "--json", "--wall-only",
                    "--repeats", "1", "--models", args.models, "--rows", args.rows,
-                   "--kv", args.kv, "--steps", str(args.steps)]
-            out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
-            runs.setdefault(value, []).append(json.loads(out.strip().splitlines()[-1]))
-    print("| model | rows | side | " + " | ".join(f"threads={v} ms/step" for v in runs) + " |")
+                   "--kv", args.kv, "--steps", str(args.steps)] + (
+                       ["--no-peer"] if args.no_peer else [])
+            out = subprocess.run(cmd, env=env, cwd=cwd, check=True, capture_output=True,
+                                 text=True).stdout
+            runs.setdefault(label, []).append(json.loads(out.strip().splitlines()[-1]))
+    print("| model | rows | side | " + " | ".join(f"{v}: wall / cpu ms/step" for v in runs) + " |")
     print("|" + "---|" * (3 + len(runs)))
     first = next(iter(runs.values()))[0]
     for i, cell in enumerate(first):
-        medians = [statistics.median(rep[i]["wall"] for rep in reps) for reps in runs.values()]
+        medians = [(statistics.median(rep[i]["wall"] for rep in reps),
+                    statistics.median(rep[i]["cpu"] for rep in reps)) for reps in runs.values()]
         print(f"| {cell['model']} | {cell['rows']} | {cell['side']} | "
-              + " | ".join(f"{m:.2f}" for m in medians) + " |")
+              + " | ".join(f"{w:.2f} / {c:.2f}" for w, c in medians) + " |")
+    print("\nK8V4 cost (median over rounds of the same-run ratio ours k8v4 / ours none, wall):")
+    for label, reps in runs.items():
+        ratios = {}
+        for i, cell in enumerate(first):
+            if cell["side"] == "ours k8v4":
+                none = next(j for j, c in enumerate(first) if c["side"] == "ours none"
+                            and (c["model"], c["rows"]) == (cell["model"], cell["rows"]))
+                ratios[f"{cell['model']}/{cell['rows']}"] = statistics.median(
+                    rep[i]["wall"] / rep[none]["wall"] for rep in reps)
+        print(f"- {label}: " + ", ".join(f"{k} {v:.3f}" for k, v in ratios.items()))
 
 
 def main() -> None:
@@ -233,11 +261,13 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=48)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--wall-only", action="store_true")
+    p.add_argument("--no-peer", action="store_true", help="skip mlx-lm")
     p.add_argument("--threads", default="", help="e.g. 1,2,default: compare OpenBLAS threads")
+    p.add_argument("--against", default="", help="a checkout to compare with (before/after)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
-    if args.threads:
-        threads(args)
+    if args.threads or args.against:
+        variants(args)
         return
     results = measure(args)
     print(json.dumps(results) if args.json else table(results))
