@@ -128,6 +128,11 @@ def theirs(model: Any, rows: int, steps: int, split: bool) -> dict[str, float]:
     from mlx_lm.models.cache import BatchKVCache
     from mlx_lm.sample_utils import make_sampler
 
+    try:  # mlx_lm.server runs without our compiled RoPE
+        from worker.fast_ops import uninstall
+        uninstall()
+    except ImportError:
+        pass
     spans = Spans()
     gen = BatchGenerator(_Proxy(model, spans), max_tokens=WARM + steps + 16,
                          sampler=timed_sampler(spans, make_sampler(temp=0.0), split),
@@ -220,8 +225,9 @@ def variants(args: argparse.Namespace) -> None:
     for value in filter(None, args.threads.split(",")):
         env = dict(base, **({"OPENBLAS_NUM_THREADS": value} if value != "default" else {}))
         plan.append((f"threads={value}", here, env))
-    if args.against:
-        plan = [("before", args.against, base), ("after", here, base)]
+    if args.against:  # with --threads N: both sides with that many OpenBLAS threads
+        env = plan[0][2] if plan else base
+        plan = [("before", args.against, env), ("after", here, env)]
     runs: dict[str, list[list[dict[str, Any]]]] = {}
     for _ in range(args.repeats):
         for label, cwd, env in plan:

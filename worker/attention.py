@@ -238,6 +238,9 @@ def install() -> None:
     """Route paged KV to paged_attention in every loaded mlx-lm (and mlx-vlm) model module."""
     import mlx_lm.models.base as base
 
+    from worker import fast_ops
+
+    fast_ops.install()  # compiled one-token RoPE on CPU: fewer small ops per decode step
     original = _installed.setdefault("original", base.scaled_dot_product_attention)
     routed = _installed.setdefault("routed", _router(original))
     pairs = [("mlx_lm.models.", original, routed)]

@@ -90,7 +90,8 @@ def weight_bytes(model: Any) -> int:
     """Bytes of MODEL's parameters."""
     from mlx.utils import tree_flatten
 
-    return sum(int(a.nbytes) for _, a in tree_flatten(model.parameters()))
+    params: list[tuple[str, Any]] = tree_flatten(model.parameters())  # type: ignore[assignment]
+    return sum(int(a.nbytes) for _, a in params)
 
 
 def apply_blas_policy(model: Any) -> int | None:
