@@ -128,11 +128,6 @@ def theirs(model: Any, rows: int, steps: int, split: bool) -> dict[str, float]:
     from mlx_lm.models.cache import BatchKVCache
     from mlx_lm.sample_utils import make_sampler
 
-    try:  # mlx_lm.server runs without our compiled RoPE
-        from worker.fast_ops import uninstall
-        uninstall()
-    except ImportError:
-        pass
     spans = Spans()
     gen = BatchGenerator(_Proxy(model, spans), max_tokens=WARM + steps + 16,
                          sampler=timed_sampler(spans, make_sampler(temp=0.0), split),

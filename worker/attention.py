@@ -4,8 +4,7 @@
 layer's cache returned a ``LayerKV``. Keys are split into segments: the prefix every row shares
 (attended once, with all rows' queries stacked into one matrix product), each row's remaining
 pages, and (K8V4) the row's current page in full precision. Segments are combined exactly by
-their log-sum-exp. Pages are gathered a page at a time (``PagedKVStore.gather_pages``). On a
-GPU, K8V4 pages are read with ``mx.quantized_matmul`` when there are few queries and
+their log-sum-exp. On a GPU, K8V4 pages are read with ``mx.quantized_matmul`` when there are few queries and
 dequantized once for many; on the CPU they are always widened to floats first
 (``cache.paged_kv.dequantize``): MLX's CPU quantized matmul is slower than that at any size.
 
@@ -60,16 +59,14 @@ def paged_attention(queries: mx.array, kv: LayerKV, scale: float, mask: Any) -> 
                 pos, (*mask.shape[:-1], pos.shape[-1])), axis=-1)
         window = Segment(kv.window_k, kv.window_v, wmask)
     if b.shared and standard:
-        shared = _segment(store.gather_pages(layer, b.shared_pages, b.shared, b.dtype), None)
-        rest = _segment(store.gather_pages(layer, b.rest_pages, b.length - b.shared, b.dtype),
-                        rows_mask[..., b.shared :])
+        shared = _segment(store.gather(layer, b.shared_table, b.dtype), None)
+        rest = _segment(store.gather(layer, b.rest_table, b.dtype), rows_mask[..., b.shared :])
         out = _cascade(queries, scale, shared, [rest] + ([window] if window else []))
     elif not store.quantized:
-        keys, values = (_dense(x) for x in store.gather_pages(layer, b.page_table, b.length,
-                                                              b.dtype))
+        keys, values = (_dense(x) for x in store.gather(layer, b.table, b.dtype))
         out = _fused(queries, keys, values, scale, mask)
     else:
-        pages = _segment(store.gather_pages(layer, b.page_table, b.length, b.dtype), rows_mask)
+        pages = _segment(store.gather(layer, b.table, b.dtype), rows_mask)
         segments = [pages] + ([window] if window else [])
         if queries.shape[2] > 1 and mx.default_device() == mx.gpu:
             keys, values, both = _concat(segments)
@@ -238,9 +235,6 @@ def install() -> None:
     """Route paged KV to paged_attention in every loaded mlx-lm (and mlx-vlm) model module."""
     import mlx_lm.models.base as base
 
-    from worker import fast_ops
-
-    fast_ops.install()  # compiled one-token RoPE on CPU: fewer small ops per decode step
     original = _installed.setdefault("original", base.scaled_dot_product_attention)
     routed = _installed.setdefault("routed", _router(original))
     pairs = [("mlx_lm.models.", original, routed)]

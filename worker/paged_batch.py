@@ -53,7 +53,6 @@ class PagedBatch:
         writes[np.arange(n)[None, :] >= lengths_np[:, None]] = 0  # padding -> scratch
         self.write_rows = mx.array((writes.reshape(-1, 1) * h + heads).reshape(-1))
         self._rows = table[:, None, :] * h + heads[None, :, None]  # (B, H, L) pool rows
-        self._pages, self.length = pages, length
         self.offset: Any = starts[0] if self.single else mx.array(starts)
         self.q_pos = mx.array(starts)[:, None, None, None] + mx.arange(n)[None, None, :, None]
         self.k_pos = mx.arange(length)[None, None, None, :]
@@ -101,21 +100,6 @@ class PagedBatch:
     def table(self) -> mx.array:
         """Pool rows of every row's positions 0..L (B, H, L)."""
         return mx.array(self._rows)
-
-    @cached_property
-    def page_table(self) -> mx.array:
-        """Every row's pages (B, W) covering positions 0..L."""
-        return mx.array(self._pages)
-
-    @cached_property
-    def shared_pages(self) -> mx.array:
-        """The shared prefix's pages (1, S / page_size)."""
-        return mx.array(self._pages[:1, : self.shared // self.store.fmt.page_size])
-
-    @cached_property
-    def rest_pages(self) -> mx.array:
-        """Every row's pages after the shared prefix (B, W - S / page_size)."""
-        return mx.array(self._pages[:, self.shared // self.store.fmt.page_size :])
 
     @cached_property
     def shared_table(self) -> mx.array:
@@ -189,7 +173,7 @@ class PagedView:
         if b.quantized or b.shared:
             kv = LayerKV(b, self.layer)
             return kv, kv
-        return b.store.gather_pages(self.layer, b.page_table, b.length, b.dtype)
+        return b.store.gather(self.layer, b.table, b.dtype)
 
     def make_mask(self, n: int, return_array: bool = False, window_size: int | None = None) -> Any:
         """Causal mask over each row's own positions (optionally windowed)."""
