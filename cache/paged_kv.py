@@ -136,6 +136,12 @@ class PagedKVStore:
         """Full-precision tail keys and values at the rows of TABLE (B, H, W)."""
         return self.k_tail[layer][table], self.v_tail[layer][table]
 
+    def gather_tail_pages(self, layer: int, tails: mx.array, width: int
+                          ) -> tuple[mx.array, mx.array]:
+        """The first WIDTH positions of each row's tail page TAILS (B,), as (B, H, WIDTH, D)."""
+        return (_by_page(self.k_tail[layer], tails[:, None], self.fmt, width),
+                _by_page(self.v_tail[layer], tails[:, None], self.fmt, width))
+
     def gather(self, layer: int, table: mx.array, dtype: mx.Dtype
                ) -> tuple[mx.array, mx.array] | tuple[QuantizedPages, QuantizedPages]:
         """Keys and values at the rows of TABLE (B, H, L), as (B, H, L, D) or quantized pages."""
@@ -156,3 +162,13 @@ class PagedKVStore:
     def nbytes(self) -> int:
         """Bytes held by all page arrays."""
         return sum(a.nbytes for a in self.arrays())
+
+
+def _by_page(a: mx.array, pages: mx.array, fmt: KVFormat, length: int) -> mx.array:
+    """Rows of pool array A for the pages PAGES (B, W): (B, H, LENGTH, cols), a page per copy."""
+    p, h, cols = fmt.page_size, fmt.num_kv_heads, a.shape[-1]
+    bsz, w = pages.shape
+    blocks = a.reshape(-1, p * h * cols)[pages]  # (B, W, P*H*cols): one copy per page
+    out = blocks.reshape(bsz, w * p, h, cols).transpose(0, 2, 1, 3)
+    return out[:, :, :length] if length < w * p else out
+

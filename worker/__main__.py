@@ -11,7 +11,7 @@ import sys
 import uuid
 from typing import Any
 
-from worker.blas import reexec_with_openblas
+from worker.blas import apply_blas_policy, reexec_with_openblas
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -185,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         if kind != "generate":
             return serve_kind(kind, args, sock, boot_id, secret)
         loaded = load_model(args.model, args.revision)
+        apply_blas_policy(loaded.model)
         if link is not None:
             from worker.tp.shard import shard_model
 

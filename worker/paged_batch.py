@@ -82,6 +82,13 @@ class PagedBatch:
             pos >= (starts + lengths)[:, None] // p * p)
         slots = np.where(keep, tails[:, None] * p + pos % p, 0)
         self.tail_write_rows = mx.array((slots.reshape(-1, 1) * h + heads).reshape(-1))
+        # decode: each row's own page is all in its tail page once this token is written there
+        self.decode_tail = n == 1 and len(set(tails.tolist())) == len(tails) and tails.min() > 0
+        if self.decode_tail:
+            own = (tails * p + starts % p)[:, None] * h + heads
+            self.decode_tail_rows = mx.array(own.reshape(-1))
+            self.tail_ids = mx.array(tails)
+            self.tail_width = len(w)
 
     @cached_property
     def older(self) -> mx.array:
@@ -151,6 +158,11 @@ class PagedView:
         flat_k = keys.transpose(0, 2, 1, 3).reshape(bsz * n * heads, dim)
         flat_v = values.transpose(0, 2, 1, 3).reshape(bsz * n * heads, values.shape[-1])
         stored_k, stored_v = b.store.write(self.layer, b.write_rows, flat_k, flat_v)
+        if b.tails is not None and b.decode_tail:
+            b.store.write_tail(self.layer, b.decode_tail_rows, stored_k, stored_v)
+            window_k, window_v = b.store.gather_tail_pages(self.layer, b.tail_ids, b.tail_width)
+            kv = LayerKV(b, self.layer, window_k.astype(b.dtype), window_v.astype(b.dtype))
+            return kv, kv
         if b.tails is not None:
             old_k, old_v = b.store.gather_tail(self.layer, b.tail_rows)
             window_k = mx.where(b.from_tail, old_k, stored_k[b.new_rows])

@@ -11,12 +11,14 @@ from worker.tp.link import Link
 
 def load_shard(args: argparse.Namespace, link: Link) -> tuple[Any, KVPlan]:
     """A follower's model (sharded) and KV pool (rank 0's size), as rank 0 makes its own."""
+    from worker.blas import apply_blas_policy
     from worker.engine import model_dtype
     from worker.kv_setup import plan_kv
     from worker.loader import load_model
     from worker.tp.shard import shard_model, share_store
 
     loaded = load_model(args.model, args.revision)
+    apply_blas_policy(loaded.model)  # as rank 0 does
     shard_model(loaded.model, link)
     context_length = args.context_length or loaded.facts.context_length
     plan = plan_kv(loaded.model, model_dtype(loaded.model), kind=args.kv_cache_turboquant,
