@@ -1,0 +1,57 @@
+"""Shared pieces of the speculative-decoding tests: models, prompts, engines, runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from protocol.messages import RequestOutput, SamplingParams
+from tests.worker.test_engine import make_engine
+from worker.engine import Engine
+from worker.spec.controller import Speculator
+from worker.spec.ngram import NgramDrafter
+
+# repetitive prompts: the answers of these models repeat parts of them, so drafts get accepted
+TEXT = ("Once upon a time there was a little girl named Lily. She liked to play in the park "
+        "with her dog Max. Every day Lily and Max went to the park. ")
+PROMPTS = [TEXT * 2 + tail for tail in (
+    "Once upon", "Lily and", "Every day", "She liked", "The dog", "One day Lily", "Max", "In the")]
+
+
+def spec_engine(mdl: Any, tok: Any, k: int = 4, **kw: Any) -> Engine:
+    """An engine that speculates with the n-gram drafter (K draft tokens at most)."""
+    return make_engine(mdl, tok, spec=Speculator(NgramDrafter(), k), **kw)
+
+
+def run(engine: Engine, prompts: dict[str, list[int]], params: SamplingParams
+        ) -> dict[str, list[RequestOutput]]:
+    """Every request's outputs, in order, once the engine has no work left."""
+    for rid, ids in prompts.items():
+        engine.add(rid, ids, params)
+    got: dict[str, list[RequestOutput]] = {rid: [] for rid in prompts}
+    for _ in range(50_000):
+        if not engine.has_work:
+            engine.kv.check()
+            return got
+        for out in engine.step():
+            got[out.request_id].append(out)
+    raise AssertionError("engine stuck")
+
+
+def tokens(got: dict[str, list[RequestOutput]]) -> dict[str, list[int]]:
+    """Each request's token ids."""
+    return {rid: [t for o in outs for t in o.token_ids] for rid, outs in got.items()}
+
+
+def summary(got: dict[str, list[RequestOutput]]) -> dict[str, tuple[Any, ...]]:
+    """Each request's tokens, text, finish reason, stop sequence and token count."""
+    return {rid: ([t for o in outs for t in o.token_ids], "".join(o.text for o in outs),
+                  outs[-1].finish_reason, outs[-1].stop_sequence, outs[-1].completion_tokens)
+            for rid, outs in got.items()}
+
+
+def random_model_path(root: Path) -> Path:
+    """The demo architecture with random weights (its greedy answers loop: drafts pass)."""
+    from tests.random_model import random_model
+
+    return random_model(root / "random")
