@@ -18,9 +18,9 @@ PROMPTS = [TEXT * 2 + tail for tail in (
     "Once upon", "Lily and", "Every day", "She liked", "The dog", "One day Lily", "Max", "In the")]
 
 
-def spec_engine(mdl: Any, tok: Any, k: int = 4, **kw: Any) -> Engine:
+def spec_engine(mdl: Any, tok: Any, k: int = 4, min_n: int = 2, **kw: Any) -> Engine:
     """An engine that speculates with the n-gram drafter (K draft tokens at most)."""
-    return make_engine(mdl, tok, spec=Speculator(NgramDrafter(), k), **kw)
+    return make_engine(mdl, tok, spec=Speculator(NgramDrafter(min_n=min_n), k), **kw)
 
 
 def run(engine: Engine, prompts: dict[str, list[int]], params: SamplingParams
@@ -34,7 +34,7 @@ def run(engine: Engine, prompts: dict[str, list[int]], params: SamplingParams
             engine.kv.check()
             return got
         for out in engine.step():
-            got[out.request_id].append(out)
+            got.setdefault(out.request_id, []).append(out)
     raise AssertionError("engine stuck")
 
 
@@ -55,3 +55,34 @@ def random_model_path(root: Path) -> Path:
     from tests.random_model import random_model
 
     return random_model(root / "random")
+
+
+def tiny_vocab_model(root: Path, vocab: int = 8, seed: int = 5) -> Path:
+    """A random-weight Llama over a word-level tokenizer of VOCAB words (w0..): a real model
+    folder whose next-token distributions are broad enough to test sampling statistics."""
+    import json
+
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    from mlx_lm.models import llama
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    dest = root / f"tiny{vocab}"
+    dest.mkdir(parents=True, exist_ok=True)
+    config = {"model_type": "llama", "hidden_size": 32, "num_hidden_layers": 2,
+              "intermediate_size": 64, "num_attention_heads": 2, "num_key_value_heads": 2,
+              "rms_norm_eps": 1e-5, "vocab_size": vocab, "max_position_embeddings": 512,
+              "tie_word_embeddings": False, "eos_token_id": vocab - 1}
+    (dest / "config.json").write_text(json.dumps(config))
+    mx.random.seed(seed)
+    model = llama.Model(llama.ModelArgs.from_dict(config))
+    weights = {k: v * 0.5 if k == "lm_head.weight" else v  # broad distributions
+               for k, v in tree_flatten(model.parameters())}
+    mx.save_safetensors(str(dest / "model.safetensors"), weights)  # type: ignore[arg-type]
+    words = {f"w{i}": i for i in range(vocab)}
+    tok = Tokenizer(models.WordLevel(words, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()  # type: ignore[assignment]
+    tok.save(str(dest / "tokenizer.json"))
+    (dest / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": f"w{vocab - 1}"}))
+    return dest
