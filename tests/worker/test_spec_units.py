@@ -27,14 +27,15 @@ class Row:
 
 
 def brute(tokens: list[int], k: int, max_n: int = 4, min_n: int = 2) -> list[int]:
-    """The longest suffix (MAX_N..MIN_N) found earlier, latest occurrence: what followed it."""
+    """The longest suffix (MAX_N..MIN_N) found earlier, latest occurrence: what followed it
+    (periodically continued past the end)."""
     for n in range(max_n, min_n - 1, -1):
         if len(tokens) < n:
             continue
         suffix = tokens[-n:]
         for e in range(len(tokens) - 1, n - 1, -1):
             if tokens[e - n : e] == suffix:
-                return tokens[e : e + k]
+                return [tokens[e + i % (len(tokens) - e)] for i in range(k)]
     return []
 
 

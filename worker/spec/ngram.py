@@ -20,6 +20,9 @@ class _Index:
 class NgramDrafter:
     """Deterministic drafter with no model: longest suffix match (MAX_N down to MIN_N tokens).
 
+    The proposal is what followed the latest earlier occurrence of the suffix; when that runs
+    into the row's end it continues periodically (a loop "a b a b" drafts "a b a b ...").
+
     The index grows incrementally with the row (each position is indexed once), so a proposal
     costs O(MAX_N) dictionary lookups however long the row is.
     """
@@ -59,6 +62,7 @@ class NgramDrafter:
             if end < n:
                 continue
             at = ix.grams[n].get(tuple(tokens[end - n :]))
-            if at is not None:
-                return tokens[at : at + k]
+            if at is not None:  # a match ending at `at` makes the row periodic with end - at
+                period = end - at
+                return [tokens[at + i % period] for i in range(k)]
         return []
