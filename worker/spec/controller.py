@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import mlx.core as mx
 
-from worker.spec.drafter import Drafter, has_probs
+from worker.spec.drafter import Drafter, has_probs, hopeful
 
 if TYPE_CHECKING:
     from worker.request import Request
@@ -64,7 +64,8 @@ class Speculator:
         """True when this step should speculate (then it runs synchronously)."""
         if not self.num_draft or not rows or len(rows) > self.max_batch:
             return False
-        return any(self.eligible(r) and not self.state(r).rest for r in rows)
+        return any(self.eligible(r) and not self.state(r).rest and hopeful(self.drafter, r)
+                   for r in rows)
 
     def tick(self, rows: list[Request]) -> None:
         """One engine step passed: resting rows come closer to their next probe."""

@@ -38,6 +38,10 @@ class NgramDrafter:
         return [self._one(r.tokens, k, self._index(r)) if k > 0 else []
                 for r, k in zip(rows, ks, strict=True)]
 
+    def hopeful(self, row: Request) -> bool:
+        """True when the row's suffix has an earlier match now (a draft is likely next step)."""
+        return bool(self._one(row.tokens, 1, self._index(row)))
+
     def verified(self, row: Request, accepted: int, drafted: int) -> None:
         """Nothing to learn: the index follows row.tokens."""
 
