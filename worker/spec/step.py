@@ -65,6 +65,7 @@ def verify_rows(engine: Engine, rows: list[Request], logits: list[mx.array],
     picks: list[int] = token.tolist()  # type: ignore[assignment]
     now = time.monotonic()
     outputs: list[RequestOutput] = []
+    engine.verified_rows = len(rows)
     at = 0
     for r in rows:
         toks, _ = drafts[id(r)]
