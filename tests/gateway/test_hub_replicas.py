@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
-from gateway.plane.hub import Terminal
+from gateway.plane.hub import Hub, Terminal
 from gateway.plane.replica_drain import drain_replica
 from protocol import messages as m
 from tests.gateway.test_hub_plane import Peer, _hub, _until
@@ -43,7 +45,9 @@ async def _recv(peer: Peer) -> m.Job | None:
             return job
 
 
-async def test_a_dead_replica_fails_what_clients_saw_and_resends_the_rest(address: str) -> None:
+@asynccontextmanager
+async def _two_replicas(address: str) -> AsyncIterator[tuple[Hub, Peer, Peer]]:
+    """A hub whose alias "a" has two ready replicas, boot1 (the older) and boot2."""
     hub = await _hub(address, external=True, insecure=True)
     one, two = Peer(address, b"a:boot1"), Peer(address, b"a:boot2")
     try:
@@ -51,6 +55,15 @@ async def test_a_dead_replica_fails_what_clients_saw_and_resends_the_rest(addres
         await _until(lambda: hub.serving(hub.aliases["a"]))
         two.send(_ready("boot2"))
         await _until(lambda: len(hub.aliases["a"].ready_replicas()) == 2)
+        yield hub, one, two
+    finally:
+        one.close()
+        two.close()
+        await hub.close()
+
+
+async def test_a_dead_replica_fails_what_clients_saw_and_resends_the_rest(address: str) -> None:
+    async with _two_replicas(address) as (hub, one, two):
         # no shared text: least loaded, ties to the older replica: two jobs there, one here
         streams = [hub.submit("a", _job(i, prompt=w)) for i, w in enumerate(("xy", "zw", "uv"))]
         assert [s.boot_id for s in streams] == ["boot1", "boot2", "boot1"]
@@ -74,10 +87,6 @@ async def test_a_dead_replica_fails_what_clients_saw_and_resends_the_rest(addres
         assert isinstance(out, m.RequestOutput) and out.text == "from two"
         st = hub.aliases["a"]
         assert hub.serving(st) and list(st.replicas) == ["boot2"] and st.state == "ready"
-    finally:
-        one.close()
-        two.close()
-        await hub.close()
 
 
 async def test_a_replica_of_another_revision_is_refused(address: str) -> None:
@@ -102,12 +111,7 @@ async def test_a_replica_of_another_revision_is_refused(address: str) -> None:
 
 
 async def test_draining_one_replica_moves_new_work_to_the_other(address: str) -> None:
-    hub = await _hub(address, external=True, insecure=True)
-    one, two = Peer(address, b"a:boot1"), Peer(address, b"a:boot2")
-    try:
-        one.send(_ready("boot1"))
-        two.send(_ready("boot2"))
-        await _until(lambda: len(hub.aliases["a"].ready_replicas()) == 2)
+    async with _two_replicas(address) as (hub, one, two):
         st = hub.aliases["a"]
         running = hub.submit("a", _job(0))
         holder, other = (one, two) if running.boot_id == "boot1" else (two, one)
@@ -123,10 +127,6 @@ async def test_draining_one_replica_moves_new_work_to_the_other(address: str) ->
         assert await asyncio.wait_for(drain, 3) == 0
         bye = await _recv(holder)
         assert isinstance(bye, m.Shutdown) and bye.reason == "drained"
-    finally:
-        one.close()
-        two.close()
-        await hub.close()
 
 
 async def test_a_hung_replica_fails_only_its_own_requests(address: str) -> None:
