@@ -17,8 +17,8 @@ COOLDOWN_STEPS = 16  # a row whose drafts keep failing rests this many steps, th
 LOW_ACCEPTANCE = 0.2  # below this (smoothed) acceptance a row rests
 EMPTY_LIMIT = 4  # proposals in a row that came back empty before a row rests
 PAUSE_STEPS = 64  # speculation slower than plain decoding: everyone decodes plainly this long
-MIN_SAMPLES = 8  # steps of each kind measured before comparing them
-SLOWER = 1.05  # speculative steps this much slower per row-token than plain ones: pause
+MIN_SAMPLES = 16  # steps of each kind measured before comparing them
+SLOWER = 1.2  # speculative steps this much slower per row-token than plain ones: pause
 
 
 @dataclass
