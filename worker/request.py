@@ -66,7 +66,7 @@ class EngineStats:
     steps: int = 0
     prompt_tokens_computed: int = 0
     generated_tokens: int = 0
-    decode_rows: int = 0
+    decode_rows: int = 0  # tokens decode steps produced (a row with kept drafts: more than 1)
     finished: int = 0
     preemptions: int = 0
     last_step_at: float = 0.0
@@ -74,6 +74,8 @@ class EngineStats:
     decode_seconds: float = 0.0
     mask_seconds: float = 0.0  # filling grammar masks (overlapped with the forward pass)
     images_encoded: int = 0  # images run through a vision tower
+    drafted_tokens: int = 0  # speculative decoding: draft tokens verified
+    accepted_tokens: int = 0  # of those, kept
 
 
 @dataclass
