@@ -20,6 +20,8 @@ from worker.kv_calibrate import calibrate_centers
 from worker.kv_manager import KVManager
 from worker.request import EngineStats, Inflight, KVTooSmall, QueueFull, Request
 from worker.sampling import RowSampler, sample
+from worker.spec import step as spec_step
+from worker.spec.controller import Speculator
 from worker.stops import StopMatcher
 
 __all__ = ["Engine", "EngineBroken", "EngineStats", "KVTooSmall", "QueueFull", "Request",
@@ -35,7 +37,8 @@ class Engine:
 
     def __init__(self, model: Any, tokenizer: Any, store: PagedKVStore, *, context_length: int,
                  max_batch: int = 32, prefill_budget: int = 512, max_waiting: int = 256,
-                 prefix_cache: bool = True, overlap: bool = True) -> None:
+                 prefix_cache: bool = True, overlap: bool = True,
+                 spec: Speculator | None = None) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.kv = KVManager(store, prefix_cache=prefix_cache)
@@ -53,6 +56,7 @@ class Engine:
         self.running: list[Request] = []
         self.stats = EngineStats()
         self.overlap = overlap
+        self.spec = spec  # speculative decoding (None: off)
         self._inflight: Inflight | None = None
         self._touched: list[Request] = []  # rows the current step has put at risk
         self._news: list[RequestOutput] = []  # outputs the current step has already made
@@ -90,6 +94,7 @@ class Engine:
         ids = set(request_ids)
         for r in [r for r in self.running if r.id in ids]:
             self.kv.release(r)
+            self._forget(r)
         self.waiting = deque(r for r in self.waiting if r.id not in ids)
         self.running = [r for r in self.running if r.id not in ids]
 
@@ -112,7 +117,9 @@ class Engine:
         """
         self._touched, self._news = [], []
         try:
-            if self._reserve_overlapped():
+            if self.spec is not None:
+                self.spec.tick(self.running)
+            if not self._speculating() and self._reserve_overlapped():
                 outputs = self._overlapped_step()
             else:
                 self._news = self._flush()
@@ -137,6 +144,7 @@ class Engine:
         outputs = [o for o in self._news if o.request_id not in doomed_ids]
         for r in doomed.values():
             discard(self.kv, r)
+            self._forget(r)
             outputs.append(error_output(r))
         verify(self.kv, self.running)
         try:  # page writes the failed step left pending must still evaluate
@@ -154,12 +162,27 @@ class Engine:
         decodes = [r for r in decodes if r in self.running]  # prefill reservations may preempt
         if not decodes and not prefills:
             return []
+        drafts = spec_step.plan(self, decodes)
+        verified: list[mx.array] = []
         rows: list[Request] = []
         logits: list[mx.array] = []
         t0 = time.perf_counter()
         # Until sampling, a failure leaves every row as it was before this step (KV rewritten
         # at the same positions on retry), so only the rows of the failing call are at risk.
-        if decodes:
+        if decodes and drafts:
+            self._touched = decodes
+            fed = [[r.tokens[-1], *drafts.get(id(r), ([], None))[0]] for r in decodes]
+            every = self._forward.verify(fed, [r.kv for r in decodes],
+                                         [r.computed for r in decodes], **_given(
+                                             positions=self._rope([(r, r.computed, len(f))
+                                                                   for r, f in zip(decodes, fed, strict=True)])))
+            for b, (r, f) in enumerate(zip(decodes, fed, strict=True)):
+                if id(r) in drafts:
+                    verified.append(every[b, : len(f)])
+                else:
+                    logits.append(every[b : b + 1, 0])
+                    rows.append(r)
+        elif decodes:
             self._touched = decodes
             out = self._forward([[r.tokens[-1]] for r in decodes], [r.kv for r in decodes],
                                 [r.computed for r in decodes], True,
@@ -184,8 +207,11 @@ class Engine:
         t2 = time.perf_counter()
         self._touched = [*decodes, *(r for r, _ in prefills)]  # from here rows change state
         outputs = self._sample_and_update(rows, logits) if rows else []
+        if verified:
+            outputs += spec_step.verify_rows(self, [r for r in decodes if id(r) in drafts],
+                                             verified, drafts)
         for r in decodes:
-            r.computed += 1
+            r.computed += 0 if id(r) in drafts else 1
         for r, n in prefills:
             r.computed += n
             self.stats.prompt_tokens_computed += n
@@ -238,6 +264,15 @@ class Engine:
             else:
                 out.append(np.broadcast_to(np.arange(start, start + n), (3, n)))
         return mx.array(np.stack(out, axis=1))
+
+    def _speculating(self) -> bool:
+        """True when this step should draft (speculative steps run synchronously)."""
+        return self.spec is not None and self.spec.active(self.running)
+
+    def _forget(self, r: Request) -> None:
+        """Drop r's drafter state (it finished, was aborted, preempted or failed)."""
+        if self.spec is not None:
+            self.spec.release(r)
 
     def _reserve_overlapped(self) -> bool:
         """True (with pages reserved) when the next step can be built on unread tokens.
@@ -339,6 +374,7 @@ class Engine:
     def _preempt(self, r: Request) -> None:
         """Free r's pages (full ones stay cached) and requeue it for recomputation."""
         self.kv.release(r)
+        self._forget(r)
         r.computed = 0
         r.preemptions += 1
         self.stats.preemptions += 1
@@ -374,6 +410,7 @@ class Engine:
         for r in self.running:
             if r.finish_reason is not None:
                 self.kv.release(r)
+                self._forget(r)
         self.running = [r for r in self.running if r.finish_reason is None]
 
     # ---- sampling and outputs -----------------------------------------------------------

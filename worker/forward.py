@@ -77,6 +77,21 @@ class Forward:
         assert out is not None
         return out
 
+    def verify(self, rows: list[list[int]], kvs: list[RequestPages], starts: list[int],
+               positions: mx.array | None = None) -> mx.array:
+        """Feed each row's tokens at its start; return the logits at every fed position (B, n, V).
+
+        Speculative decoding verifies a row's draft tokens with these (row b's positions past
+        len(rows[b]) are padding). Evaluated together with the page writes.
+        """
+        lengths = [len(r) for r in rows]
+        n = max(lengths)
+        tokens = mx.array([r + [0] * (n - len(r)) for r in rows])
+        out = self._build(tokens, kvs, starts, lengths, True, None, positions, every=True)
+        assert out is not None
+        mx.eval(out, self.store.arrays())
+        return out
+
     def _embeddings(self, tokens: mx.array, embeds: list[mx.array | None], n: int) -> mx.array:
         """(B, n, D) input embeddings: each row's given ones (padded), else its tokens'."""
         text = self.model.embed_tokens(tokens)
@@ -91,7 +106,7 @@ class Forward:
 
     def _build(self, tokens: mx.array, kvs: list[RequestPages], starts: list[int],
                lengths: list[int], want_logits: bool, inputs: mx.array | None = None,
-               positions: mx.array | None = None) -> mx.array | None:
+               positions: mx.array | None = None, every: bool = False) -> mx.array | None:
         batch = PagedBatch(self.store, [kv.pages for kv in kvs], starts, lengths, self.dtype,
                            tails=[kv.tail for kv in kvs], cascade=self.cascade)
         cache = batch.views()
@@ -102,9 +117,13 @@ class Forward:
                 hidden = inner(tokens, cache, inputs, positions)
             else:
                 hidden = inner(tokens, cache) if inputs is None else inner(tokens, cache, inputs)
+            if every:
+                return head(hidden)
             return head(_at(hidden, last)) if want_logits else None
         logits = (self.model(tokens, cache=cache) if inputs is None
                   else self.model(tokens, cache=cache, inputs_embeds=inputs))
+        if every:
+            return logits  # type: ignore[no-any-return]
         return _at(logits, last) if want_logits else None
 
 

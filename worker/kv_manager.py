@@ -104,6 +104,13 @@ class KVManager:
             return False
         return True
 
+    def truncate(self, r: PagedRequest, upto: int) -> None:
+        """Free r's pages past those holding positions < UPTO (rejected draft tokens' KV)."""
+        keep = max(self.pages_for(upto), r.kv.shared)
+        if len(r.kv.pages) > keep:
+            self.pool.free(r.kv.pages[keep:])
+            del r.kv.pages[keep:]
+
     def publish(self, r: PagedRequest) -> None:
         """Hand r's full computed pages to the tree so other requests can share them now."""
         if self.radix is None:

@@ -74,6 +74,8 @@ class EngineStats:
     decode_seconds: float = 0.0
     mask_seconds: float = 0.0  # filling grammar masks (overlapped with the forward pass)
     images_encoded: int = 0  # images run through a vision tower
+    drafted_tokens: int = 0  # speculative decoding: draft tokens verified
+    accepted_tokens: int = 0  # of those, kept
 
 
 @dataclass

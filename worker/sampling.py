@@ -103,8 +103,8 @@ def _filter(logits: mx.array, rows: list[RowSampler]) -> mx.array:
     return logits
 
 
-def sample(logits: mx.array, rows: list[RowSampler]) -> tuple[mx.array, mx.array | None]:
-    """Pick one token per row from logits (B, V); also return log-probs when any row asks."""
+def prepare(logits: mx.array, rows: list[RowSampler]) -> tuple[mx.array, mx.array | None]:
+    """Logits (B, V) after each row's bias and penalties, and their log-probs if any row asks."""
     logits = logits.astype(mx.float32)
     if any(r.bias_ids is not None for r in rows):
         logits = _apply_bias(logits, rows)
@@ -113,12 +113,23 @@ def sample(logits: mx.array, rows: list[RowSampler]) -> tuple[mx.array, mx.array
     logprobs = None
     if any(r.params.logprobs for r in rows):
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    return logits, logprobs
+
+
+def scaled(logits: mx.array, rows: list[RowSampler]) -> mx.array:
+    """Prepared logits divided by each row's temperature, outside its top-k/top-p/min-p set -inf."""
+    temps = mx.array([max(r.params.temperature, 1e-5) for r in rows])[:, None]
+    return _filter(logits / temps, rows)
+
+
+def sample(logits: mx.array, rows: list[RowSampler]) -> tuple[mx.array, mx.array | None]:
+    """Pick one token per row from logits (B, V); also return log-probs when any row asks."""
+    logits, logprobs = prepare(logits, rows)
     greedy_tokens = mx.argmax(logits, axis=-1)
     if all(r.greedy for r in rows):
         return greedy_tokens, logprobs
-    temps = mx.array([max(r.params.temperature, 1e-5) for r in rows])[:, None]
-    scaled = _filter(logits / temps, rows)
-    sampled = mx.random.categorical(scaled, axis=-1)
+    scaled_logits = scaled(logits, rows)
+    sampled = mx.random.categorical(scaled_logits, axis=-1)
     seeded = [b for b, r in enumerate(rows) if r.key is not None and not r.greedy]
     if seeded:
         parts = []
@@ -126,7 +137,7 @@ def sample(logits: mx.array, rows: list[RowSampler]) -> tuple[mx.array, mx.array
             row = rows[b]
             if b in seeded and row.key is not None:
                 row.key, sub = mx.random.split(row.key)
-                parts.append(mx.random.categorical(scaled[b], key=sub)[None])
+                parts.append(mx.random.categorical(scaled_logits[b], key=sub)[None])
             else:
                 parts.append(sampled[b : b + 1])
         sampled = mx.concatenate(parts)

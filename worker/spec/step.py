@@ -1,0 +1,104 @@
+"""The engine's speculative part of a step: plan drafts, verify them, keep what passes."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import mlx.core as mx
+
+from protocol.messages import RequestOutput
+from worker.spec.verify import verify
+
+if TYPE_CHECKING:
+    from worker.engine import Engine
+    from worker.request import Request
+
+Drafts = dict[int, tuple[list[int], mx.array | None]]  # id(row) -> (tokens, q or None)
+
+
+def plan(engine: Engine, decodes: list[Request]) -> Drafts:
+    """Draft tokens for the decode rows that speculate this step, with pages reserved for them.
+
+    Drafts never preempt anyone: a row whose extra pages are not free drafts nothing.
+    """
+    spec = engine.spec
+    if spec is None or not spec.active(engine.running):
+        return {}
+    caps = [cap(engine, r) for r in decodes]
+    out: Drafts = {}
+    for r, (toks, q) in zip(decodes, spec.propose(decodes, caps), strict=True):
+        if toks and engine.kv.ensure(r, r.computed + 1 + len(toks)):
+            out[id(r)] = (toks, q)
+    return out
+
+
+def cap(engine: Engine, r: Request) -> int:
+    """Most draft tokens r can use: its token and context limits, and with K8V4 pages the
+    full-precision tail page (a rollback must not land in a page before the one written last).
+    """
+    room = min(r.params.max_tokens - r.generated, engine.context_length - len(r.tokens)) - 1
+    if engine.kv.store.quantized:
+        p = engine.kv.page_size
+        room = min(room, p - 1 - (r.computed + 1) % p)
+    return max(0, room)
+
+
+def verify_rows(engine: Engine, rows: list[Request], logits: list[mx.array],
+                drafts: Drafts) -> list[RequestOutput]:
+    """Accept each row's drafts exactly; append kept tokens through the engine's update path.
+
+    LOGITS[i] (n_i + 1, V) are row i's target logits at its fed positions. A row's KV keeps
+    the verified positions only: computed moves past them and the pages beyond are freed.
+    """
+    samplers: list[Any] = []
+    nexts: list[int] = []
+    qs: list[mx.array | None] = []
+    for r in rows:
+        toks, q = drafts[id(r)]
+        samplers += [r.sampler] * (len(toks) + 1)
+        nexts += [*toks, -1]
+        qs += [*(q[i] for i in range(len(toks))), None] if q is not None else [None] * (len(toks) + 1)
+    accept, token, logprobs = verify(mx.concatenate(logits, axis=0), samplers, nexts, qs)
+    mx.eval(accept, token, *([logprobs] if logprobs is not None else []))
+    ok: list[bool] = accept.tolist()  # type: ignore[assignment]
+    picks: list[int] = token.tolist()  # type: ignore[assignment]
+    now = time.monotonic()
+    outputs: list[RequestOutput] = []
+    at = 0
+    for r in rows:
+        toks, _ = drafts[id(r)]
+        j = next(i for i in range(len(toks) + 1) if not ok[at + i])  # the last never accepts
+        kept = [*toks[:j], picks[at + j]]
+        start = r.computed
+        news = []
+        for i, tok in enumerate(kept):
+            news.append(engine._row_update(r, tok, logprobs, at + i, now))
+            if r.finish_reason is not None:
+                break
+        r.computed = start + 1 + min(len(news), j)  # the last kept token has no KV yet
+        engine.kv.truncate(r, r.computed + 1)
+        engine.stats.drafted_tokens += len(toks)
+        engine.stats.accepted_tokens += j
+        assert engine.spec is not None
+        engine.spec.observe(r, len(toks), j)
+        outputs += merge(news)
+        at += len(toks) + 1
+    return outputs
+
+
+def merge(news: list[RequestOutput]) -> list[RequestOutput]:
+    """One output for a row's tokens of this step (an error output stays on its own)."""
+    good = [o for o in news if o.error is None]
+    if len(good) <= 1:
+        return news
+    last = good[-1]
+    fields: dict[str, Any] = {
+        "token_ids": [t for o in good for t in o.token_ids], "text": "".join(o.text for o in good),
+        "logprobs": [lp for o in good for lp in o.logprobs],
+        "think_opened": any(o.think_opened for o in good), "queue_s": good[0].queue_s}
+    merged = RequestOutput(
+        request_id=last.request_id, finish_reason=last.finish_reason,
+        prompt_tokens=last.prompt_tokens, completion_tokens=last.completion_tokens,
+        cached_tokens=last.cached_tokens, stop_sequence=last.stop_sequence, **fields)
+    return [merged, *(o for o in news if o.error is not None)]
