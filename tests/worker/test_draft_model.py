@@ -42,9 +42,10 @@ def row(ids: list[int], temperature: float = 0.0, **kw: Any) -> Request:
                    sampler=RowSampler(params), detok=None, stop=StopMatcher([]))
 
 
-def drafter(d: Any, memory: str = "16MiB", page_size: int = 16) -> DraftModelDrafter:
+def drafter(d: Any, memory: str = "16MiB", page_size: int = 16, max_batch: int = 8
+            ) -> DraftModelDrafter:
     dtype = model_dtype(d.model)
-    store = draft_store(d.model, dtype, max_batch=8, context_length=512, page_size=page_size,
+    store = draft_store(d.model, dtype, max_batch=max_batch, context_length=512, page_size=page_size,
                         memory=memory)
     return DraftModelDrafter(d.model, store, dtype)
 
@@ -123,3 +124,21 @@ def test_a_draft_with_another_tokenizer_is_refused(draft: Any) -> None:
     other = load(str(shared_model("stories260K")))[1]
     with pytest.raises(DraftMismatch, match="tokenizer differs"):
         check_tokenizers("stories260K", draft.tokenizer, other)
+
+
+def test_sampled_proposals_are_drawn_from_their_q(draft: Any) -> None:
+    """400 identical sampled rows in one call: their first proposals follow the q they report."""
+    from scipy.stats import chisquare
+
+    ids = prompts(draft.tokenizer)[0]
+    dr = drafter(draft, memory="8MiB", max_batch=400)
+    rows = [row(ids, temperature=1.0, top_k=4) for _ in range(400)]
+    toks, qs = dr.propose_with_probs(rows, [1] * len(rows))
+    q = qs[0]
+    assert q is not None and all(x is not None and mx.allclose(x, q, atol=1e-5).item() for x in qs)
+    support = [int(t) for t in mx.argsort(-q[0])[:4].tolist()]  # type: ignore[union-attr]
+    counts = [sum(t == [s] for t in toks) for s in support]
+    assert sum(counts) == len(rows)  # top-k: nothing outside the 4 most likely tokens
+    probs = [q[0, s].item() for s in support]
+    expected = [p / sum(probs) * len(rows) for p in probs]
+    assert chisquare(counts, expected).pvalue > 1e-3, (counts, expected)

@@ -81,3 +81,16 @@ def draft_store(model: Any, dtype: mx.Dtype, *, max_batch: int, context_length: 
     per_row = -(-context_length // page_size) + 1
     budget = parse_memory(memory) // fmt.bytes_per_page()
     return PagedKVStore(fmt, max(min(max_batch * per_row + 1, budget), per_row + 1))
+
+
+def draft_drafter(name: str, target_tokenizer: Any, *, max_batch: int, context_length: int,
+                  page_size: int = 16, memory: str = "256MiB", revision: str | None = None) -> Any:
+    """A DraftModelDrafter over draft model NAME (checked against TARGET_TOKENIZER)."""
+    from worker.engine import model_dtype
+    from worker.spec.draft_model import DraftModelDrafter
+
+    loaded = load_draft(name, target_tokenizer, revision)
+    dtype = model_dtype(loaded.model)
+    store = draft_store(loaded.model, dtype, max_batch=max_batch, context_length=context_length,
+                        page_size=page_size, memory=memory)
+    return DraftModelDrafter(loaded.model, store, dtype)

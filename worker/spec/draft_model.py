@@ -90,8 +90,7 @@ class DraftModelDrafter:
             for b in at:
                 drafts[b].computed += 1
             tokens, q = self._pick(logits, [samplers[b] for b in at])
-            mx.async_eval(tokens, *([q] if q is not None else []),  # type: ignore[no-untyped-call]
-                          *self.kv.store.arrays())
+            mx.eval(tokens, *([q] if q is not None else []), *self.kv.store.arrays())  # in place
             steps.append((at, tokens, q))
         mx.eval(*[t for _, t, _ in steps])
         per_row: list[list[int]] = [[] for _ in drafts]
