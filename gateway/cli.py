@@ -153,6 +153,14 @@ def main() -> None:
 @click.option("--kv-cache-memory", default="0.1", show_default=True,
               help="KV pool per worker: bytes (2GiB, 512MB) or a fraction of RAM")
 @click.option("--disable-prefix-cache", is_flag=True, help="no radix-tree prefix sharing")
+@click.option("--speculative", type=click.Choice(["none", "ngram", "draft", "mtp"]),
+              default="none", show_default=True,
+              help="lossless speculative decoding: n-gram prompt lookup, a draft model, or the "
+                   "checkpoint's MTP layers")
+@click.option("--num-draft-tokens", default=4, show_default=True, type=click.IntRange(min=1),
+              help="most draft tokens per row and step (adapted per row below it)")
+@click.option("--draft-model", default=None,
+              help="--speculative draft: the draft model (folder, repo id or alias)")
 @click.option("--max-batch", default=32, show_default=True, type=int)
 @click.option("--prefill-budget", default=512, show_default=True, type=int,
               help="prompt tokens computed per engine step")
@@ -206,7 +214,8 @@ def main() -> None:
 def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
           api_keys: tuple[str, ...], tool_call_parser: str | None, reasoning_parser: str | None,
           aliases_file: str | None, kv_cache_turboquant: str, kv_cache_memory: str,
-          disable_prefix_cache: bool, max_batch: int, prefill_budget: int, max_waiting: int, context_length: int,
+          disable_prefix_cache: bool, speculative: str, num_draft_tokens: int,
+          draft_model: str | None, max_batch: int, prefill_budget: int, max_waiting: int, context_length: int,
           worker_address: str, hang_timeout: float, log_level: str, replicas: int, routing: str,
           no_spawn_workers: bool,
           shutdown_timeout: float, swap_wait: float, swap_drain_timeout: float,
@@ -228,6 +237,13 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
     if context_length:
         worker_args += ["--context-length", str(context_length)]
     aliases = load_aliases(user_alias_file(aliases_file))
+    if speculative == "draft" and not draft_model:
+        raise click.UsageError("--speculative draft needs --draft-model PATH|ALIAS")
+    if speculative != "none":
+        worker_args += ["--speculative", speculative, "--num-draft-tokens", str(num_draft_tokens)]
+        if draft_model:
+            entry = aliases.get(draft_model)
+            worker_args += ["--draft-model", entry.repo if entry is not None else draft_model]
     served = _served(models, names, tool_call_parser, reasoning_parser, aliases_file)
     try:
         anthropic_map = parse_model_map(list(model_map), {m.alias for m in served})

@@ -161,6 +161,7 @@ class ModelFacts(msgspec.Struct, array_like=True, omit_defaults=True, kw_only=Tr
     chat_template: str | None = None
     special_tokens: list[str] = []
     revision: str = ""  # fingerprint of the weights (worker/fingerprint.py): replicas must agree
+    speculative: str = ""  # the drafter this worker speculates with ("": it does not)
 
 
 class Ready(_Msg, tag="ready"):
@@ -229,6 +230,9 @@ class RequestOutput(msgspec.Struct, array_like=True, omit_defaults=True, kw_only
     segments: list[Segment] = []  # Transcribe: segments finished in this output
     language: str = ""  # Transcribe: the (detected) language
     duration: float = 0.0  # Transcribe: seconds of input audio; Speak: seconds of speech so far
+    drafted: int = 0  # speculative decoding: draft tokens verified for these tokens
+    accepted: int = 0  # ... of which kept
+    drafter: str = ""  # ... proposed by this drafter ("ngram", "draft", "mtp")
 
 
 class StepOutputs(_Msg, tag="step"):

@@ -34,6 +34,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--kv-page-size", type=int, default=16)
     p.add_argument("--kv-group-size", type=int, default=32, choices=[32, 64, 128])
     p.add_argument("--disable-prefix-cache", action="store_true")
+    p.add_argument("--speculative", choices=["none", "ngram", "draft", "mtp"], default="none",
+                   help="speculative decoding drafter (lossless; off by default)")
+    p.add_argument("--num-draft-tokens", type=int, default=4,
+                   help="most draft tokens verified per row and step (adaptive below it)")
+    p.add_argument("--draft-model", default=None, help="--speculative draft: its model folder")
     p.add_argument("--log-level", default="INFO")
     p.add_argument("--curve-server-key", default=None,
                    help="the gateway's public key file (server.key): turns CURVE on")
@@ -151,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     from worker.kv_setup import UnsupportedModel, plan_kv
     from worker.loader import load_model
     from worker.loop import WorkerLoop
+    from worker.spec.registry import build_speculator
 
     boot_id = args.boot_id or uuid.uuid4().hex
     ctx = zmq.Context()
@@ -181,6 +187,10 @@ def main(argv: list[str] | None = None) -> int:
                        memory=args.kv_cache_memory, page_size=args.kv_page_size,
                        group_size=args.kv_group_size, max_batch=args.max_batch,
                        context_length=context_length)
+        spec = build_speculator(args.speculative, loaded, num_draft=args.num_draft_tokens,
+                                draft_model=args.draft_model, max_batch=args.max_batch,
+                                context_length=context_length)
+        loaded.facts.speculative = spec.name if spec is not None else ""
     except KeyboardInterrupt:  # stopped while loading: nothing to report
         return _give_up(sock, args.alias, boot_id, "signal", 0)
     except (CannotLoad, UnsupportedModel) as exc:  # a restart would not help
@@ -198,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     install_paged_attention()
     engine = Engine(loaded.model, loaded.tokenizer, plan.store, context_length=context_length,
                     max_batch=args.max_batch, prefill_budget=args.prefill_budget,
-                    max_waiting=args.max_waiting, prefix_cache=not args.disable_prefix_cache)
+                    max_waiting=args.max_waiting, prefix_cache=not args.disable_prefix_cache,
+                    spec=spec)
     engine.kv_note = plan.reason
     loop = WorkerLoop(engine, loaded, sock, args.alias, boot_id, args.parent_pid, secret=secret)
     logging.info("serving %s (%s) pid %d boot %s", args.alias, args.model, os.getpid(), boot_id)

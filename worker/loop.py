@@ -217,6 +217,10 @@ class WorkerLoop:
             "decode_tokens_per_s": round(s.decode_rows / s.decode_seconds, 1)
             if s.decode_seconds else 0.0,
             "grammar_mask_seconds": round(s.mask_seconds, 4),
+            "speculative": e.spec.name if e.spec is not None else None,
+            "spec_draft_tokens": s.drafted_tokens, "spec_accepted_tokens": s.accepted_tokens,
+            "spec_acceptance_rate": round(s.accepted_tokens / s.drafted_tokens, 4)
+            if s.drafted_tokens else None,
         }
 
 

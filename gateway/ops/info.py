@@ -36,7 +36,8 @@ class InfoEndpoints:
                 "capabilities": capabilities(facts) if facts else [], **extra,
                 "owned_by": "rapid-mlx", "tool_call_parser": s.tool_call_parser,
                 "reasoning_parser": s.reasoning_parser, "is_hybrid": s.is_hybrid,
-                "is_moe": s.is_moe, "supports_spec_decode": s.supports_spec_decode,
+                "is_moe": s.is_moe,
+                "supports_spec_decode": bool(facts.speculative) if facts else False,
                 "context_length": ctx, "state": st.state, "model": st.model,
                 "revision": st.revision, "boot_id": st.boot_id}
 

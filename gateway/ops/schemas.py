@@ -81,6 +81,10 @@ class WorkerInfo(msgspec.Struct, kw_only=True):
     prefix_cache_hit_rate: float | None
     prefill_tokens_per_s: float | None
     decode_tokens_per_s: float | None
+    speculative: str | None  # the drafter the worker speculates with (null: it does not)
+    spec_draft_tokens: int | None  # draft tokens verified since the worker started
+    spec_accepted_tokens: int | None  # ... of which kept
+    spec_acceptance_rate: float | None  # accepted / drafted
     last_step_at: float | None
     last_step_age_s: float | None
     last_heartbeat_age_s: float | None

@@ -151,6 +151,12 @@ class Metrics:
                                       "Frames from the worker socket dropped, by reason (not "
                                       "from the alias's current worker, unauthenticated, "
                                       "malformed).", ["reason"], registry=r)
+        self.spec_drafted = Counter("rapid_mlx_spec_decode_num_draft_tokens",
+                                    "Draft tokens verified by speculative decoding.",
+                                    [*_L, "drafter"], registry=r)
+        self.spec_accepted = Counter("rapid_mlx_spec_decode_num_accepted_tokens",
+                                     "Draft tokens accepted by speculative decoding.",
+                                     [*_L, "drafter"], registry=r)
         self.routed_total = Counter("rapid_mlx_replica_requests_routed",
                                     "Requests the router sent to each replica.",
                                     [*_L, "replica"], registry=r)
@@ -211,6 +217,9 @@ class Metrics:
             totals = self.prefix.setdefault(alias, PrefixTotals())
             totals.queries += delta
             totals.hits += cached
+        if out.drafted:
+            self.spec_drafted.labels(alias, out.drafter).inc(out.drafted)
+            self.spec_accepted.labels(alias, out.drafter).inc(out.accepted)
         if n:
             self.generation_tokens.labels(alias).inc(n)
             if s.first_token_at is None:

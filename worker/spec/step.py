@@ -82,7 +82,9 @@ def verify_rows(engine: Engine, rows: list[Request], logits: list[mx.array],
         engine.stats.accepted_tokens += j
         assert engine.spec is not None
         engine.spec.observe(r, len(toks), j)
-        outputs += merge(news)
+        merged = merge(news)
+        merged[0].drafted, merged[0].accepted, merged[0].drafter = len(toks), j, engine.spec.name
+        outputs += merged
         at += len(toks) + 1
     return outputs
 
