@@ -3,6 +3,7 @@ to plain decoding on the demo model's own prompts, alone and 8 at a time, and dr
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -83,3 +84,20 @@ def test_under_preemption_and_after_a_prefix_hit(demo: tuple[Any, Any, dict[str,
     again = run(engine, {f"{k}b": v for k, v in prompts.items()}, GREEDY)
     assert {k[:-1]: v for k, v in again.items()} == plain
     assert engine.kv.stats.hits > hits
+
+
+def test_sampling_with_a_draft_model_keeps_the_joint_distribution(tmp_path: Path) -> None:
+    """Target and draft: two random tiny-vocabulary models on one tokenizer (q differs from p,
+    so both acceptance and the residual resampling are exercised); 5,000 samples each way."""
+    from tests.worker.spec_helpers import tiny_vocab_model
+    from tests.worker.test_spec_sampling import homogeneity_p, pairs
+
+    mdl, tok = load(str(tiny_vocab_model(tmp_path / "target")))[:2]
+    draft_path = tiny_vocab_model(tmp_path / "draft", seed=6)
+    plain = pairs(make_engine(mdl, tok, max_batch=8, max_waiting=6000), 5000)
+    drafter = draft_drafter(str(draft_path), tok, max_batch=8, context_length=512, memory="4MiB")
+    engine = make_engine(mdl, tok, max_batch=8, max_waiting=6000, spec=Speculator(drafter, 3))
+    spec = pairs(engine, 5000)
+    assert engine.stats.drafted_tokens > 4000
+    assert 0 < engine.stats.accepted_tokens < engine.stats.drafted_tokens  # both paths taken
+    assert homogeneity_p(plain, spec) > 1e-3, (plain.most_common(8), spec.most_common(8))
