@@ -1,0 +1,94 @@
+"""Small parts of speculative decoding: the n-gram index, the acceptance rule, adaptive k."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import mlx.core as mx
+
+from protocol.messages import SamplingParams
+from worker.sampling import RowSampler
+from worker.spec.controller import COOLDOWN_STEPS, Speculator
+from worker.spec.ngram import NgramDrafter
+from worker.spec.verify import verify
+
+
+@dataclass(eq=False)
+class Row:
+    """What the drafter and the speculator read of a request."""
+
+    tokens: list[int]
+    sampler: RowSampler = field(default_factory=lambda: RowSampler(SamplingParams(temperature=0)))
+    grammar: Any = None
+    vision: Any = None
+
+
+def brute(tokens: list[int], k: int, max_n: int = 4, min_n: int = 2) -> list[int]:
+    """The longest suffix (MAX_N..MIN_N) found earlier, latest occurrence: what followed it."""
+    for n in range(max_n, min_n - 1, -1):
+        if len(tokens) < n:
+            continue
+        suffix = tokens[-n:]
+        for e in range(len(tokens) - 1, n - 1, -1):
+            if tokens[e - n : e] == suffix:
+                return tokens[e : e + k]
+    return []
+
+
+def test_ngram_matches_brute_force_as_rows_grow() -> None:
+    rng = random.Random(0)
+    drafter = NgramDrafter()
+    for _ in range(20):
+        row = Row([rng.randrange(5) for _ in range(rng.randrange(1, 12))])
+        for _ in range(30):
+            assert drafter.propose([row], [4]) == [brute(row.tokens, 4)]
+            row.tokens += [rng.randrange(5) for _ in range(rng.randrange(1, 4))]
+        drafter.release(row)
+    assert drafter.propose([Row([1, 2, 3, 9, 1, 2])], [0]) == [[]]
+
+
+def test_greedy_rule_accepts_the_matching_prefix() -> None:
+    logits = mx.log(mx.array([[0.1, 0.7, 0.2], [0.6, 0.3, 0.1], [0.2, 0.2, 0.6]]))
+    greedy = RowSampler(SamplingParams(temperature=0))
+    accept, token, _ = verify(logits, [greedy] * 3, [1, 2, -1])
+    assert accept.tolist() == [True, False, False] and token.tolist() == [1, 0, 2]
+
+
+def test_rejection_rule_keeps_the_target_distribution() -> None:
+    """One position: a deterministic draft (one-hot q on a token of p=0.2), or drafts sampled
+    from a given q: the kept token is distributed as p in both cases."""
+    p = mx.array([0.5, 0.2, 0.3])
+    sampler = RowSampler(SamplingParams(temperature=1.0))
+    n = 20000
+    logits = mx.broadcast_to(mx.log(p)[None], (n, 3))
+    q = mx.array([0.1, 0.6, 0.3])
+    mx.random.seed(3)
+    sampled: list[int] = mx.random.categorical(mx.log(q), num_samples=n).tolist()  # type: ignore[assignment]
+    for drafts, qs in (([1] * n, None), (sampled, [q] * n)):
+        accept, token, _ = verify(logits, [sampler] * n, drafts, qs)
+        kept = mx.where(accept, mx.array(drafts), token)
+        counts = Counter(kept.tolist())
+        for t, want in enumerate(p.tolist()):
+            assert abs(counts[t] / n - want) < 0.015, (qs is None, counts)
+
+
+def test_adaptive_k_grows_shrinks_and_rests() -> None:
+    spec = Speculator(NgramDrafter(), num_draft=6)
+    row = Row([1, 2, 3, 1, 2])
+    assert spec.active([row]) and spec.state(row).k == 6
+    spec.observe(row, 6, 1)
+    assert spec.state(row).k == 2
+    spec.observe(row, 2, 2)
+    assert spec.state(row).k == 4
+    for _ in range(5):
+        spec.observe(row, 4, 0)
+    assert spec.state(row).rest == COOLDOWN_STEPS and not spec.active([row])
+    for _ in range(COOLDOWN_STEPS):
+        spec.tick([row])
+    assert spec.active([row]) and spec.state(row).k == 1  # probes again
+    seeded = Row([1, 2], RowSampler(SamplingParams(temperature=0.7, seed=1)))
+    assert not spec.eligible(seeded)
+    assert not spec.active([row] * 9)  # a big batch: compute-bound, no drafts
