@@ -142,3 +142,16 @@ def test_sampled_proposals_are_drawn_from_their_q(draft: Any) -> None:
     probs = [q[0, s].item() for s in support]
     expected = [p / sum(probs) * len(rows) for p in probs]
     assert chisquare(counts, expected).pvalue > 1e-3, (counts, expected)
+
+
+def test_shipped_draft_is_the_draft_preset_on_the_demo_tokenizer(draft: Any) -> None:
+    """worker/demo_model/draft: train.py's --preset draft, a quarter of the demo's parameters."""
+    from worker.demo_model.train import DRAFT_ARCH, n_params
+    from worker.embedded import embedded_draft_path, embedded_model_path
+
+    args = draft.model.args
+    assert {k: getattr(args, k) for k in DRAFT_ARCH} == DRAFT_ARCH
+    demo = load(str(embedded_model_path()))[0]
+    assert n_params(demo) / n_params(draft.model) > 3.9  # 2,361,280 / 590,432
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        assert (embedded_draft_path() / name).read_bytes() == (embedded_model_path() / name).read_bytes()

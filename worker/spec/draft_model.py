@@ -124,11 +124,12 @@ class DraftModelDrafter:
 
     def _ready(self, row: Request, k: int) -> DraftRow | None:
         """The row's draft state caught up to all but its last few tokens, pages for k more."""
-        if row.vision is not None or (self.vocab is not None and max(row.tokens) >= self.vocab):
-            return None  # image positions or ids the draft does not know
         d = self.rows.get(id(row))
         if d is None or d.owner is not row:
             d = self.rows[id(row)] = DraftRow(row)
+        if row.vision is not None or (self.vocab is not None
+                                      and max(row.tokens[d.computed:], default=0) >= self.vocab):
+            return None  # image positions or ids the draft does not know
         # the last token is always fed again: its logits give the first proposal
         self._cut(d, common_prefix(d.tokens, row.tokens, min(d.computed, len(row.tokens) - 1)))
         if not self.kv.ensure(d, len(row.tokens) + k - 1):
