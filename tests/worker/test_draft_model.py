@@ -132,7 +132,8 @@ def test_sampled_proposals_are_drawn_from_their_q(draft: Any) -> None:
 
     ids = prompts(draft.tokenizer)[0]
     dr = drafter(draft, memory="8MiB", max_batch=400)
-    rows = [row(ids, temperature=1.0, top_k=4) for _ in range(400)]
+    rows = [row(ids, temperature=6.0, top_k=4) for _ in range(400)]  # hot: the draft is peaked
+    mx.random.seed(7)
     toks, qs = dr.propose_with_probs(rows, [1] * len(rows))
     q = qs[0]
     assert q is not None and all(x is not None and mx.allclose(x, q, atol=1e-5).item() for x in qs)
@@ -141,7 +142,7 @@ def test_sampled_proposals_are_drawn_from_their_q(draft: Any) -> None:
     assert sum(counts) == len(rows)  # top-k: nothing outside the 4 most likely tokens
     probs = [q[0, s].item() for s in support]
     expected = [p / sum(probs) * len(rows) for p in probs]
-    assert chisquare(counts, expected).pvalue > 1e-3, (counts, expected)
+    assert min(expected) > 5 and chisquare(counts, expected).pvalue > 1e-3, (counts, expected)
 
 
 def test_shipped_draft_is_the_draft_preset_on_the_demo_tokenizer(draft: Any) -> None:
