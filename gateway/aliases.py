@@ -6,7 +6,7 @@ import difflib
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -39,6 +39,9 @@ class AliasEntry(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True)
     supports_spec_decode: bool = False
     context_length: int | None = None
     sampling: Sampling = msgspec.field(default_factory=Sampling)
+    speculative: Literal["none", "ngram", "draft", "mtp"] | None = None  # overrides the CLI's
+    num_draft_tokens: int | None = None
+    draft_model: str | None = None  # --speculative draft: a folder, repo id or another alias
 
 
 def _read(path: Path) -> dict[str, dict[str, Any]]:
@@ -85,7 +88,21 @@ def served_model(model: str, alias: str | None, aliases: dict[str, AliasEntry],
         alias or model, entry.repo, tool_call_parser=tool_parser or entry.tool_call_parser,
         reasoning_parser=reasoning_parser or entry.reasoning_parser, is_hybrid=entry.is_hybrid,
         is_moe=entry.is_moe, supports_spec_decode=entry.supports_spec_decode,
-        context_length=entry.context_length, sampling=msgspec.to_builtins(entry.sampling))
+        context_length=entry.context_length, sampling=msgspec.to_builtins(entry.sampling),
+        worker_args=spec_args(entry, aliases))
+
+
+def spec_args(entry: AliasEntry, aliases: dict[str, AliasEntry]) -> list[str]:
+    """The worker arguments of an alias's own speculative-decoding settings (after the CLI's)."""
+    out: list[str] = []
+    if entry.speculative is not None:
+        out += ["--speculative", entry.speculative]
+    if entry.num_draft_tokens is not None:
+        out += ["--num-draft-tokens", str(entry.num_draft_tokens)]
+    if entry.draft_model:
+        named = aliases.get(entry.draft_model)
+        out += ["--draft-model", named.repo if named is not None else entry.draft_model]
+    return out
 
 
 def closest(name: str, aliases: dict[str, AliasEntry], n: int = 3) -> list[str]:

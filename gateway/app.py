@@ -66,7 +66,8 @@ def build_app(config: GatewayConfig) -> Starlette:
     for s in config.served:
         hub.add_alias(s.alias, s.model)
     supervisor = Supervisor(
-        hub, [WorkerSpec(s.alias, s.model, list(config.worker_args)) for s in config.served],
+        hub, [WorkerSpec(s.alias, s.model, [*config.worker_args, *s.worker_args])
+                for s in config.served],
         max_start_crashes=config.max_start_crashes, backoff=config.restart_backoff,
         replicas=config.replicas,
     ) if config.spawn_workers else None

@@ -134,6 +134,16 @@ def main() -> None:
     """rapid-mlx: an OpenAI-compatible inference server on MLX."""
 
 
+def _group_args(ranks: int, hostfile: str | None, port: int) -> list[str]:
+    """Worker options of a tensor-parallel group (worker/tp/launch.py reads them)."""
+    if hostfile and ranks == 1:
+        raise click.UsageError("--tp-hostfile needs --tensor-parallel N (its number of hosts)")
+    if ranks == 1:
+        return []
+    return (["--tensor-parallel", str(ranks)] + (["--tp-hostfile", os.path.abspath(hostfile)] if hostfile else [])
+            + (["--tp-port", str(port)] if port else []))
+
+
 @main.command()
 @click.argument("models", nargs=-1)
 @click.option("--host", default="127.0.0.1", show_default=True)
@@ -173,6 +183,12 @@ def main() -> None:
 @click.option("--log-level", default="info", show_default=True)
 @click.option("--replicas", default=1, show_default=True, type=click.IntRange(min=1),
               help="worker processes per alias; external workers of an alias join as more")
+@click.option("--tensor-parallel", default=1, show_default=True, type=click.IntRange(min=1),
+              help="shard each model over N ranks of one worker group (mlx.launch, ring backend)")
+@click.option("--tp-hostfile", default=None, type=click.Path(dir_okay=False, exists=True),
+              help="an mlx.launch hostfile: the group's ranks on these machines (rank 0 first)")
+@click.option("--tp-port", default=0, type=int,
+              help="the ring backend's first port (default: free loopback ports; hostfile: 32323)")
 @click.option("--routing", type=click.Choice(["cache_aware", "least_loaded", "round_robin"]),
               default="cache_aware", show_default=True,
               help="how a request picks one of an alias's replicas")
@@ -215,8 +231,10 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
           api_keys: tuple[str, ...], tool_call_parser: str | None, reasoning_parser: str | None,
           aliases_file: str | None, kv_cache_turboquant: str, kv_cache_memory: str,
           disable_prefix_cache: bool, speculative: str, num_draft_tokens: int,
-          draft_model: str | None, max_batch: int, prefill_budget: int, max_waiting: int, context_length: int,
-          worker_address: str, hang_timeout: float, log_level: str, replicas: int, routing: str,
+          draft_model: str | None, max_batch: int, prefill_budget: int, max_waiting: int,
+          context_length: int, worker_address: str, hang_timeout: float, log_level: str,
+          replicas: int, tensor_parallel: int, tp_hostfile: str | None, tp_port: int,
+          routing: str,
           no_spawn_workers: bool,
           shutdown_timeout: float, swap_wait: float, swap_drain_timeout: float,
           max_start_crashes: int, restart_backoff: float, admin_key: str | None,
@@ -236,6 +254,7 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
         worker_args.append("--disable-prefix-cache")
     if context_length:
         worker_args += ["--context-length", str(context_length)]
+    worker_args += _group_args(tensor_parallel, tp_hostfile, tp_port)
     aliases = load_aliases(user_alias_file(aliases_file))
     if speculative == "draft" and not draft_model:
         raise click.UsageError("--speculative draft needs --draft-model PATH|ALIAS")
@@ -290,7 +309,12 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def worker(args: tuple[str, ...]) -> None:
     """Run one model worker that connects to a gateway (`python -m worker`; try --help)."""
-    os.execv(sys.executable, [sys.executable, "-m", "worker", *args])
+    from gateway.plane.tp_group import tensor_parallel
+
+    cmd = [sys.executable, "-m", "worker", *args]
+    if tensor_parallel(list(args)) > 1:  # a worker group: worker.tp.launch starts its ranks
+        cmd = [sys.executable, "-m", "worker.tp.launch", "--", *cmd]
+    os.execv(sys.executable, cmd)
 
 
 @main.command("convert-embeddings",

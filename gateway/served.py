@@ -20,6 +20,7 @@ class ServedModel:
     supports_spec_decode: bool = False
     context_length: int | None = None
     sampling: dict[str, Any] = field(default_factory=dict)
+    worker_args: list[str] = field(default_factory=list)  # the alias's own, after the CLI's
     created: int = field(default_factory=lambda: int(time.time()))
 
     def __post_init__(self) -> None:

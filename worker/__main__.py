@@ -40,6 +40,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="most draft tokens verified per row and step (adaptive below it)")
     p.add_argument("--draft-model", default=None, help="--speculative draft: its model folder")
     p.add_argument("--log-level", default="INFO")
+    p.add_argument("--tensor-parallel", type=int, default=1,
+                   help="this process is one rank of an mlx.launch group of N (worker/tp)")
+    p.add_argument("--tp-hostfile", default=None, help="read by worker.tp.launch")
+    p.add_argument("--tp-port", type=int, default=0, help="read by worker.tp.launch")
     p.add_argument("--curve-server-key", default=None,
                    help="the gateway's public key file (server.key): turns CURVE on")
     p.add_argument("--curve-secret-file", default=None,
@@ -77,7 +81,8 @@ def _load_failed(exc: Exception, args: argparse.Namespace, sock: Any, boot_id: s
     return _give_up(sock, args.alias, boot_id, f"load failed: {why}", 3)
 
 
-def _serve(loop: Any, args: argparse.Namespace, sock: Any, boot_id: str, what: str) -> int:
+def _serve(loop: Any, args: argparse.Namespace, sock: Any, boot_id: str, what: str,
+           leader: Any = None) -> int:
     """Run LOOP until it stops, say Dead with the reason, close the socket; 0 on a clean stop."""
     import zmq
 
@@ -91,6 +96,8 @@ def _serve(loop: Any, args: argparse.Namespace, sock: Any, boot_id: str, what: s
     except Exception as exc:  # report, then die: the supervisor restarts us
         logging.exception("%s failure", what)
         reason = f"{what} failure: {exc}"
+    if leader is not None:  # rank 0 of a tensor-parallel group: the other ranks stop too
+        leader.stop(reason)
     with contextlib.suppress(zmq.ZMQError):
         sock.send(m.encode(m.Dead(alias=args.alias, boot_id=boot_id, reason=reason)), zmq.NOBLOCK)
     sock.close()
@@ -141,11 +148,21 @@ def main(argv: list[str] | None = None) -> int:
     reexec_with_openblas()
     signal.signal(signal.SIGTERM, _raise_interrupt)
     args = parse_args(argv)
+    link = None
+    if args.tensor_parallel > 1:  # one rank of an mlx.launch group (worker/tp)
+        from worker.tp.setup import join_group
+
+        link = join_group(args)
+    who = f"{args.alias}" + (f" rank {link.rank}" if link is not None else "")
     logging.basicConfig(level=args.log_level.upper(),
-                        format=f"%(asctime)s worker[{args.alias}] %(levelname)s %(message)s")
+                        format=f"%(asctime)s worker[{who}] %(levelname)s %(message)s")
     from worker.lifetime import die_with_parent
 
     die_with_parent(args.parent_pid)
+    if link is not None and link.rank != 0:
+        from worker.tp.follower import run_follower
+
+        return run_follower(args, link)
     import zmq
 
     from protocol import messages as m
@@ -174,6 +191,10 @@ def main(argv: list[str] | None = None) -> int:
         if kind != "generate":
             return serve_kind(kind, args, sock, boot_id, secret)
         loaded = load_model(args.model, args.revision)
+        if link is not None:
+            from worker.tp.shard import shard_model
+
+            shard_model(loaded.model, link)
         loaded.facts.revision = fingerprint(loaded.path)
         context_length = loaded.facts.context_length
         if args.context_length:
@@ -187,9 +208,17 @@ def main(argv: list[str] | None = None) -> int:
                        memory=args.kv_cache_memory, page_size=args.kv_page_size,
                        group_size=args.kv_group_size, max_batch=args.max_batch,
                        context_length=context_length)
-        spec = build_speculator(args.speculative, loaded, num_draft=args.num_draft_tokens,
-                                draft_model=args.draft_model, max_batch=args.max_batch,
-                                context_length=context_length)
+        if link is not None:
+            from worker.tp.shard import share_store
+
+            plan = share_store(plan, link)
+        spec = None
+        if link is not None and args.speculative != "none":
+            logging.warning("--speculative is off in a tensor-parallel group (not supported yet)")
+        else:
+            spec = build_speculator(args.speculative, loaded, num_draft=args.num_draft_tokens,
+                                    draft_model=args.draft_model, max_batch=args.max_batch,
+                                    context_length=context_length)
         loaded.facts.speculative = spec.name if spec is not None else ""
     except KeyboardInterrupt:  # stopped while loading: nothing to report
         return _give_up(sock, args.alias, boot_id, "signal", 0)
@@ -211,13 +240,27 @@ def main(argv: list[str] | None = None) -> int:
                     max_waiting=args.max_waiting, prefix_cache=not args.disable_prefix_cache,
                     spec=spec)
     engine.kv_note = plan.reason
+    leader = None
+    if link is not None:
+        from worker.tp.leader import lead
+
+        leader = lead(engine, link)
     loop = WorkerLoop(engine, loaded, sock, args.alias, boot_id, args.parent_pid, secret=secret)
     logging.info("serving %s (%s) pid %d boot %s", args.alias, args.model, os.getpid(), boot_id)
-    return _serve(loop, args, sock, boot_id, "engine")
+    return _serve(loop, args, sock, boot_id, "engine", leader)
+
+
+def _main_with_status() -> int:
+    """main(), leaving the exit code for a tensor-parallel group's launcher."""
+    from worker.tp.status import write_status
+
+    try:
+        code = main()
+    except KeyboardInterrupt:  # a signal before the worker could handle it: stop quietly
+        code = 0
+    write_status(code)
+    return code
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:  # a signal before the worker could handle it: stop quietly
-        sys.exit(0)
+    sys.exit(_main_with_status())

@@ -57,6 +57,7 @@ class Engine:
         self.stats = EngineStats()
         self.overlap = overlap
         self.spec = spec  # speculative decoding (None: off)
+        self.verified_rows = 0  # rows whose drafts the current step verified
         self._inflight: Inflight | None = None
         self._touched: list[Request] = []  # rows the current step has put at risk
         self._news: list[RequestOutput] = []  # outputs the current step has already made
@@ -116,18 +117,30 @@ class Engine:
         and returns their pages; raises EngineBroken only when the books do not balance after.
         """
         self._touched, self._news = [], []
+        t0, self.verified_rows = time.perf_counter(), 0
+        flushed, overlapped = 0, False
         try:
             if self.spec is not None:
                 self.spec.tick(self.running)
             if not self._speculating() and self._reserve_overlapped():
-                outputs = self._overlapped_step()
+                outputs, overlapped = self._overlapped_step(), True
             else:
                 self._news = self._flush()
+                flushed, t0 = len(self._news), time.perf_counter()  # the last step's tokens
                 outputs = self._news + self._synchronous_step()
         except Exception as exc:
             return self._recover(exc)
         self.failed_steps = 0
+        if self.spec is not None and (overlapped or self.verified_rows):
+            self._time_step(outputs[flushed:], time.perf_counter() - t0)
         return outputs
+
+    def _time_step(self, outputs: list[RequestOutput], seconds: float) -> None:
+        """Tell the speculator what this decode step made (it pauses drafts that cost)."""
+        assert self.spec is not None
+        rows = len({o.request_id for o in outputs})
+        self.spec.record(bool(self.verified_rows), rows, sum(len(o.token_ids) for o in outputs),
+                         seconds)
 
     def _recover(self, exc: Exception) -> list[RequestOutput]:
         """Fail the rows this step touched (and any with unread tokens); keep everyone else."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import mlx.core as mx
 
@@ -32,6 +32,19 @@ def _split(model: Any) -> tuple[Any, Callable[[mx.array], mx.array]] | None:
     return (inner, head) if head is not None else None
 
 
+class Tap(Protocol):
+    """Rank 0 of a tensor-parallel group (worker/tp): hands each call's inputs to the others."""
+
+    def call(self, rows: list[list[int]], kvs: list[RequestPages], starts: list[int],
+             want_logits: bool, embeds: Any, positions: Any) -> None:
+        """Before a __call__: send its plan."""
+
+    def decode(self, tokens: mx.array, kvs: list[RequestPages], starts: list[int],
+               positions: Any) -> mx.array:
+        """Before a decode_lazy: send its plan; the tokens as every rank will have them."""
+        ...
+
+
 class Forward:
     """Calls the model for one group of rows and materializes the page writes at once.
 
@@ -45,6 +58,9 @@ class Forward:
         self.dtype = dtype
         self.split = _split(model)
         self.cascade = routes_attention(model)
+        self.tap: Tap | None = None  # rank 0 of a tensor-parallel group sets it
+        self.sharded = False  # every rank must evaluate the whole model (its collectives)
+        self.final: mx.array | None = None  # the last call's model output (sharded: evaluated)
 
     def __call__(self, rows: list[list[int]], kvs: list[RequestPages], starts: list[int],
                  want_logits: bool, embeds: list[mx.array | None] | None = None,
@@ -55,6 +71,8 @@ class Forward:
         place of its tokens' (a cache-key id there is not a token). POSITIONS (3, B, n) are the
         rotary positions of an M-RoPE model.
         """
+        if self.tap is not None:
+            self.tap.call(rows, kvs, starts, want_logits, embeds, positions)
         lengths = [len(r) for r in rows]
         n = max(lengths)
         if embeds is not None and any(e is not None for e in embeds):
@@ -64,7 +82,8 @@ class Forward:
         if embeds is not None and any(e is not None for e in embeds):
             inputs = self._embeddings(tokens, embeds, n)
         out = self._build(tokens, kvs, starts, lengths, want_logits, inputs, positions)
-        mx.eval(out, self.store.arrays()) if out is not None else mx.eval(self.store.arrays())
+        keep = [x for x in (out, self.final if self.sharded else None) if x is not None]
+        mx.eval(*keep, self.store.arrays())
         return out
 
     def decode_lazy(self, tokens: mx.array, kvs: list[RequestPages], starts: list[int],
@@ -73,6 +92,8 @@ class Forward:
 
         The caller evaluates them (with ``store.arrays()``) before building the next call.
         """
+        if self.tap is not None:
+            tokens = self.tap.decode(tokens, kvs, starts, positions)
         out = self._build(tokens[:, None], kvs, starts, [1] * len(starts), True, None, positions)
         assert out is not None
         return out
@@ -84,6 +105,8 @@ class Forward:
         Speculative decoding verifies a row's draft tokens with these (row b's positions past
         len(rows[b]) are padding). Evaluated together with the page writes.
         """
+        if self.tap is not None:
+            raise ValueError("speculative decoding does not run in a tensor-parallel group")
         lengths = [len(r) for r in rows]
         n = max(lengths)
         tokens = mx.array([r + [0] * (n - len(r)) for r in rows])
@@ -117,11 +140,13 @@ class Forward:
                 hidden = inner(tokens, cache, inputs, positions)
             else:
                 hidden = inner(tokens, cache) if inputs is None else inner(tokens, cache, inputs)
+            self.final = hidden if self.sharded else None
             if every:
                 return head(hidden)
             return head(_at(hidden, last)) if want_logits else None
         logits = (self.model(tokens, cache=cache) if inputs is None
                   else self.model(tokens, cache=cache, inputs_embeds=inputs))
+        self.final = logits if self.sharded else None
         if every:
             return logits  # type: ignore[no-any-return]
         return _at(logits, last) if want_logits else None

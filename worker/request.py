@@ -66,7 +66,7 @@ class EngineStats:
     steps: int = 0
     prompt_tokens_computed: int = 0
     generated_tokens: int = 0
-    decode_rows: int = 0
+    decode_rows: int = 0  # tokens decode steps produced (a row with kept drafts: more than 1)
     finished: int = 0
     preemptions: int = 0
     last_step_at: float = 0.0

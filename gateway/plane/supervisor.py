@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from gateway.edge.errors import APIError
 from gateway.plane.drain import settle
 from gateway.plane.hub import AliasState, Hub, Terminal
+from gateway.plane.tp_group import group_command, is_group
 from protocol.messages import SECRET_ENV
 
 log = logging.getLogger("rapid_mlx.gateway")
@@ -93,7 +94,10 @@ class Supervisor:
         for p in self.procs.get(alias, []):
             if p.proc and p.proc.returncode is None and boot_id in (None, p.boot_id):
                 with contextlib.suppress(ProcessLookupError):
-                    p.proc.kill()
+                    if is_group(p.spec.extra_args):  # every rank of a tensor-parallel group
+                        os.killpg(p.proc.pid, signal.SIGKILL)
+                    else:
+                        p.proc.kill()
 
     async def swap(self, alias: str, model: str | None, revision: str | None,
                    drain_timeout: float) -> None:
@@ -146,7 +150,8 @@ class Supervisor:
                "--parent-pid", str(os.getpid()), *p.spec.extra_args]
         if self.hub.curve is not None:
             cmd += self.hub.curve.client_args()
-        return cmd + (["--revision", p.spec.revision] if p.spec.revision else [])
+        cmd += ["--revision", p.spec.revision] if p.spec.revision else []
+        return group_command(cmd) if is_group(p.spec.extra_args) else cmd
 
     async def _run(self, p: _Proc) -> None:
         alias = p.spec.alias
@@ -162,7 +167,8 @@ class Supervisor:
             p.started_at = time.monotonic()
             p.proc = await asyncio.create_subprocess_exec(
                 *self._command(p), stdin=asyncio.subprocess.DEVNULL,
-                env={**os.environ, SECRET_ENV: secret})
+                env={**os.environ, SECRET_ENV: secret},
+                start_new_session=is_group(p.spec.extra_args))  # killpg reaches all its ranks
             self.hub.spawned(alias, p.boot_id, p.proc.pid)
             code = await p.proc.wait()
             reason = f"exit code {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}"

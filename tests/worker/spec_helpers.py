@@ -18,9 +18,12 @@ PROMPTS = [TEXT * 2 + tail for tail in (
     "Once upon", "Lily and", "Every day", "She liked", "The dog", "One day Lily", "Max", "In the")]
 
 
-def spec_engine(mdl: Any, tok: Any, k: int = 4, min_n: int = 2, **kw: Any) -> Engine:
-    """An engine that speculates with the n-gram drafter (K draft tokens at most)."""
-    return make_engine(mdl, tok, spec=Speculator(NgramDrafter(min_n=min_n), k), **kw)
+def spec_engine(mdl: Any, tok: Any, k: int = 4, min_n: int = 2, pause: bool = True,
+                **kw: Any) -> Engine:
+    """An engine that speculates with the n-gram drafter (K draft tokens at most; PAUSE: the
+    timing-based pause, off where a test counts drafts)."""
+    return make_engine(mdl, tok, spec=Speculator(NgramDrafter(min_n=min_n), k, pause=pause),
+                       **kw)
 
 
 def run(engine: Engine, prompts: dict[str, list[int]], params: SamplingParams

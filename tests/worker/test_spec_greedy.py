@@ -95,3 +95,24 @@ def test_stops_max_tokens_and_logprobs_equal(model: tuple[Any, Any]) -> None:
                 assert [x.token_id for x in a] == [x.token_id for x in b]
                 assert [x.logprob for x in b] == pytest.approx([x.logprob for x in a], abs=1e-4)
                 assert [[t[1] for t in x.top] for x in b] == [[t[1] for t in x.top] for x in a]
+
+
+def test_rows_that_do_not_speculate_are_unchanged(model: tuple[Any, Any]) -> None:
+    """Seeded sampled rows and penalized rows never draft, beside rows that do: their outputs
+    are the plain engine's, token for token."""
+    mdl, tok = model
+    prompts = {str(i): tok.encode(p) for i, p in enumerate(PROMPTS[:2])}  # 7 rows: may draft
+    kinds = [SamplingParams(max_tokens=32, temperature=0.8, seed=7),
+             SamplingParams(max_tokens=32, temperature=0.0, repetition_penalty=1.3),
+             SamplingParams(max_tokens=32, temperature=0.0, frequency_penalty=0.5)]
+
+    def go(engine: Any) -> dict[str, list[int]]:
+        for i, params in enumerate(kinds):
+            for rid, ids in prompts.items():
+                engine.add(f"{i}-{rid}", ids, params)
+        return tokens(run(engine, {"g": prompts["0"]}, GREEDY))
+
+    plain = go(make_engine(mdl, tok))
+    engine = spec_engine(mdl, tok)
+    assert go(engine) == plain
+    assert engine.stats.drafted_tokens > 0  # the greedy row "g" did speculate

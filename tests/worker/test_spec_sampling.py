@@ -60,7 +60,8 @@ def homogeneity_p(a: Counter[tuple[int, int]], b: Counter[tuple[int, int]]) -> f
 def test_joint_distribution_of_two_tokens_is_unchanged(model: tuple[Any, Any]) -> None:
     mdl, tok = model
     plain = pairs(make_engine(mdl, tok, max_batch=8, max_waiting=6000), 5000)
-    engine = spec_engine(mdl, tok, k=3, min_n=1, max_batch=8, max_waiting=6000)
+    engine = spec_engine(mdl, tok, k=3, min_n=1, pause=False, max_batch=8,
+                         max_waiting=6000)
     spec = pairs(engine, 5000)
     assert engine.stats.drafted_tokens > 4000
     assert 0 < engine.stats.accepted_tokens < engine.stats.drafted_tokens  # both paths taken
@@ -77,7 +78,8 @@ def test_the_test_catches_an_always_accept_rule(model: tuple[Any, Any],
     mdl, tok = model
     plain = pairs(make_engine(mdl, tok, max_batch=8, max_waiting=6000), 1500)
     monkeypatch.setattr(spec_step, "verify", always)
-    wrong = pairs(spec_engine(mdl, tok, k=3, min_n=1, max_batch=8, max_waiting=6000), 1500)
+    wrong = pairs(spec_engine(mdl, tok, k=3, min_n=1, pause=False, max_batch=8,
+                         max_waiting=6000), 1500)
     assert homogeneity_p(plain, wrong) < 1e-6
 
 

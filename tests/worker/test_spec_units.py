@@ -27,14 +27,15 @@ class Row:
 
 
 def brute(tokens: list[int], k: int, max_n: int = 4, min_n: int = 2) -> list[int]:
-    """The longest suffix (MAX_N..MIN_N) found earlier, latest occurrence: what followed it."""
+    """The longest suffix (MAX_N..MIN_N) found earlier, latest occurrence: what followed it
+    (periodically continued past the end)."""
     for n in range(max_n, min_n - 1, -1):
         if len(tokens) < n:
             continue
         suffix = tokens[-n:]
         for e in range(len(tokens) - 1, n - 1, -1):
             if tokens[e - n : e] == suffix:
-                return tokens[e : e + k]
+                return [tokens[e + i % (len(tokens) - e)] for i in range(k)]
     return []
 
 
@@ -92,3 +93,24 @@ def test_adaptive_k_grows_shrinks_and_rests() -> None:
     seeded = Row([1, 2], RowSampler(SamplingParams(temperature=0.7, seed=1)))
     assert not spec.eligible(seeded)
     assert not spec.active([row] * 9)  # a big batch: compute-bound, no drafts
+
+
+def test_speculation_pauses_when_it_costs_more_than_plain_steps() -> None:
+    from worker.spec.controller import MIN_SAMPLES, PAUSE_STEPS
+
+    spec = Speculator(NgramDrafter(), num_draft=4)
+    row = Row([1, 2, 3, 1, 2])
+    for _ in range(MIN_SAMPLES):
+        spec.record(False, 1, 1, 0.010)  # plain: 10 ms per token
+        spec.record(True, 1, 3, 0.020)  # drafts: 3 tokens in 20 ms, paying
+    assert spec.active([row]) and not spec.pauses
+    for _ in range(40):
+        spec.record(True, 1, 1, 0.015)  # drafts all rejected: 15 ms per token
+        if spec.paused:
+            break
+    assert spec.pauses == 1 and not spec.active([row])
+    for _ in range(PAUSE_STEPS):
+        spec.tick([row])
+    assert spec.active([row])  # measured afresh
+    spec.record(True, 32, 32, 1.0)  # beyond the speculating batch size: not counted
+    assert spec._cost[True][1] == 0

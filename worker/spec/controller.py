@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import mlx.core as mx
 
-from worker.spec.drafter import Drafter, has_probs
+from worker.spec.drafter import Drafter, has_probs, hopeful
 
 if TYPE_CHECKING:
     from worker.request import Request
@@ -16,6 +16,9 @@ MAX_SPEC_BATCH = 8  # more running rows: the forward is compute-bound, drafts st
 COOLDOWN_STEPS = 16  # a row whose drafts keep failing rests this many steps, then probes
 LOW_ACCEPTANCE = 0.2  # below this (smoothed) acceptance a row rests
 EMPTY_LIMIT = 4  # proposals in a row that came back empty before a row rests
+PAUSE_STEPS = 64  # speculation slower than plain decoding: everyone decodes plainly this long
+MIN_SAMPLES = 16  # steps of each kind measured before comparing them
+SLOWER = 1.2  # speculative steps this much slower per row-token than plain ones: pause
 
 
 @dataclass
@@ -36,11 +39,15 @@ class Speculator:
     """
 
     def __init__(self, drafter: Drafter, num_draft: int = 4,
-                 max_batch: int = MAX_SPEC_BATCH) -> None:
+                 max_batch: int = MAX_SPEC_BATCH, pause: bool = True) -> None:
         self.drafter = drafter
         self.num_draft = max(0, num_draft)
         self.max_batch = max_batch
         self._rows: dict[int, RowState] = {}
+        self.pause = pause  # pause drafting for everyone when it measures slower than plain
+        self.paused = 0  # steps left with speculation off for the whole batch
+        self.pauses = 0
+        self._cost: dict[bool, tuple[float, int]] = {True: (0.0, 0), False: (0.0, 0)}
 
     @property
     def name(self) -> str:
@@ -62,12 +69,15 @@ class Speculator:
 
     def active(self, rows: list[Request]) -> bool:
         """True when this step should speculate (then it runs synchronously)."""
-        if not self.num_draft or not rows or len(rows) > self.max_batch:
+        if not self.num_draft or not rows or len(rows) > self.max_batch or self.paused:
             return False
-        return any(self.eligible(r) and not self.state(r).rest for r in rows)
+        return any(self.eligible(r) and not self.state(r).rest and hopeful(self.drafter, r)
+                   for r in rows)
 
     def tick(self, rows: list[Request]) -> None:
         """One engine step passed: resting rows come closer to their next probe."""
+        if self.paused:
+            self.paused -= 1
         for r in rows:
             st = self._rows.get(id(r))
             if st is not None and st.rest:
@@ -111,6 +121,22 @@ class Speculator:
         st.k = min(self.num_draft, st.k + 2) if accepted == drafted else max(1, accepted + 1)
         if st.ema < LOW_ACCEPTANCE:
             st.rest = COOLDOWN_STEPS
+
+    def record(self, speculative: bool, rows: int, tokens: int, seconds: float) -> None:
+        """Time one decode step (ROWS rows made TOKENS tokens); pause when drafting stops paying.
+
+        Both kinds are compared per row-token (a small batch's step costs about the same for
+        any row count), only at batch sizes where speculation may run.
+        """
+        if not self.pause or tokens <= 0 or rows <= 0 or rows > self.max_batch:
+            return
+        cost = seconds * rows / tokens
+        mean, n = self._cost[speculative]
+        self._cost[speculative] = (cost if not n else 0.9 * mean + 0.1 * cost, n + 1)
+        (spec, ns), (plain, np_) = self._cost[True], self._cost[False]
+        if speculative and ns >= MIN_SAMPLES and np_ >= MIN_SAMPLES and spec > SLOWER * plain:
+            self.paused, self.pauses = PAUSE_STEPS, self.pauses + 1
+            self._cost[True] = (0.0, 0)  # measured afresh after the pause
 
     def release(self, r: Request) -> None:
         """Forget r (finished, aborted or preempted)."""

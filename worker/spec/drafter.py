@@ -53,6 +53,13 @@ class ProbDrafter(Drafter, Protocol):
         ...
 
 
+def hopeful(drafter: Drafter, row: Request) -> bool:
+    """The drafter's cheap guess whether it would propose for ROW (optional ``hopeful(row)``;
+    True without one). Steps only go synchronous for drafts when some row is hopeful."""
+    guess = getattr(drafter, "hopeful", None)
+    return bool(guess(row)) if callable(guess) else True
+
+
 def has_probs(drafter: Drafter) -> bool:
     """True when DRAFTER can return the distributions its proposals were sampled from."""
     return callable(getattr(drafter, "propose_with_probs", None))

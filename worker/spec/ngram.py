@@ -20,6 +20,9 @@ class _Index:
 class NgramDrafter:
     """Deterministic drafter with no model: longest suffix match (MAX_N down to MIN_N tokens).
 
+    The proposal is what followed the latest earlier occurrence of the suffix; when that runs
+    into the row's end it continues periodically (a loop "a b a b" drafts "a b a b ...").
+
     The index grows incrementally with the row (each position is indexed once), so a proposal
     costs O(MAX_N) dictionary lookups however long the row is.
     """
@@ -34,6 +37,10 @@ class NgramDrafter:
         """Up to ks[i] tokens that followed the latest earlier occurrence of rows[i]'s suffix."""
         return [self._one(r.tokens, k, self._index(r)) if k > 0 else []
                 for r, k in zip(rows, ks, strict=True)]
+
+    def hopeful(self, row: Request) -> bool:
+        """True when the row's suffix has an earlier match now (a draft is likely next step)."""
+        return bool(self._one(row.tokens, 1, self._index(row)))
 
     def verified(self, row: Request, accepted: int, drafted: int) -> None:
         """Nothing to learn: the index follows row.tokens."""
@@ -59,6 +66,7 @@ class NgramDrafter:
             if end < n:
                 continue
             at = ix.grams[n].get(tuple(tokens[end - n :]))
-            if at is not None:
-                return tokens[at : at + k]
+            if at is not None:  # a match ending at `at` makes the row periodic with end - at
+                period = end - at
+                return [tokens[at + i % period] for i in range(k)]
         return []

@@ -65,6 +65,7 @@ def verify_rows(engine: Engine, rows: list[Request], logits: list[mx.array],
     picks: list[int] = token.tolist()  # type: ignore[assignment]
     now = time.monotonic()
     outputs: list[RequestOutput] = []
+    engine.verified_rows = len(rows)
     at = 0
     for r in rows:
         toks, _ = drafts[id(r)]
@@ -80,6 +81,7 @@ def verify_rows(engine: Engine, rows: list[Request], logits: list[mx.array],
         engine.kv.truncate(r, r.computed + 1)
         engine.stats.drafted_tokens += len(toks)
         engine.stats.accepted_tokens += j
+        engine.stats.decode_rows += min(len(news), j + 1) - 1  # the engine counted one
         assert engine.spec is not None
         engine.spec.observe(r, len(toks), j)
         merged = merge(news)
