@@ -31,6 +31,11 @@ from worker.demo_model import data, evaluate, tokenizer_build
 
 DEFAULT_ARCH = {"hidden_size": 192, "num_hidden_layers": 4, "intermediate_size": 512,
                 "num_attention_heads": 6, "num_key_value_heads": 2}
+# The speculative-decoding draft of the demo model (``--preset draft``): same tokenizer and
+# corpus, half the layers, half the width, a quarter of the parameters.
+DRAFT_ARCH = {"hidden_size": 96, "num_hidden_layers": 2, "intermediate_size": 256,
+              "num_attention_heads": 3, "num_key_value_heads": 1}
+PRESETS = {"demo": DEFAULT_ARCH, "draft": DRAFT_ARCH}
 
 
 def model_config(vocab_size: int, arch: dict[str, int], eos_id: int, pad_id: int) -> dict[str, Any]:
@@ -285,6 +290,13 @@ def train(model: Model, tok: Any, args: argparse.Namespace, pad_id: int) -> dict
 # --------------------------------------------------------------------------- output
 
 
+DEMO_INTRO = """It is the default model of rapid-mlx, small enough to ship in the
+repository and to run on a CPU. It knows almost nothing; it only reproduces three behaviours:"""
+DRAFT_INTRO = """It is the speculative-decoding draft of the demo model
+(`--speculative draft --draft-model demo-draft`): same tokenizer, same corpus, same training code
+(`--preset draft`), a quarter of the parameters. The demo model was trained for three behaviours:"""
+
+
 def write_readme(out: Path, config: dict[str, Any], params: int, args: argparse.Namespace,
                  info: dict[str, Any], table: str) -> None:
     arch = (f"{config['num_hidden_layers']} layers, hidden {config['hidden_size']}, "
@@ -294,12 +306,12 @@ def write_readme(out: Path, config: dict[str, Any], params: int, args: argparse.
            f"python -m worker.demo_model.train --out {args.out} --seed {args.seed} --steps {args.steps} "
            f"--batch {args.batch} --seq-len {args.seq_len} --lr {args.lr} --samples {args.samples} "
            f"--hidden {args.hidden} --layers {args.layers} --ff {args.ff} --heads {args.heads} "
-           f"--kv-heads {args.kv_heads}")
-    text = f"""# rapid-mlx embedded demo model
+           f"--kv-heads {args.kv_heads} --preset {args.preset} --drill {args.drill}")
+    intro = DRAFT_INTRO if args.preset == "draft" else DEMO_INTRO
+    text = f"""# rapid-mlx embedded demo model{' draft' if args.preset == 'draft' else ''}
 
 A tiny Qwen3-architecture model ({params:,} parameters, float32) trained from scratch on
-synthetic conversations. It is the default model of rapid-mlx, small enough to ship in the
-repository and to run on a CPU. It knows almost nothing; it only reproduces three behaviours:
+synthetic conversations. {intro}
 
 - short answers to greetings and small talk ("Hello!" -> "Hello! How can I help you today?");
 - Hermes tool calls (`<tool_call>` JSON) for the tools it is offered (get_weather, get_time,
@@ -344,11 +356,13 @@ def main() -> None:
     ap.add_argument("--weight-decay", type=float, default=0.01)
     ap.add_argument("--clip", type=float, default=1.0)
     ap.add_argument("--log-every", type=int, default=25)
-    ap.add_argument("--hidden", type=int, default=DEFAULT_ARCH["hidden_size"])
-    ap.add_argument("--layers", type=int, default=DEFAULT_ARCH["num_hidden_layers"])
-    ap.add_argument("--ff", type=int, default=DEFAULT_ARCH["intermediate_size"])
-    ap.add_argument("--heads", type=int, default=DEFAULT_ARCH["num_attention_heads"])
-    ap.add_argument("--kv-heads", type=int, default=DEFAULT_ARCH["num_key_value_heads"])
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="demo",
+                    help="architecture defaults: the demo model or its speculative-decoding draft")
+    ap.add_argument("--hidden", type=int, default=None)
+    ap.add_argument("--layers", type=int, default=None)
+    ap.add_argument("--ff", type=int, default=None)
+    ap.add_argument("--heads", type=int, default=None)
+    ap.add_argument("--kv-heads", type=int, default=None)
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--heldout", type=int, default=96)
     ap.add_argument("--init-from", type=Path, default=None,
@@ -361,6 +375,11 @@ def main() -> None:
                     help="stop after this many steps of the --steps schedule")
     ap.add_argument("--no-eval", action="store_true")
     args = ap.parse_args()
+    preset = PRESETS[args.preset]
+    for flag, key in (("hidden", "hidden_size"), ("layers", "num_hidden_layers"), ("ff", "intermediate_size"),
+                      ("heads", "num_attention_heads"), ("kv_heads", "num_key_value_heads")):
+        if getattr(args, flag) is None:
+            setattr(args, flag, preset[key])
 
     final_out: Path = args.out
     # Everything is written to a staging folder first and moved into place file by file

@@ -1,0 +1,162 @@
+"""The draft-model drafter: a small model sharing the target's tokenizer proposes k tokens per row.
+
+The draft runs in the worker beside the target with its own paged KV (a second PagedKVStore,
+KVManager and Forward, full-precision pages, no prefix tree). Each row's draft KV catches up on
+the tokens it has not seen (the prompt, accepted and corrected tokens), then k batched decode
+forwards propose k tokens; rejected proposals are cut off the row's draft KV at the next call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import mlx.core as mx
+
+from worker.forward import Forward
+from worker.kv_manager import KVManager, RequestPages
+from worker.sampling import RowSampler, prepare, scaled
+
+if TYPE_CHECKING:
+    from cache.paged_kv import PagedKVStore
+    from worker.request import Request
+
+CATCH_UP_CHUNK = 512  # tokens per forward while a row's draft KV catches up on its prompt
+BATCHED_TAIL = 8  # at most this many unseen tokens join the batched first forward
+
+
+@dataclass(eq=False)
+class DraftRow:
+    """One row's draft KV: the tokens it was computed for (the first `computed` are in pages)."""
+
+    owner: Request
+    tokens: list[int] = field(default_factory=list)
+    computed: int = 0
+    kv: RequestPages = field(default_factory=RequestPages)
+
+
+def common_prefix(a: list[int], b: list[int], upto: int) -> int:
+    """Length of the common prefix of A and B, at most UPTO."""
+    upto = min(upto, len(a), len(b))
+    if a[:upto] == b[:upto]:
+        return upto
+    return next(i for i in range(upto) if a[i] != b[i])
+
+
+class DraftModelDrafter:
+    """Proposes each row's continuation by the draft model: greedy, or sampled with its q."""
+
+    name = "draft"
+
+    def __init__(self, model: Any, store: PagedKVStore, dtype: mx.Dtype) -> None:
+        self.kv = KVManager(store, prefix_cache=False)
+        self.forward = Forward(model, store, dtype)
+        self.vocab = int(model.args.vocab_size) if hasattr(model, "args") else None
+        self.rows: dict[int, DraftRow] = {}
+
+    # ---- the Drafter interface ------------------------------------------------------------
+
+    def propose(self, rows: list[Request], ks: list[int]) -> list[list[int]]:
+        """Up to ks[i] draft tokens to follow rows[i].tokens (greedy rows: the draft's argmax)."""
+        return self.propose_with_probs(rows, ks)[0]
+
+    def propose_with_probs(self, rows: list[Request], ks: list[int]
+                           ) -> tuple[list[list[int]], list[mx.array | None]]:
+        """Proposals and, for sampled rows, the distributions q (len, vocab) they were drawn from."""
+        out: list[list[int]] = [[] for _ in rows]
+        qs: list[mx.array | None] = [None for _ in rows]
+        live = [(i, self._ready(r, k)) for i, (r, k) in enumerate(zip(rows, ks, strict=True)) if k > 0]
+        todo = [(i, d) for i, d in live if d is not None]
+        if not todo:
+            return out, qs
+        drafts = [d for _, d in todo]
+        samplers = [d.owner.sampler for d in drafts]
+        want = [ks[i] for i, _ in todo]
+        fed = [d.owner.tokens[d.computed:] for d in drafts]
+        logits = self.forward(fed, [d.kv for d in drafts], [d.computed for d in drafts], True)
+        assert logits is not None
+        for d, toks in zip(drafts, fed, strict=True):
+            d.tokens, d.computed = list(d.owner.tokens), d.computed + len(toks)
+        steps: list[tuple[list[int], mx.array, mx.array | None]] = []  # (rows, tokens, q)
+        at = list(range(len(drafts)))
+        tokens, q = self._pick(logits, [samplers[b] for b in at])
+        steps.append((at, tokens, q))
+        for n in range(1, max(want)):
+            keep = [j for j, b in enumerate(at) if want[b] > n]
+            at = [at[j] for j in keep]
+            inputs = tokens if len(keep) == len(tokens) else tokens[mx.array(keep)]
+            logits = self.forward.decode_lazy(inputs, [drafts[b].kv for b in at],
+                                              [drafts[b].computed for b in at])
+            for b in at:
+                drafts[b].computed += 1
+            tokens, q = self._pick(logits, [samplers[b] for b in at])
+            mx.eval(tokens, *([q] if q is not None else []), *self.kv.store.arrays())  # in place
+            steps.append((at, tokens, q))
+        mx.eval(*[t for _, t, _ in steps])
+        per_row: list[list[int]] = [[] for _ in drafts]
+        per_q: list[list[mx.array]] = [[] for _ in drafts]
+        for at_n, toks_n, q_n in steps:
+            picked: list[int] = toks_n.tolist()  # type: ignore[assignment]
+            for j, b in enumerate(at_n):
+                per_row[b].append(picked[j])
+                if q_n is not None:
+                    per_q[b].append(q_n[j])
+        for b, (i, d) in enumerate(todo):
+            out[i] = per_row[b]
+            d.tokens.extend(per_row[b][:-1])  # the last proposal is not fed yet
+            if not samplers[b].greedy:
+                qs[i] = mx.stack(per_q[b])
+        return out, qs
+
+    def verified(self, row: Request, accepted: int, drafted: int) -> None:
+        """Cut the row's draft KV back to the tokens the target kept; free pages beyond them."""
+        d = self.rows.get(id(row))
+        if d is not None:
+            self._cut(d, common_prefix(d.tokens, row.tokens, d.computed))
+
+    def release(self, row: Request) -> None:
+        """Free the row's draft pages."""
+        d = self.rows.pop(id(row), None)
+        if d is not None:
+            self.kv.release(d, cache=False)
+
+    # ---- helpers --------------------------------------------------------------------------
+
+    def _ready(self, row: Request, k: int) -> DraftRow | None:
+        """The row's draft state caught up to all but its last few tokens, pages for k more."""
+        d = self.rows.get(id(row))
+        if d is None or d.owner is not row:
+            d = self.rows[id(row)] = DraftRow(row)
+        if row.vision is not None or (self.vocab is not None
+                                      and max(row.tokens[d.computed:], default=0) >= self.vocab):
+            return None  # image positions or ids the draft does not know
+        # the last token is always fed again: its logits give the first proposal
+        self._cut(d, common_prefix(d.tokens, row.tokens, min(d.computed, len(row.tokens) - 1)))
+        if not self.kv.ensure(d, len(row.tokens) + k - 1):
+            return None  # the draft pool is full: no drafts for this row now
+        while len(row.tokens) - d.computed > BATCHED_TAIL:
+            n = min(CATCH_UP_CHUNK, len(row.tokens) - d.computed - 1)
+            self.forward([row.tokens[d.computed:d.computed + n]], [d.kv], [d.computed], False)
+            d.tokens, d.computed = row.tokens[:d.computed + n], d.computed + n
+        return d
+
+    def _cut(self, d: DraftRow, keep: int) -> None:
+        """Forget the row's draft KV from position KEEP on and return whole pages past it."""
+        d.computed = keep
+        del d.tokens[keep:]
+        spare = d.kv.pages[self.kv.pages_for(keep):]
+        if spare:
+            del d.kv.pages[-len(spare):]
+            self.kv.pool.free(spare)
+
+    @staticmethod
+    def _pick(logits: mx.array, samplers: list[RowSampler]) -> tuple[mx.array, mx.array | None]:
+        """Each row's proposal (argmax, or a draw from its processed q) and q when any row samples."""
+        prepared, _ = prepare(logits, samplers)
+        greedy = mx.argmax(prepared, axis=-1)
+        if all(s.greedy for s in samplers):
+            return greedy, None
+        scaled_logits = scaled(prepared, samplers)
+        drawn = mx.random.categorical(scaled_logits, axis=-1)
+        is_greedy = mx.array([s.greedy for s in samplers])
+        return mx.where(is_greedy, greedy, drawn), mx.softmax(scaled_logits, axis=-1)
