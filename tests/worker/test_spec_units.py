@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import mlx.core as mx
+import pytest
 
 from protocol.messages import SamplingParams
 from worker.sampling import RowSampler
@@ -114,3 +115,18 @@ def test_speculation_pauses_when_it_costs_more_than_plain_steps() -> None:
     assert spec.active([row])  # measured afresh
     spec.record(True, 32, 32, 1.0)  # beyond the speculating batch size: not counted
     assert spec._cost[True][1] == 0
+
+
+def test_the_registry_refuses_what_it_cannot_build() -> None:
+    from types import SimpleNamespace
+
+    from worker.fetch import CannotLoad
+    from worker.spec.registry import build_speculator
+
+    loaded = SimpleNamespace(path="m", tokenizer=None)
+    kw = {"num_draft": 4, "draft_model": None, "max_batch": 4, "context_length": 64}
+    assert build_speculator("none", loaded, **kw) is None  # type: ignore[arg-type]
+    assert build_speculator("ngram", loaded, **kw) is not None  # type: ignore[arg-type]
+    for kind, says in (("draft", "needs a draft model"), ("mtp", "not built"), ("x", "unknown")):
+        with pytest.raises(CannotLoad, match=says):
+            build_speculator(kind, loaded, **kw)  # type: ignore[arg-type]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from worker.fetch import CannotLoad
@@ -28,27 +27,15 @@ def build_speculator(kind: str, loaded: Any, *, num_draft: int, draft_model: str
         if not draft_model:
             raise CannotLoad(model, "--speculative draft needs a draft model",
                              "pass --draft-model PATH|ALIAS")
-        make = _factory("worker.spec.draft_load", "draft_drafter", kind, model)
-        drafter = make(draft_model, loaded.tokenizer, max_batch=max_batch,
-                       context_length=context_length)
-    elif kind == "mtp":
-        make = _factory("worker.spec.mtp", "mtp_drafter", kind, model)
-        drafter = make(loaded, max_batch=max_batch, context_length=context_length)
+        from worker.spec.draft_load import draft_drafter
+
+        drafter = draft_drafter(draft_model, loaded.tokenizer, max_batch=max_batch,
+                                context_length=context_length)
+    elif kind == "mtp":  # the CLI offers it so that the choice is stable; the drafter is not built
+        raise CannotLoad(model, "--speculative mtp is not built yet (no MTP drafter: see the "
+                         "README's speculative decoding section)",
+                         "serve with --speculative ngram or --speculative draft")
     else:
         raise CannotLoad(model, f"--speculative {kind!r} is unknown",
                          f"choose one of {', '.join(KINDS)}")
     return Speculator(drafter, num_draft)
-
-
-def _factory(module: str, name: str, kind: str, model: str) -> Any:
-    """MODULE.NAME, imported only when asked for; a clear CannotLoad when it is not there."""
-    todo = "serve without --speculative, or with --speculative ngram"
-    try:
-        found = getattr(importlib.import_module(module), name, None)
-    except ImportError as exc:
-        raise CannotLoad(model, f"--speculative {kind} is not available in this build ({exc})",
-                         todo) from exc
-    if found is None:
-        raise CannotLoad(model, f"--speculative {kind} is not available in this build "
-                         f"({module} has no {name})", todo)
-    return found
