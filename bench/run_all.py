@@ -97,7 +97,8 @@ def warm_up(server: Server, model_path: Path, ctx: int, plan: Plan) -> None:
 
 def build_servers(model_path: str, k8v4_flag: bool, max_conc: int, peers: list[str],
                   k8v4: str = "both", ours_flags: list[str] | None = None,
-                  variants: dict[str, list[str]] | None = None) -> tuple[list[Server], dict[str, Any]]:
+                  variants: dict[str, list[str]] | None = None,
+                  ref_flags: list[str] | None = None) -> tuple[list[Server], dict[str, Any]]:
     """The servers of one model run and their roles (peers, our default server, K8V4 off, variants).
 
     Our default server is the engine's default KV format (K8V4 on when it can be chosen); variants
@@ -108,7 +109,7 @@ def build_servers(model_path: str, k8v4_flag: bool, max_conc: int, peers: list[s
     if "mlx_lm" in peers:
         servers.append(Server("mlx_lm", "mlx_lm", model_path, list(MLX_LM_FLAGS)))
     if "rapid_mlx_ref" in peers:
-        servers.append(Server("rapid_mlx_ref", "rapid_mlx_ref", model_path, list(REF_FLAGS)))
+        servers.append(Server("rapid_mlx_ref", "rapid_mlx_ref", model_path, [*REF_FLAGS, *(ref_flags or [])]))
     roles: dict[str, Any] = {"peers": [s.name for s in servers], "k8v4_off": None, "variants": {}}
     default_kv: list[str] = []
     if k8v4_flag:
@@ -285,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
                         "(\"edit this text\": the answer repeats most of the prompt)")
     p.add_argument("--edit-concurrency", default="1", help="comma list for the edit workload")
     p.add_argument("--ours-flags", default="", help="extra `serve` flags for every server of ours")
+    p.add_argument("--ref-flags", default="", help="extra `serve` flags for the reference product")
     p.add_argument("--ours-variant", action="append", default=[], metavar="LABEL=FLAGS",
                    help="one more server of ours, `ours-LABEL`: the default one plus FLAGS, "
                         "e.g. ngram=\"--speculative ngram\" (repeatable); bars vs the default")
@@ -331,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     if not peers:
         p.error("no peer to compare against")
     opts: dict[str, Any] = {"peers": peers, "k8v4": args.k8v4, "ours_flags": shlex.split(args.ours_flags),
-                            "variants": variants}
+                            "variants": variants, "ref_flags": shlex.split(args.ref_flags)}
     help_text = serve_help()
     k8v4_flag = "--kv-cache-turboquant" in help_text
     if not k8v4_flag:
@@ -349,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
                      "256, --completion-batch-size 32, --prefill-batch-size 8, stream interval 1, "
                      "memory-aware radix prefix cache. Each start gets a fresh private HOME, so its "
                      "~/.cache/rapid-mlx prefix snapshot never carries over: it starts cold.")
+    if args.ref_flags:
+        notes.append(f"rapid_mlx_ref ran with the extra flags `{args.ref_flags}`")
     if args.ours_flags:
         notes.append(f"every server of ours ran with the extra flags `{args.ours_flags}`")
     notes.append("mlx_lm.server flags: " + " ".join(MLX_LM_FLAGS) + " (its defaults, already sized for "
@@ -383,12 +387,20 @@ def main(argv: list[str] | None = None) -> int:
                                       opts))
     except KeyboardInterrupt:
         print("interrupted; servers stopped", file=sys.stderr)
-        return 130
+        rc = 130
     except BenchTimeout:
         print(f"gave up after --timeout {args.timeout:.0f}s; servers stopped", file=sys.stderr)
-        return 124
+        rc = 124
+    else:
+        rc = 0
     finally:
         signal.alarm(0)
+    if rc:
+        if not runs:
+            return rc
+        # the models that finished are still worth keeping (not written into the README)
+        notes.append(f"the run stopped early (exit {rc}): only the models below finished")
+        args.write_readme = False
 
     cmd = "python -m bench.run_all " + " ".join(argv if argv is not None else sys.argv[1:])
     results: dict[str, Any] = {
@@ -408,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_readme:
         write_readme(section)
         print(f"README updated: {README}")
-    return 0
+    return rc
 
 
 if __name__ == "__main__":
