@@ -169,7 +169,7 @@ def run_model(name: str, path: Path, plan: Plan, k8v4_flag: bool, opts: dict[str
             target = min(plan.edit_target, ctx - plan.max_tokens - 64)
             instruction = REPEAT_INSTRUCTION if path == DEMO else EDIT_INSTRUCTION
             for c in plan.edit_concurrency:
-                n = plan.n_requests(c)
+                n = plan.n_requests(c, scale)
                 rounds(mr, servers, plan, "edit", c, n,
                        lambda tag, k: edit_messages(path, tag, k, target, instruction))
         annotate(mr.throughput, mr.roles["peers"])
