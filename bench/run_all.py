@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="one more server of ours, `ours-LABEL`: the default one plus FLAGS, "
                         "e.g. ngram=\"--speculative ngram\" (repeatable); bars vs the default")
     p.add_argument("--write-readme", action="store_true", help="rewrite the results section of bench/README.md")
-    p.add_argument("--timeout", type=float, default=2400.0, help="give up after this many seconds")
+    p.add_argument("--timeout", type=float, default=5400.0, help="give up after this many seconds")
     p.add_argument("--json", type=Path, default=RESULTS / "latest.json")
     args = p.parse_args(argv)
 
