@@ -19,6 +19,9 @@ class Plan:
     shared_repeats: int = 5
     shared_target: int = 1000
     max_tokens: int = MAX_TOKENS
+    workloads: tuple[str, ...] = ("chat", "shared", "edit")
+    edit_concurrency: tuple[int, ...] = (1,)
+    edit_target: int = 160  # paragraph tokens of the edit workload (less when the context is short)
 
     def n_requests(self, c: int, scale: int = 1) -> int:
         """Requests per throughput batch; ``scale`` lengthens batches of very fast models."""
@@ -35,6 +38,8 @@ class ModelRun:
     servers: list[dict[str, Any]] = field(default_factory=list)
     throughput: list[dict[str, Any]] = field(default_factory=list)
     shared: list[dict[str, Any]] = field(default_factory=list)
+    # who is who: {"peers": [...], "ours": default server, "k8v4_off": name|None, "variants": {name: flags}}
+    roles: dict[str, Any] = field(default_factory=dict)
     shared_prompt_tokens: int = 0
     kv: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)

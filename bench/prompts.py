@@ -63,3 +63,44 @@ def user_messages(tag: str, n: int) -> list[list[dict[str, str]]]:
     """N distinct short chats; the tag comes first so no two workloads share more than the template."""
     return [[{"role": "user", "content": f"{tag}-{i}: tell me a story about {TOPICS[i % len(TOPICS)]}."}]
             for i in range(n)]
+
+
+EDIT_SENTENCES = [
+    "The weather was realy nice on the morning of the festival.", "Everyone in the vilage came to the square.",
+    "A small band played old songs while the children danced.", "The baker brought fresh bread and sweet cakes.",
+    "Later that afternoon, the sky turned grey and a cold wind began to blow.",
+    "People hurried to find shelter under the trees and the tents.", "Nobody wanted to go home so early.",
+    "The mayor gave a short speach and thanked the voluntears.", "Then the rain stoped as suddenly as it had started.",
+    "The sun came out again and a rainbow apeared above the hills.", "The music started once more.",
+    "By evening the square was full of light, laughter and the smell of roasted chesnuts.",
+    "An old man told storys about the festivals of his youth.", "The children listened with wide eyes.",
+    "When the last song ended, everyone agreed it had been the best day of the year.",
+    "The next morning the streets were quiet and clean again.", "Only a few paper flags were left on the ground.",
+    "A dog slept in the sun next to the fountain.", "The shopkeepers opened their doors and greeted each other.",
+    "Life in the vilage went back to normal, but nobody forgot the festival.",
+]
+EDIT_INSTRUCTION = "Rewrite the following text, fixing only the spelling:"
+REPEAT_INSTRUCTION = "Repeat after me:"  # the demo model's own copy task (worker/demo_model/data.py)
+
+
+def edit_paragraph(count: Callable[[str], int], target_tokens: int, seed: int) -> str:
+    """Sentences with a few misspellings, in a seeded order, of at most ``target_tokens`` tokens."""
+    rng = random.Random(seed)
+    order = EDIT_SENTENCES[:]
+    rng.shuffle(order)
+    text = order[0]
+    for s in order[1:]:
+        longer = f"{text} {s}"
+        if count(longer) > target_tokens:
+            break
+        text = longer
+    return text
+
+
+def edit_messages(model_path: Path, tag: str, n: int, target_tokens: int,
+                  instruction: str = EDIT_INSTRUCTION) -> list[list[dict[str, str]]]:
+    """N distinct "edit this text" chats: the answer repeats most of the prompt's paragraph."""
+    count = _count_tokens(model_path)
+    seed0 = sum(map(ord, tag)) * 1000
+    return [[{"role": "user", "content": f"{instruction} {tag}-{i}. "
+              f"{edit_paragraph(count, target_tokens, seed0 + i)}"}] for i in range(n)]

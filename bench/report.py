@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.plan import ModelRun
+from bench.ratios import bar, best_peer, ratio, rows_of, speed_bars
 from bench.servers import ROOT, openblas_path
 
 README = ROOT / "bench" / "README.md"
@@ -99,58 +100,30 @@ def fmt_s(x: float | None) -> str:
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
-    return round(a / b, 3) if a is not None and b else None
-
-
-def _tp(mr: ModelRun, server: str, c: int) -> dict[str, Any] | None:
-    return next((t["best"] for t in mr.throughput if t["server"] == server and t["concurrency"] == c), None)
-
-
-def _k8v4_state(mr: ModelRun, server: str) -> str:
-    """'off' or 'on' for the KV bars this server stands for."""
-    if server == "ours-k8v4-off":
-        return "off"
-    if server == "ours-k8v4-on":
-        return "on"
-    info = next((s for s in mr.servers if s["name"] == server), {})
-    return "on" if info.get("kv_format") == "k8v4" else "off"
+    return ratio(a, b)
 
 
 def verdicts(mr: ModelRun) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-
-    def bar(what: str, value: float | None, op: str, limit: float) -> None:
-        ok = None if value is None else (value >= limit if op == ">=" else value <= limit)
-        out.append({"bar": what, "value": value, "limit": f"{op} {limit}",
-                    "verdict": "n/a" if ok is None else ("PASS" if ok else "FAIL")})
-
-    ours = [s["name"] for s in mr.servers if s["name"] != "mlx_lm"]
-    for state in ("off", "on"):
-        if not any(_k8v4_state(mr, n) == state for n in ours):
-            out.append({"bar": f"tok/s vs mlx_lm with K8V4 {state}", "value": None, "limit": "",
-                        "verdict": "not measured (no server with K8V4 " + state + ")"})
-    for name in ours:
-        state = _k8v4_state(mr, name)
-        fmt = next((s.get("kv_format") for s in mr.servers if s["name"] == name), None)
-        label = f"K8V4 {state}" + (f", pages {fmt}" if fmt and fmt != ("k8v4" if state == "on" else "none") else "")
-        limits = {1: 0.9, 8: 1.0, 32: 1.0} if state == "off" else {8: 0.8, 32: 0.8}
-        for c, lim in limits.items():
-            a, b = _tp(mr, name, c), _tp(mr, "mlx_lm", c)
-            if a is None or b is None:
-                continue
-            bar(f"{name} ({label}) tok/s vs mlx_lm, c={c}", _ratio(a["tokens_per_s"], b["tokens_per_s"]),
-                ">=", lim)
+    """Issue 15's bars (see bench.ratios.speed_bars), the shared-prefix bars against the peer with
+    the lowest TTFT p50, and the K8V4 size bar."""
+    roles = mr.roles
+    peers = roles.get("peers", [])
+    out = speed_bars(mr.throughput, roles.get("ours", ""), roles.get("k8v4_off"), roles.get("variants"))
+    sp_peer = best_peer([{"server": r["server"], "median": r} for r in mr.shared], peers,
+                        key="ttft_p50_s", lowest=True)
+    for name in [roles.get("ours"), roles.get("k8v4_off")]:
         sp = next((r for r in mr.shared if r["server"] == name), None)
-        spm = next((r for r in mr.shared if r["server"] == "mlx_lm"), None)
         if sp:
-            bar(f"{name} shared-prefix prompt tokens computed / total", sp["computed_frac"], "<=", 0.15)
-            base_ttft = spm["ttft_p50_s"] if spm else None
-            bar(f"{name} shared-prefix TTFT p50 vs mlx_lm", _ratio(sp["ttft_p50_s"], base_ttft), "<=", 0.5)
+            out.append(bar(f"{name} shared-prefix prompt tokens computed / total", sp["computed_frac"],
+                           "<=", 0.15))
+            out.append(bar(f"{name} shared-prefix TTFT p50 vs best peer "
+                           f"({sp_peer[0] if sp_peer else '-'})",
+                           ratio(sp["ttft_p50_s"], sp_peer[1] if sp_peer else None), "<=", 0.5))
     k = next((r for r in mr.kv if r["format"] == "K8V4 g32"), None)
-    bar("K8V4 (g32, fp16 scale+bias) KV bytes vs fp16", k["vs_fp16"] if k else None, "<=", 0.45)
+    out.append(bar("K8V4 (g32, fp16 scale+bias) KV bytes vs fp16", k["vs_fp16"] if k else None, "<=", 0.45))
     for r in mr.kv:
         if r["source"] == "worker status" and r["format"].startswith("k8v4"):
-            bar(f"{r['format']} KV bytes vs fp16", r["vs_fp16"], "<=", 0.45)
+            out.append(bar(f"{r['format']} KV bytes vs fp16", r["vs_fp16"], "<=", 0.45))
     return out
 
 
@@ -162,7 +135,7 @@ def render(results: dict[str, Any]) -> str:
         f"({results['seconds']:.0f}s in total).",
         "",
         f"Machine: {f['cpus']} CPUs ({f['cpu_model']}), {f['ram_gib']} GiB RAM, no GPU; "
-        f"BLAS `{f['blas_file'] or 'reference (none found)'}` preloaded into both servers; "
+        f"BLAS `{f['blas_file'] or 'reference (none found)'}` preloaded into the peers (our workers preload it themselves); "
         f"mlx {f['mlx']}, mlx-lm {f['mlx_lm']}, Python {f['python']}. "
         f"Other jobs shared the machine (load average before/after each model is listed): "
         "absolute numbers are noisy, the ratios are the point.",
@@ -187,36 +160,23 @@ def render(results: dict[str, Any]) -> str:
                          f"OpenBLAS mapped: {s['blas_mapped']}")
         for note in mr["notes"]:
             lines.append(f"- {note}")
-        lines += ["", f"Streaming throughput (max_tokens 128; best of {results['plan']['repeats']} "
-                      "repeats by tokens/s, TTFT from that repeat):", "",
-                  "| conc | server | requests | generated tokens (min-max per request) | tok/s | "
-                  "ratio vs mlx_lm | TTFT p50 | TTFT p95 | connect retries |",
-                  "|---:|---|---:|---|---:|---:|---:|---:|---:|"]
-        for t in mr["throughput"]:
-            b = t["best"]
-            base = next(x["best"] for x in mr["throughput"]
-                        if x["server"] == "mlx_lm" and x["concurrency"] == t["concurrency"])
-            ratio = _ratio(b["tokens_per_s"], base["tokens_per_s"])
-            err = f" ({b['requests'] - b['ok']} failed)" if b["ok"] != b["requests"] else ""
-            lines.append(f"| {t['concurrency']} | {t['server']} | {b['requests']}{err} | "
-                         f"{b['generated_tokens']} ({b['tokens_min']}-{b['tokens_max']}) | "
-                         f"{b['tokens_per_s']:.1f} | {'' if t['server'] == 'mlx_lm' else f'{ratio:.2f}x' if ratio else '-'} | "
-                         f"{fmt_s(b['ttft_p50_s'])} | {fmt_s(b['ttft_p95_s'])} | {b['connect_retries']} |")
+        lines += throughput_lines(mr)
         lines += ["", f"Shared prefix (~{mr['shared_prompt_tokens']}-token system prompt, "
                       f"{mr['shared'][0]['requests'] if mr['shared'] else 0} requests over all repeats, "
                       "concurrency 8; a fresh system prompt per repeat; token counts summed over the "
                       "repeats, TTFT and tok/s from the median repeat by TTFT p50):", "",
                   "| server | ok | prompt tokens (sum of usage) | computed | computed % | source | "
-                  "cached (usage) | TTFT p50 | TTFT p50 vs mlx_lm | TTFT p50 of each repeat | tok/s |",
+                  "cached (usage) | TTFT p50 | TTFT p50 vs best peer | TTFT p50 of each repeat | tok/s |",
                   "|---|---:|---:|---:|---:|---|---:|---:|---:|---|---:|"]
-        base_sp = next((r for r in mr["shared"] if r["server"] == "mlx_lm"), None)
+        base_sp = best_peer([{"server": r["server"], "median": r} for r in mr["shared"]],
+                            mr.get("roles", {}).get("peers", ["mlx_lm"]), key="ttft_p50_s", lowest=True)
         for r in mr["shared"]:
             frac = f"{100 * r['computed_frac']:.1f}%" if r["computed_frac"] is not None else "-"
-            ratio = _ratio(r["ttft_p50_s"], base_sp["ttft_p50_s"] if base_sp else None)
+            ratio = _ratio(r["ttft_p50_s"], base_sp[1] if base_sp else None)
             lines.append(f"| {r['server']} | {r['ok']}/{r['requests']} | {r['prompt_tokens']} | {r['computed'] if r['computed'] is not None else '-'} | "
                          f"{frac} | {r.get('computed_source', '-')} | {r['cached_tokens']} | "
                          f"{fmt_s(r['ttft_p50_s'])} | "
-                         f"{'' if r['server'] == 'mlx_lm' else f'{ratio:.2f}x' if ratio else '-'} | "
+                         f"{f'{ratio:.2f}x' if ratio else '-'} | "
                          f"{', '.join(fmt_s(x) for x in r.get('ttft_p50_runs', []))} | "
                          f"{r['tokens_per_s']:.1f} |")
         lines += ["", "KV bytes per token per layer, and 4,096-token sequences a 1 GiB KV budget holds "
@@ -235,6 +195,50 @@ def render(results: dict[str, Any]) -> str:
             lines.append(f"| {v['bar']} | {val} | {v['limit']} | **{v['verdict']}** |")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _x(v: float | None) -> str:
+    return f"{v:.2f}x" if v is not None else "-"
+
+
+def throughput_lines(mr: dict[str, Any]) -> list[str]:
+    """The ratio summary and the per-row table of the chat and edit workloads (medians)."""
+    roles = mr.get("roles", {})
+    peers = roles.get("peers", [])
+    ours = [s["name"] for s in mr["servers"] if s["name"] not in peers]
+    rows = rows_of(mr["throughput"])
+    if not rows:
+        return []
+    nrounds = max(t["median"].get("rounds", 1) for t in mr["throughput"])
+    out = ["", f"Tokens/s of ours against the best peer of each row (median of {nrounds} rounds; "
+               "TTFT p50 ratio in brackets; our default server is "
+               f"`{roles.get('ours')}`):", "",
+           "| workload | conc | best peer (tok/s) | " + " | ".join(f"{n}" for n in ours) + " |",
+           "|---|---:|---|" + "---:|" * len(ours)]
+    for (workload, c), ts in rows.items():
+        by = {t["server"]: t for t in ts}
+        bp = ts[0].get("best_peer_tps")
+        cells = [f"{_x(by[n].get('tps_vs_best_peer'))} ({_x(by[n].get('ttft_vs_best_peer'))})"
+                 if n in by else "-" for n in ours]
+        out.append(f"| {workload} | {c} | {bp[0]} ({bp[1]:.1f}) | " + " | ".join(cells) + " |"
+                   if bp else f"| {workload} | {c} | - | " + " | ".join(cells) + " |")
+    out += ["", f"Streaming throughput (max_tokens 128; medians of {nrounds} rounds; chat = a short "
+                "story request, edit = \"rewrite this text, fixing only the spelling\"):", "",
+            "| workload | conc | server | requests | generated tokens (min-max per request) | tok/s | "
+            "tok/s of each round | vs best peer | TTFT p50 | vs best peer | TTFT p95 | connect retries |",
+            "|---|---:|---|---:|---|---:|---|---:|---:|---:|---:|---:|"]
+    for (workload, c), ts in rows.items():
+        for t in ts:
+            m = t["median"]
+            err = (f" ({m['requests_all'] - m['ok_all']} of {m['requests_all']} failed)"
+                   if m.get("ok_all", m["ok"]) != m.get("requests_all", m["requests"]) else "")
+            each = ", ".join(f"{x:.1f}" for x in m.get("tokens_per_s_runs", []))
+            out.append(f"| {workload} | {c} | {t['server']} | {m['requests']}{err} | "
+                       f"{m['generated_tokens']} ({m['tokens_min']}-{m['tokens_max']}) | "
+                       f"{m['tokens_per_s']:.1f} | {each} | {_x(t.get('tps_vs_best_peer'))} | "
+                       f"{fmt_s(m['ttft_p50_s'])} | {_x(t.get('ttft_vs_best_peer'))} | "
+                       f"{fmt_s(m['ttft_p95_s'])} | {m['connect_retries']} |")
+    return out
 
 
 def write_readme(section: str) -> None:

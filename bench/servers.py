@@ -1,4 +1,11 @@
-"""Start, probe and stop the servers under test: ``mlx_lm.server`` and ``rapid-mlx serve``.
+"""Start, probe and stop the servers under test: ``mlx_lm.server``, ours and the reference product.
+
+Kinds: ``mlx_lm`` (``python -m mlx_lm.server`` from our venv), ``ours`` (``python -m gateway
+serve``) and ``rapid_mlx_ref`` (PyPI ``rapid-mlx`` 0.16.10 from its own venv, built by
+``deploy/ensure-peer-venv.sh``; ``RAPID_MLX_PEER_VENV`` overrides where).  Both peers get the
+OpenBLAS our workers preload (``LD_PRELOAD``).  The reference product keeps a prefix-cache
+snapshot under ``~/.cache/rapid-mlx``: every start gets a fresh private ``HOME`` (removed on
+stop), so it starts cold and the user's cache is untouched.
 
 Every server runs in its own process group (``start_new_session``) so that stopping it takes its
 workers too: SIGTERM to the group, a grace period, then SIGKILL.  Logs go to files under
@@ -9,10 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +31,21 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
+PEERS = ("mlx_lm", "rapid_mlx_ref")
+# the reference product: no telemetry, no version check, no banner, no hub look-ups
+PEER_ENV = {"RAPID_MLX_TELEMETRY": "0", "RAPID_MLX_DISABLE_VERSION_CHECK": "1",
+            "RAPID_MLX_NO_BANNER": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def peer_venv() -> Path:
+    """Where deploy/ensure-peer-venv.sh put the reference product (RAPID_MLX_PEER_VENV overrides)."""
+    return Path(os.environ.get("RAPID_MLX_PEER_VENV") or ROOT / ".venv" / "peer-rapid-mlx")
+
+
+def peer_binary() -> Path | None:
+    """The reference product's ``rapid-mlx`` command, or None when its venv is not built."""
+    exe = peer_venv() / "bin" / "rapid-mlx"
+    return exe if exe.exists() else None
 
 
 def free_port() -> int:
@@ -39,14 +63,28 @@ def openblas_path() -> str | None:
     return find_openblas()
 
 
-def maps_openblas(pid: int | None) -> bool | None:
-    """True when process PID has an OpenBLAS mapped (None when unknown)."""
+def mapped_openblas(pid: int | None) -> list[str] | None:
+    """The OpenBLAS files process PID has mapped (None when unknown)."""
     if not pid:
         return None
     try:
-        return "openblas" in Path(f"/proc/{pid}/maps").read_text()
+        maps = Path(f"/proc/{pid}/maps").read_text()
     except OSError:
         return None
+    return sorted({ln.split()[-1] for ln in maps.splitlines() if "openblas" in ln and "/" in ln})
+
+
+def maps_openblas(pid: int | None, lib: str | None = None) -> bool | None:
+    """True when PID maps LIB (the preloaded OpenBLAS; any OpenBLAS when None); None if unknown.
+
+    numpy and scipy bundle OpenBLAS copies of their own, so only the exact preloaded file counts.
+    """
+    files = mapped_openblas(pid)
+    if files is None:
+        return None
+    if lib is None:
+        return bool(files)
+    return os.path.realpath(lib) in files or lib in files
 
 
 def serve_help() -> str:
@@ -60,8 +98,8 @@ def serve_help() -> str:
 class Server:
     """One server process under test."""
 
-    name: str  # label in tables: "mlx_lm", "ours", "ours-k8v4", ...
-    kind: str  # "mlx_lm" or "ours"
+    name: str  # label in tables: "mlx_lm", "rapid_mlx_ref", "ours-k8v4-on", ...
+    kind: str  # "mlx_lm", "rapid_mlx_ref" or "ours"
     model_path: str
     argv_extra: list[str] = field(default_factory=list)
     log_dir: Path = ROOT / "bench" / "results" / "logs"
@@ -70,6 +108,11 @@ class Server:
     alias: str = "bench"
     started_at: float = 0.0
     blas: str | None = None
+    home: str | None = None  # rapid_mlx_ref: the private HOME of this start
+
+    @property
+    def is_peer(self) -> bool:
+        return self.kind != "ours"
 
     @property
     def base_url(self) -> str:
@@ -84,15 +127,26 @@ class Server:
         if self.kind == "mlx_lm":
             return [PY, "-m", "mlx_lm.server", "--model", self.model_path, "--host", "127.0.0.1",
                     "--port", str(self.port), "--log-level", "WARNING", *self.argv_extra]
+        if self.kind == "rapid_mlx_ref":
+            exe = peer_binary()
+            if exe is None:
+                raise RuntimeError(f"the reference product is not installed in {peer_venv()}: "
+                                   "run `sh deploy/ensure-peer-venv.sh` (or use --peers mlx_lm)")
+            return [str(exe), "serve", self.model_path, "--host", "127.0.0.1",
+                    "--port", str(self.port), "--served-model-name", self.alias,
+                    "--log-level", "WARNING", *self.argv_extra]
         return [PY, "-m", "gateway", "serve", self.model_path, "--host", "127.0.0.1",
                 "--port", str(self.port), "--served-model-name", self.alias,
                 "--log-level", "warning", *self.argv_extra]
 
     def command_line(self) -> str:
         """The command as a person would type it (model path and port kept symbolic)."""
-        parts = ["LD_PRELOAD=$OPENBLAS"] if self.kind == "mlx_lm" and self.blas else []
+        parts = ["HOME=$(mktemp -d)"] if self.kind == "rapid_mlx_ref" else []
+        parts += ["LD_PRELOAD=$OPENBLAS"] if self.is_peer and self.blas else []
+        exe = str(peer_binary()) if self.kind == "rapid_mlx_ref" else ""
         for a in self.argv():
             a = "python" if a == PY else a
+            a = str(Path(a).relative_to(ROOT)) if exe and a == exe and a.startswith(str(ROOT)) else a
             a = "PATH" if a == self.model_path else a
             a = "PORT" if a == str(self.port) else a
             parts.append(a)
@@ -103,11 +157,17 @@ class Server:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         env.pop("_RAPID_MLX_BLAS_DONE", None)
-        if self.kind == "mlx_lm":
+        if self.is_peer:
             self.blas = openblas_path()
             if self.blas:
                 pre = env.get("LD_PRELOAD", "")
                 env["LD_PRELOAD"] = f"{self.blas}:{pre}" if pre else self.blas
+        if self.kind == "rapid_mlx_ref":
+            # our RAPID_MLX_* settings mean other things to the reference product
+            env = {k: v for k, v in env.items() if not k.startswith("RAPID_MLX_")}
+            env.update(PEER_ENV)
+            self.home = tempfile.mkdtemp(prefix="bench-peer-home-")
+            env["HOME"] = self.home
         log = open(self.log_dir / f"{self.name}.log", "wb")  # noqa: SIM115 - closed by the child
         self.proc = subprocess.Popen(self.argv(), cwd=ROOT, env=env, stdout=log,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -126,7 +186,7 @@ class Server:
         return self.proc is not None and self.proc.poll() is None
 
     def wait_ready(self, timeout: float = 300.0) -> None:
-        """Poll until the server answers (ours: the alias is ready; mlx_lm: /v1/models)."""
+        """Poll until the server answers (ours: the alias is ready; peers: /v1/models)."""
         deadline = time.monotonic() + timeout
         path = "/v1/health" if self.kind == "ours" else "/v1/models"
         while time.monotonic() < deadline:
@@ -136,7 +196,7 @@ class Server:
             with contextlib.suppress(httpx.HTTPError):
                 r = httpx.get(self.base_url + path, timeout=5.0)
                 if r.status_code == 200:
-                    if self.kind == "mlx_lm":
+                    if self.is_peer:
                         return
                     state = r.json().get("models", {}).get(self.alias, {}).get("state")
                     if state == "ready":
@@ -155,14 +215,15 @@ class Server:
             return {}
 
     def compute_pid(self) -> int | None:
-        """The pid doing the math: our worker, or mlx_lm.server itself."""
-        if self.kind == "mlx_lm":
+        """The pid doing the math: our worker, or the peer's server process itself."""
+        if self.is_peer:
             return self.proc.pid if self.proc else None
         return self.worker_status().get("pid")
 
     def stop(self, grace: float = 20.0) -> None:
-        """SIGTERM the process group, wait, then SIGKILL whatever is left."""
+        """SIGTERM the process group, wait, then SIGKILL whatever is left; drop a private HOME."""
         if self.proc is None:
+            self._drop_home()
             return
         pgid = self.proc.pid  # start_new_session: the group id is the leader's pid
         with contextlib.suppress(ProcessLookupError):
@@ -180,6 +241,12 @@ class Server:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5.0)
         self.proc = None
+        self._drop_home()
+
+    def _drop_home(self) -> None:
+        if self.home:
+            shutil.rmtree(self.home, ignore_errors=True)
+            self.home = None
 
 
 def _group_alive(pgid: int) -> bool:
