@@ -143,6 +143,8 @@ class Server:
         """The command as a person would type it (model path and port kept symbolic)."""
         parts = ["HOME=$(mktemp -d)"] if self.kind == "rapid_mlx_ref" else []
         parts += ["LD_PRELOAD=$OPENBLAS"] if self.is_peer and self.blas else []
+        threads = self.peer_blas_threads(dict(os.environ))
+        parts += [f"OPENBLAS_NUM_THREADS={threads}"] if threads else []
         exe = str(peer_binary()) if self.kind == "rapid_mlx_ref" else ""
         for a in self.argv():
             a = "python" if a == PY else a
@@ -151,6 +153,15 @@ class Server:
             a = "PORT" if a == str(self.port) else a
             parts.append(a)
         return " ".join(parts)
+
+    def peer_blas_threads(self, env: dict[str, str]) -> int | None:
+        """The OpenBLAS threads a peer gets: the count our worker's policy picks for this model."""
+        from worker.blas import blas_threads
+
+        if not self.is_peer:
+            return None
+        size = sum(f.stat().st_size for f in Path(self.model_path).glob("*.safetensors"))
+        return blas_threads(size, os.cpu_count() or 1, env)
 
     def start(self) -> None:
         self.port = self.port or free_port()
@@ -162,6 +173,9 @@ class Server:
             if self.blas:
                 pre = env.get("LD_PRELOAD", "")
                 env["LD_PRELOAD"] = f"{self.blas}:{pre}" if pre else self.blas
+            threads = self.peer_blas_threads(env)
+            if threads:
+                env["OPENBLAS_NUM_THREADS"] = str(threads)
         if self.kind == "rapid_mlx_ref":
             # our RAPID_MLX_* settings mean other things to the reference product
             env = {k: v for k, v in env.items() if not k.startswith("RAPID_MLX_")}
