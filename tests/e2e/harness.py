@@ -12,6 +12,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -101,3 +102,16 @@ class Server:
         if self.own_data_dir:
             shutil.rmtree(self.own_data_dir, ignore_errors=True)
         return code
+
+
+def plain_and(*flags: str) -> Iterator[tuple[Server, Server]]:
+    """A plain server and one started with FLAGS (both --max-batch 8), stopped after use."""
+    plain = Server("--max-batch", "8").wait_ready()
+    try:
+        other = Server("--max-batch", "8", *flags).wait_ready()
+    except Exception:
+        plain.stop()
+        raise
+    yield plain, other
+    other.stop()
+    plain.stop()

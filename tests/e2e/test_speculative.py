@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.harness import Server
+from tests.e2e.harness import Server, plain_and
 from tests.worker.spec_helpers import PROMPTS
 
 pytestmark = pytest.mark.slow
@@ -17,16 +17,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[Server, Server]]:
-    plain = Server("--max-batch", "8").wait_ready()
-    try:
-        spec = Server("--max-batch", "8", "--speculative", "ngram",
-                      "--num-draft-tokens", "5").wait_ready()
-    except Exception:
-        plain.stop()
-        raise
-    yield plain, spec
-    spec.stop()
-    plain.stop()
+    yield from plain_and("--speculative", "ngram", "--num-draft-tokens", "5")
 
 
 def _answers(server: Server, stream: bool) -> list[tuple[str, str | None]]:

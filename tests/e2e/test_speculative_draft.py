@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from tests.e2e.harness import Server
+from tests.e2e.harness import Server, plain_and
 from tests.worker.test_draft_model import QUESTIONS
 
 pytestmark = pytest.mark.slow
@@ -18,16 +18,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[Server, Server]]:
-    plain = Server("--max-batch", "8").wait_ready()
-    try:
-        spec = Server("--max-batch", "8", "--speculative", "draft", "--draft-model", "demo-draft",
-                      "--num-draft-tokens", "4").wait_ready()
-    except Exception:
-        plain.stop()
-        raise
-    yield plain, spec
-    spec.stop()
-    plain.stop()
+    yield from plain_and("--speculative", "draft", "--draft-model", "demo-draft",
+                         "--num-draft-tokens", "4")
 
 
 def _answers(server: Server) -> list[str | None]:
