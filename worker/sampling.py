@@ -122,24 +122,30 @@ def scaled(logits: mx.array, rows: list[RowSampler]) -> mx.array:
     return _filter(logits / temps, rows)
 
 
+def draw(prepared: mx.array, rows: list[RowSampler]) -> tuple[mx.array, mx.array | None]:
+    """Each row's token from PREPARED logits: argmax for greedy rows, else an unseeded draw from
+    its scaled logits, which are returned too (None when every row is greedy)."""
+    greedy_tokens = mx.argmax(prepared, axis=-1)
+    if all(r.greedy for r in rows):
+        return greedy_tokens, None
+    scaled_logits = scaled(prepared, rows)
+    sampled = mx.random.categorical(scaled_logits, axis=-1)
+    greedy_mask = mx.array([r.greedy for r in rows])
+    return mx.where(greedy_mask, greedy_tokens, sampled), scaled_logits
+
+
 def sample(logits: mx.array, rows: list[RowSampler]) -> tuple[mx.array, mx.array | None]:
     """Pick one token per row from logits (B, V); also return log-probs when any row asks."""
     logits, logprobs = prepare(logits, rows)
-    greedy_tokens = mx.argmax(logits, axis=-1)
-    if all(r.greedy for r in rows):
-        return greedy_tokens, logprobs
-    scaled_logits = scaled(logits, rows)
-    sampled = mx.random.categorical(scaled_logits, axis=-1)
+    tokens, scaled_logits = draw(logits, rows)
     seeded = [b for b, r in enumerate(rows) if r.key is not None and not r.greedy]
-    if seeded:
+    if seeded and scaled_logits is not None:  # a seeded row draws from its own random stream
         parts = []
-        for b in range(len(rows)):
-            row = rows[b]
+        for b, row in enumerate(rows):
             if b in seeded and row.key is not None:
                 row.key, sub = mx.random.split(row.key)
                 parts.append(mx.random.categorical(scaled_logits[b], key=sub)[None])
             else:
-                parts.append(sampled[b : b + 1])
-        sampled = mx.concatenate(parts)
-    greedy_mask = mx.array([r.greedy for r in rows])
-    return mx.where(greedy_mask, greedy_tokens, sampled), logprobs
+                parts.append(tokens[b : b + 1])
+        tokens = mx.concatenate(parts)
+    return tokens, logprobs

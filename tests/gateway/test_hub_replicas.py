@@ -46,15 +46,18 @@ async def _recv(peer: Peer) -> m.Job | None:
 
 
 @asynccontextmanager
-async def _two_replicas(address: str) -> AsyncIterator[tuple[Hub, Peer, Peer]]:
-    """A hub whose alias "a" has two ready replicas, boot1 (the older) and boot2."""
+async def _two_replicas(address: str, second: str = "rev1"
+                        ) -> AsyncIterator[tuple[Hub, Peer, Peer]]:
+    """A hub whose alias "a" has replica boot1 (rev1) ready, then boot2 of revision SECOND
+    (ready too when the revisions match)."""
     hub = await _hub(address, external=True, insecure=True)
     one, two = Peer(address, b"a:boot1"), Peer(address, b"a:boot2")
     try:
         one.send(_ready("boot1"))
         await _until(lambda: hub.serving(hub.aliases["a"]))
-        two.send(_ready("boot2"))
-        await _until(lambda: len(hub.aliases["a"].ready_replicas()) == 2)
+        two.send(_ready("boot2", second))
+        if second == "rev1":
+            await _until(lambda: len(hub.aliases["a"].ready_replicas()) == 2)
         yield hub, one, two
     finally:
         one.close()
@@ -90,12 +93,7 @@ async def test_a_dead_replica_fails_what_clients_saw_and_resends_the_rest(addres
 
 
 async def test_a_replica_of_another_revision_is_refused(address: str) -> None:
-    hub = await _hub(address, external=True, insecure=True)
-    one, other = Peer(address, b"a:boot1"), Peer(address, b"a:boot2")
-    try:
-        one.send(_ready("boot1", "rev1"))
-        await _until(lambda: hub.serving(hub.aliases["a"]))
-        other.send(_ready("boot2", "rev2"))
+    async with _two_replicas(address, second="rev2") as (hub, _, other):
         refused = await _recv(other)
         assert isinstance(refused, m.Shutdown) and "revision_mismatch" in refused.reason
         assert _rejected(hub, "revision_mismatch") == 1
@@ -104,10 +102,6 @@ async def test_a_replica_of_another_revision_is_refused(address: str) -> None:
         same.send(_ready("boot3", "rev1"))
         await _until(lambda: len(hub.aliases["a"].ready_replicas()) == 2)
         same.close()
-    finally:
-        one.close()
-        other.close()
-        await hub.close()
 
 
 async def test_draining_one_replica_moves_new_work_to_the_other(address: str) -> None:

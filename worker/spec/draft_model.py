@@ -15,7 +15,7 @@ import mlx.core as mx
 
 from worker.forward import Forward
 from worker.kv_manager import KVManager, RequestPages
-from worker.sampling import RowSampler, prepare, scaled
+from worker.sampling import RowSampler, draw, prepare
 
 if TYPE_CHECKING:
     from cache.paged_kv import PagedKVStore
@@ -152,11 +152,5 @@ class DraftModelDrafter:
     @staticmethod
     def _pick(logits: mx.array, samplers: list[RowSampler]) -> tuple[mx.array, mx.array | None]:
         """Each row's proposal (argmax, or a draw from its processed q) and q when any row samples."""
-        prepared, _ = prepare(logits, samplers)
-        greedy = mx.argmax(prepared, axis=-1)
-        if all(s.greedy for s in samplers):
-            return greedy, None
-        scaled_logits = scaled(prepared, samplers)
-        drawn = mx.random.categorical(scaled_logits, axis=-1)
-        is_greedy = mx.array([s.greedy for s in samplers])
-        return mx.where(is_greedy, greedy, drawn), mx.softmax(scaled_logits, axis=-1)
+        tokens, scaled_logits = draw(prepare(logits, samplers)[0], samplers)
+        return tokens, None if scaled_logits is None else mx.softmax(scaled_logits, axis=-1)
