@@ -9,6 +9,7 @@ import mlx.core as mx
 
 from cache.paged_kv import PagedKVStore
 from worker.attention import PagedBatch, routes_attention
+from worker.compiled_decode import CompiledDecode, compile_decode
 from worker.kv_manager import RequestPages
 from worker.vision.inputs import KEY_BASE
 
@@ -61,6 +62,7 @@ class Forward:
         self.tap: Tap | None = None  # rank 0 of a tensor-parallel group sets it
         self.sharded = False  # every rank must evaluate the whole model (its collectives)
         self.final: mx.array | None = None  # the last call's model output (sharded: evaluated)
+        self.compiled = CompiledDecode(self._decode, store) if compile_decode() else None
 
     def __call__(self, rows: list[list[int]], kvs: list[RequestPages], starts: list[int],
                  want_logits: bool, embeds: list[mx.array | None] | None = None,
@@ -94,6 +96,12 @@ class Forward:
         """
         if self.tap is not None:
             tokens = self.tap.decode(tokens, kvs, starts, positions)
+        if self.compiled is not None and positions is None and not self.sharded:
+            batch = PagedBatch(self.store, [kv.pages for kv in kvs], starts, [1] * len(starts),
+                               self.dtype, tails=[kv.tail for kv in kvs], cascade=self.cascade,
+                               bucket=True)
+            if self.compiled.fits(batch):
+                return self.compiled(tokens[:, None], batch)
         out = self._build(tokens[:, None], kvs, starts, [1] * len(starts), True, None, positions)
         assert out is not None
         return out
@@ -132,8 +140,18 @@ class Forward:
                positions: mx.array | None = None, every: bool = False) -> mx.array | None:
         batch = PagedBatch(self.store, [kv.pages for kv in kvs], starts, lengths, self.dtype,
                            tails=[kv.tail for kv in kvs], cascade=self.cascade)
+        return self._run(tokens, batch, want_logits, inputs, positions, every)
+
+    def _decode(self, tokens: mx.array, batch: PagedBatch) -> mx.array:
+        """The model over one decode batch: logits (B, V) (what the compiled step traces)."""
+        out = self._run(tokens, batch, True)
+        assert out is not None
+        return out
+
+    def _run(self, tokens: mx.array, batch: PagedBatch, want_logits: bool,
+             inputs: mx.array | None = None, positions: mx.array | None = None,
+             every: bool = False) -> mx.array | None:
         cache = batch.views()
-        last = mx.array(lengths) - 1
         if self.split is not None:
             inner, head = self.split
             if positions is not None:
@@ -143,13 +161,20 @@ class Forward:
             self.final = hidden if self.sharded else None
             if every:
                 return head(hidden)
-            return head(_at(hidden, last)) if want_logits else None
+            return head(_last(hidden, batch)) if want_logits else None
         logits = (self.model(tokens, cache=cache) if inputs is None
                   else self.model(tokens, cache=cache, inputs_embeds=inputs))
         self.final = logits if self.sharded else None
         if every:
             return logits  # type: ignore[no-any-return]
-        return _at(logits, last) if want_logits else None
+        return _last(logits, batch) if want_logits else None
+
+
+def _last(x: mx.array, batch: PagedBatch) -> mx.array:
+    """Each row's output at its last fed position (B, ...)."""
+    if batch.n == 1:
+        return x[:, 0, :]
+    return _at(x, mx.array(batch.lengths) - 1)
 
 
 def _at(x: mx.array, positions: mx.array) -> mx.array:
