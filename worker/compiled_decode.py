@@ -22,6 +22,7 @@ from worker.paged_batch import PagedBatch
 # PagedBatch attributes that are arrays a decode step reads (those a batch has)
 ARRAYS = ("write_rows", "offset", "q_pos", "k_pos", "mask", "table", "older", "shared_table",
           "rest_table", "window_pos", "window_mask", "decode_tail_rows", "tail_ids")
+KEEP = 64  # compiled functions kept (least recently used dropped; MLX frees their traces)
 Run = Callable[[mx.array, PagedBatch], mx.array]
 
 
@@ -60,9 +61,15 @@ class CompiledDecode:
         arrays = [batch.__dict__[a] for a in names]
         key = (names, tuple(a.shape for a in arrays), tokens.shape, batch.shared,
                getattr(batch, "tail_width", 0))
-        fn = self.fns.get(key)
+        fn = self.fns.pop(key, None)
         if fn is None:
-            fn = self.fns[key] = mx.compile(self._traced(batch, names))
+            fn = mx.compile(self._traced(batch, names))
+            if len(self.fns) >= KEEP:
+                del self.fns[next(iter(self.fns))]
+        self.fns[key] = fn
+        # MLX picks a write's output buffer when it encodes the step: a page array the step
+        # before is still writing would be copied whole, so wait for those writes first
+        mx.eval(self.store.arrays())
         pool = _pool(self.store)
         out, k, v, k_tail, v_tail = fn(tokens, arrays, pool)
         del pool

@@ -83,7 +83,11 @@ class Forward:
         inputs = None
         if embeds is not None and any(e is not None for e in embeds):
             inputs = self._embeddings(tokens, embeds, n)
-        out = self._build(tokens, kvs, starts, lengths, want_logits, inputs, positions)
+        out = None
+        if n == 1 and want_logits and inputs is None:
+            out = self._compiled(tokens, kvs, starts, positions)
+        if out is None:
+            out = self._build(tokens, kvs, starts, lengths, want_logits, inputs, positions)
         keep = [x for x in (out, self.final if self.sharded else None) if x is not None]
         mx.eval(*keep, self.store.arrays())
         return out
@@ -96,12 +100,9 @@ class Forward:
         """
         if self.tap is not None:
             tokens = self.tap.decode(tokens, kvs, starts, positions)
-        if self.compiled is not None and positions is None and not self.sharded:
-            batch = PagedBatch(self.store, [kv.pages for kv in kvs], starts, [1] * len(starts),
-                               self.dtype, tails=[kv.tail for kv in kvs], cascade=self.cascade,
-                               bucket=True)
-            if self.compiled.fits(batch):
-                return self.compiled(tokens[:, None], batch)
+        out = self._compiled(tokens[:, None], kvs, starts, positions)
+        if out is not None:
+            return out
         out = self._build(tokens[:, None], kvs, starts, [1] * len(starts), True, None, positions)
         assert out is not None
         return out
@@ -122,6 +123,16 @@ class Forward:
         assert out is not None
         mx.eval(out, self.store.arrays())
         return out
+
+    def _compiled(self, tokens: mx.array, kvs: list[RequestPages], starts: list[int],
+                  positions: mx.array | None) -> mx.array | None:
+        """A decode step's logits through the compiled step, or None where it does not apply."""
+        if self.compiled is None or positions is not None or self.sharded:
+            return None
+        batch = PagedBatch(self.store, [kv.pages for kv in kvs], starts, [1] * len(starts),
+                           self.dtype, tails=[kv.tail for kv in kvs], cascade=self.cascade,
+                           bucket=True)
+        return self.compiled(tokens, batch) if self.compiled.fits(batch) else None
 
     def _embeddings(self, tokens: mx.array, embeds: list[mx.array | None], n: int) -> mx.array:
         """(B, n, D) input embeddings: each row's given ones (padded), else its tokens'."""
