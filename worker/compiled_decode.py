@@ -53,7 +53,7 @@ class CompiledDecode:
         """Logits (B, V) of one decode step; the store's page arrays become the step's outputs."""
         if batch.shared:
             _ = batch.shared_table, batch.rest_table
-        elif not batch.quantized:
+        else:
             _ = batch.table
         if batch.tails is not None:
             _ = batch.older
@@ -96,7 +96,11 @@ class CompiledDecode:
             batch.store = proxy
             for name, a in zip(names, arrays, strict=True):
                 setattr(batch, name, a)
+            known = set(batch.__dict__)
             out = run(tokens, batch)
+            lazy = [a for a in batch.__dict__ if a not in known]
+            if lazy:  # computed while tracing: it would be baked into the function as a constant
+                raise RuntimeError(f"compiled decode step read {lazy} without passing them in")
             return out, proxy.k, proxy.v, proxy.k_tail, proxy.v_tail
 
         return step

@@ -28,8 +28,9 @@ class PagedBatch:
     With ``tails`` (K8V4), row b also keeps its current page in full precision in tail page
     tails[b]. With ``cascade``, the leading pages every row shares (all before any row's first
     query) are attended once for all rows. With ``bucket`` (a compiled decode step), the keys
-    are padded to a bucket of pages and the K8V4 window to a whole page, masked, so that steps
-    repeat shapes; every value the model reads is then an array (no Python ints).
+    are padded to a bucket of pages, masked, so that steps repeat shapes, and every value the
+    model reads is an array (no Python ints). The K8V4 window keeps its width: padding it would
+    change the float rounding of its scores (BLAS computes the last N % 4 columns apart).
     """
 
     def __init__(self, store: PagedKVStore, block_tables: list[list[int]], starts: list[int],
@@ -64,15 +65,15 @@ class PagedBatch:
         self.shared = _shared_pages(pages, min(starts) // p) * p if cascade else 0
         self.tails = tails if self.quantized and tails is not None else None
         if self.tails is not None:
-            self._plan_tail(p, h, heads, starts_np, lengths_np, np.array(self.tails), bucket)
+            self._plan_tail(p, h, heads, starts_np, lengths_np, np.array(self.tails))
 
     def _plan_tail(self, p: int, h: int, heads: np.ndarray, starts: np.ndarray,
-                   lengths: np.ndarray, tails: np.ndarray, bucket: bool = False) -> None:
+                   lengths: np.ndarray, tails: np.ndarray) -> None:
         """Tables of the full-precision window: each row's current page up to its last query."""
         n = self.n
         base = starts // p * p
         off = starts - base
-        w = np.arange(max(int(off.max()) + n, p if bucket and n == 1 else 0))
+        w = np.arange(int(off.max()) + n)
         from_tail = w[None, :] < off[:, None]  # (B, W): written by earlier steps
         tail_rows = np.where(from_tail, tails[:, None] * p + w[None, :], 0)
         new_idx = np.clip(w[None, :] - off[:, None], 0, n - 1) + np.arange(len(starts))[:, None] * n

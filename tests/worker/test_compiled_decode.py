@@ -44,6 +44,36 @@ def test_compiled_greedy_matches_plain_alone_and_batched(
     assert compiled._forward.compiled.fns, "no step went through the compiled function"
 
 
+@pytest.mark.parametrize("kind", ["k8v4", "none"])
+def test_every_compiled_step_equals_the_plain_step(kind: str, monkeypatch: pytest.MonkeyPatch
+                                                   ) -> None:
+    """Page tables change under the compiled functions (8 rows, pages of 8): each call's logits
+    are the plain step's, bit for bit with K8V4 pages (full precision: within float rounding,
+    as the padded keys change which score columns BLAS computes apart)."""
+    import copy
+
+    import worker.compiled_decode as cd
+
+    mdl, tok = load(str(embedded_model_path()))[:2]
+    engine = _engine(mdl, tok, True, monkeypatch, kind=kind, page_size=8)
+    calls: list[bool] = []
+    original = cd.CompiledDecode.__call__
+
+    def checked(self: Any, tokens: mx.array, batch: Any) -> mx.array:
+        plain = self.run(tokens, copy.copy(batch))
+        mx.eval(plain, self.store.arrays())
+        out = original(self, tokens, batch)
+        same = mx.array_equal(out, plain).item() if kind == "k8v4" else mx.allclose(
+            out, plain, rtol=0, atol=1e-4).item()
+        calls.append(bool(same))
+        return out
+
+    monkeypatch.setattr(cd.CompiledDecode, "__call__", checked)
+    _run(engine, {f"p{i}": tok.encode(p) for i, p in enumerate(PROMPTS[:8])}, GREEDY)
+    assert len(calls) > 30 and all(calls), f"{calls.count(False)} of {len(calls)} steps differ"
+    assert len(engine._forward.compiled.fns) > 1  # functions were reused across page tables
+
+
 def _address(a: mx.array) -> int:
     mx.eval(a)
     return int(np.asarray(a, copy=False).__array_interface__["data"][0])
