@@ -39,10 +39,12 @@ def _unstack(weights: dict[str, Any], prefix: str) -> dict[str, Any]:
     return out
 
 
-def glm_mtp_model(dest: Path, seed: int = 5, agree: bool = False, nextn: bool = True) -> Path:
+def glm_mtp_model(dest: Path, seed: int = 5, agree: bool = False, nextn: bool = True,
+                  vocab: int | None = None) -> Path:
     """Write the checkpoint to DEST. AGREE: quiet layers and a next-n layer that reads only the
     next token's embedding, so its proposals mostly match the target's greedy choices.
-    NEXTN False: the same model without the next-n layer (like a quantized conversion)."""
+    NEXTN False: the same model without the next-n layer (like a quantized conversion).
+    VOCAB: a word-level tokenizer of that many words (w0..) instead of the demo's."""
     import mlx.core as mx
     from mlx.utils import tree_flatten
     from mlx_lm.models import glm4_moe
@@ -53,6 +55,9 @@ def glm_mtp_model(dest: Path, seed: int = 5, agree: bool = False, nextn: bool = 
         if name != "config.json" and (src / name).exists():
             shutil.copy(src / name, dest / name)
     config = dict(CONFIG, num_nextn_predict_layers=1 if nextn else 0)
+    if vocab is not None:
+        config.update(vocab_size=vocab, eos_token_id=vocab - 1)
+        _word_tokenizer(dest, vocab)
     (dest / "config.json").write_text(json.dumps(config, indent=1))
     args = glm4_moe.ModelArgs.from_dict(config)
     mx.random.seed(seed)
@@ -90,3 +95,16 @@ def _quiet(block: Any) -> None:
         mlp.shared_experts.down_proj.weight = mlp.shared_experts.down_proj.weight * QUIET
     else:
         mlp.down_proj.weight = mlp.down_proj.weight * QUIET
+
+
+def _word_tokenizer(dest: Path, vocab: int) -> None:
+    """A word-level tokenizer of VOCAB words w0.. (the last one is EOS)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    for name in FILES:
+        (dest / name).unlink(missing_ok=True)
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(vocab)}, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()  # type: ignore[assignment]
+    tok.save(str(dest / "tokenizer.json"))
+    (dest / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": f"w{vocab - 1}"}))
