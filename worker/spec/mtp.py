@@ -21,6 +21,7 @@ import mlx.core as mx
 from worker.kv_manager import KVManager, RequestPages
 from worker.paged_batch import PagedBatch
 from worker.spec.draft_model import DraftModelDrafter
+from worker.spec.mtp_hidden import Captured
 
 if TYPE_CHECKING:
     from cache.paged_kv import PagedKVStore
@@ -37,37 +38,12 @@ class MTPRow:
     """One target row's MTP state: captured hidden states and the layer's own KV."""
 
     target: weakref.ref[RequestPages]  # the target row's pages object: captures are keyed by it
-    chunks: list[tuple[int, mx.array]] = field(default_factory=list)  # (position, (n, D))
+    hidden: Captured = field(default_factory=Captured)
     base: int = 0  # absolute position of the MTP KV's slot 0
     done: int = 0  # absolute positions base..done-1 are in the MTP KV
     computed: int = 0  # KVManager's view: local positions held (done - base)
     tokens: list[int] = field(default_factory=list)
     kv: RequestPages = field(default_factory=RequestPages)
-
-    def put(self, start: int, hidden: mx.array) -> None:
-        """Keep hidden states (n, D) for positions START..; later positions are overwritten."""
-        end = self.chunks[-1][0] + self.chunks[-1][1].shape[0] if self.chunks else start
-        if start > end:  # a gap (positions never captured): start afresh from here
-            self.chunks = []
-        keep = [(p, h if p + h.shape[0] <= start else h[: start - p])
-                for p, h in self.chunks if p < start]
-        self.chunks = [*keep, (start, hidden)]
-
-    def span(self, lo: int, hi: int) -> mx.array | None:
-        """Hidden states of positions lo..hi-1 (None when not all captured)."""
-        parts = [h[max(0, lo - p): hi - p] for p, h in self.chunks if p < hi and p + h.shape[0] > lo]
-        if not self.chunks or self.chunks[0][0] > lo or sum(x.shape[0] for x in parts) != hi - lo:
-            return None
-        return parts[0] if len(parts) == 1 else mx.concatenate(parts)
-
-    def first(self) -> int:
-        """The first captured position (after the latest gap)."""
-        return self.chunks[0][0] if self.chunks else 0
-
-    def forget_before(self, pos: int) -> None:
-        """Drop hidden states of positions before POS (already in the MTP KV)."""
-        self.chunks = [(max(p, pos), h[max(0, pos - p):]) for p, h in self.chunks
-                       if p + h.shape[0] > pos]
 
 
 class MTPDrafter:
@@ -94,7 +70,7 @@ class MTPDrafter:
                 # the engine replaces a row's pages object when it releases the row: then the
                 # object dies and the state goes with it (also for rows that never drafted)
                 st = self.rows[id(kv)] = MTPRow(weakref.ref(kv, self._dropper(id(kv))))
-            st.put(start, hidden[b, :n])
+            st.hidden.put(start, hidden, b, n)
 
     def _dropper(self, key: int) -> Callable[[weakref.ref[RequestPages]], None]:
         def drop(ref: weakref.ref[RequestPages]) -> None:
@@ -130,7 +106,7 @@ class MTPDrafter:
         for st, (_, hi) in zip(states, feeds, strict=True):
             st.done = hi
             st.computed = hi - st.base
-            st.forget_before(hi - 1)  # the last one stays: a repeated proposal needs it
+            st.hidden.forget_before(hi - 1)  # the last one stays: a repeated proposal needs it
         want = [ks[i] for i, _ in todo]
         at = list(range(len(states)))
         for n in range(1, max(want)):
@@ -182,9 +158,9 @@ class MTPDrafter:
             return None
         if st.done >= end:  # nothing new verified: repeat the last position (its hidden is kept)
             st.done = end - 1
-        if st.done < st.base or st.span(st.done, end) is None:  # a gap: restart the MTP context
-            first = st.first()
-            if first >= end or st.span(first, end) is None:
+        if st.done < st.base or st.hidden.span(st.done, end) is None:  # a gap: restart the MTP context
+            first = st.hidden.first()
+            if first >= end or st.hidden.span(first, end) is None:
                 return None
             self.kv.release(st, cache=False)
             st.base = st.done = first
@@ -196,7 +172,7 @@ class MTPDrafter:
             self._run([st], [row], [(st.done, st.done + n)], last=False)
             st.done += n
             st.computed = st.done - st.base
-            st.forget_before(st.done - 1)
+            st.hidden.forget_before(st.done - 1)
         return st
 
     def _run(self, states: list[MTPRow], owners: list[Request], feeds: list[tuple[int, int]],
@@ -205,7 +181,7 @@ class MTPDrafter:
         n = max(hi - lo for lo, hi in feeds)
         toks, hids, poss = [], [], []
         for st, r, (lo, hi) in zip(states, owners, feeds, strict=True):
-            h = st.span(lo, hi)
+            h = st.hidden.span(lo, hi)
             assert h is not None
             pad = n - (hi - lo)
             toks.append(r.tokens[lo + 1: hi + 1] + [0] * pad)
