@@ -111,7 +111,7 @@ def _rename(weights: dict[str, mx.array]) -> dict[str, mx.array]:
     return out
 
 
-def load_mtp(target: Any, path: Path, config: dict[str, Any], dtype: mx.Dtype) -> MTPHead:
+def load_mtp(target: Any, path: Path, config: dict[str, Any]) -> MTPHead:
     """The target's first next-n layer from the checkpoint at PATH, or CannotLoad saying why."""
     model = str(path)
     text = config.get("text_config", config)
@@ -127,6 +127,9 @@ def load_mtp(target: Any, path: Path, config: dict[str, Any], dtype: mx.Dtype) -
         raise CannotLoad(model, "--speculative mtp needs multi-token-prediction layers, and "
                          "this checkpoint has none (quantized conversions drop them)", how)
     weights = _rename(weights)
+    from worker.engine import model_dtype
+
+    dtype = model_dtype(target)
     module = sys.modules[type(target).__module__]
     block = module.DecoderLayer(target.args, int(text["num_hidden_layers"]))
     layer = NextN(target.args, block, "shared_head.head.weight" in weights,
@@ -154,9 +157,9 @@ def mtp_drafter(loaded: Any, *, max_batch: int, context_length: int, page_size: 
     from worker.kv_setup import parse_memory
     from worker.spec.mtp import MTPDrafter
 
-    model = loaded.model
+    model = getattr(loaded, "model", None)
+    head = load_mtp(model, Path(loaded.path), getattr(loaded, "config", None) or {})
     dtype = model_dtype(model)
-    head = load_mtp(model, Path(loaded.path), loaded.config, dtype)
     args = model.args
     dim = getattr(args, "head_dim", None) or args.hidden_size // args.num_attention_heads
     fmt = KVFormat(1, args.num_key_value_heads, dim, page_size, dtype, "none")
