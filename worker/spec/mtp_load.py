@@ -157,7 +157,7 @@ def mtp_drafter(loaded: Any, *, max_batch: int, context_length: int, page_size: 
     from worker.kv_setup import parse_memory
     from worker.spec.mtp import MTPDrafter
 
-    model = getattr(loaded, "model", None)
+    model: Any = getattr(loaded, "model", None)
     head = load_mtp(model, Path(loaded.path), getattr(loaded, "config", None) or {})
     dtype = model_dtype(model)
     args = model.args
