@@ -158,7 +158,11 @@ def mtp_drafter(loaded: Any, *, max_batch: int, context_length: int, page_size: 
     from worker.spec.mtp import MTPDrafter
 
     model: Any = getattr(loaded, "model", None)
-    head = load_mtp(model, Path(loaded.path), getattr(loaded, "config", None) or {})
+    path = Path(str(getattr(loaded, "path", "")))
+    config = getattr(loaded, "config", None)
+    if config is None and (path / "config.json").is_file():
+        config = json.loads((path / "config.json").read_text())
+    head = load_mtp(model, path, config or {})
     dtype = model_dtype(model)
     args = model.args
     dim = getattr(args, "head_dim", None) or args.hidden_size // args.num_attention_heads
