@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import mlx.core as mx
@@ -21,7 +20,7 @@ import mlx.core as mx
 from worker.kv_manager import KVManager, RequestPages
 from worker.paged_batch import PagedBatch
 from worker.spec.draft_model import DraftModelDrafter
-from worker.spec.mtp_hidden import Captured
+from worker.spec.mtp_hidden import MTPRow
 
 if TYPE_CHECKING:
     from cache.paged_kv import PagedKVStore
@@ -31,19 +30,6 @@ if TYPE_CHECKING:
 
 CATCH_UP_CHUNK = 512  # positions per MTP forward while a row catches up on its prompt
 BATCHED_TAIL = 8  # at most this many positions join the batched first forward
-
-
-@dataclass(eq=False)
-class MTPRow:
-    """One target row's MTP state: captured hidden states and the layer's own KV."""
-
-    target: weakref.ref[RequestPages]  # the target row's pages object: captures are keyed by it
-    hidden: Captured = field(default_factory=Captured)
-    base: int = 0  # absolute position of the MTP KV's slot 0
-    done: int = 0  # absolute positions base..done-1 are in the MTP KV
-    computed: int = 0  # KVManager's view: local positions held (done - base)
-    tokens: list[int] = field(default_factory=list)
-    kv: RequestPages = field(default_factory=RequestPages)
 
 
 class MTPDrafter:

@@ -1,11 +1,15 @@
-"""The target's hidden states an MTP drafter has captured for one row, by absolute position."""
+"""An MTP drafter's state per target row: the hidden states it captured, by absolute position,
+and its next-n layer's own KV."""
 
 from __future__ import annotations
 
+import weakref
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import mlx.core as mx
+
+from worker.kv_manager import RequestPages
 
 WINDOW = 2048  # positions kept ahead of the MTP KV; older ones go (its context restarts later)
 
@@ -64,3 +68,16 @@ class Captured:
         if self.chunks and self.chunks[0].pos < pos:
             c = self.chunks[0]
             c.off, c.n, c.pos = c.off + pos - c.pos, c.end - pos, pos
+
+
+@dataclass(eq=False)
+class MTPRow:
+    """One target row's MTP state: captured hidden states and the layer's own KV."""
+
+    target: weakref.ref[RequestPages]  # the target row's pages object: captures are keyed by it
+    hidden: Captured = field(default_factory=Captured)
+    base: int = 0  # absolute position of the MTP KV's slot 0
+    done: int = 0  # absolute positions base..done-1 are in the MTP KV
+    computed: int = 0  # KVManager's view: local positions held (done - base)
+    tokens: list[int] = field(default_factory=list)
+    kv: RequestPages = field(default_factory=RequestPages)
