@@ -208,3 +208,16 @@ def test_sampled_joint_distribution_is_unchanged(words: Model) -> None:
     assert engine.stats.drafted_tokens > 4000
     assert 0 < engine.stats.accepted_tokens < engine.stats.drafted_tokens
     assert homogeneity_p(plain, spec) > 1e-3, (plain.most_common(8), spec.most_common(8))
+
+
+def test_greedy_rows_beside_sampled_rows(words: Model) -> None:
+    """A batch mixing greedy and sampled speculating rows: the greedy one stays exact."""
+    mdl, tok, _ = words
+    greedy = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    ref = tokens(run(make_engine(mdl, tok), {"g": PROMPT}, greedy))["g"]
+    engine = mtp_engine(words, max_batch=8)
+    for i in range(4):
+        engine.add(f"s{i}", PROMPT, PARAMS)
+    assert tokens(run(engine, {"g": PROMPT}, greedy))["g"] == ref
+    assert engine.stats.drafted_tokens > 0
+    assert all_free(engine)
