@@ -123,6 +123,11 @@ class MTPDrafter:
                 qs[i] = mx.stack(per_q[b])
         return out, qs
 
+    def hopeful(self, row: Request) -> bool:
+        """True when the row's hidden states were captured (else drafting needs no sync step)."""
+        st = self.rows.get(id(row.kv))
+        return st is not None and st.target() is row.kv and bool(st.hidden.chunks)
+
     def verified(self, row: Request, accepted: int, drafted: int) -> None:
         """Nothing to do: the next proposal keeps only what the target verified."""
 
