@@ -15,7 +15,7 @@ from worker.vision.inputs import KEY_BASE
 
 # Architectures whose Model.__call__ is exactly `head(model(inputs, cache))`: for these the head
 # runs on the last position only, and not at all for prompt chunks that need no logits.
-_PLAIN_HEAD = {"llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe"}
+_PLAIN_HEAD = {"llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "glm4_moe"}
 
 
 def _split(model: Any) -> tuple[Any, Callable[[mx.array], mx.array]] | None:
@@ -62,6 +62,8 @@ class Forward:
         self.tap: Tap | None = None  # rank 0 of a tensor-parallel group sets it
         self.sharded = False  # every rank must evaluate the whole model (its collectives)
         self.final: mx.array | None = None  # the last call's model output (sharded: evaluated)
+        # an MTP drafter's hook: each call's hidden states (B, n, D), evaluated with the call
+        self.on_hidden: Callable[[mx.array, list[RequestPages], list[int], list[int]], None] | None = None
         self.compiled = CompiledDecode(self._decode, store) if compile_decode() else None
 
     def __call__(self, rows: list[list[int]], kvs: list[RequestPages], starts: list[int],
@@ -88,7 +90,8 @@ class Forward:
             out = self._compiled(tokens, kvs, starts, positions)
         if out is None:
             out = self._build(tokens, kvs, starts, lengths, want_logits, inputs, positions)
-        keep = [x for x in (out, self.final if self.sharded else None) if x is not None]
+        keep = [x for x in (out, self.final if self.sharded or self.on_hidden else None)
+                if x is not None]
         mx.eval(*keep, self.store.arrays())
         return out
 
@@ -121,13 +124,15 @@ class Forward:
         tokens = mx.array([r + [0] * (n - len(r)) for r in rows])
         out = self._build(tokens, kvs, starts, lengths, True, None, positions, every=True)
         assert out is not None
-        mx.eval(out, self.store.arrays())
+        mx.eval(out, *([self.final] if self.on_hidden and self.final is not None else []),
+                self.store.arrays())
         return out
 
     def _compiled(self, tokens: mx.array, kvs: list[RequestPages], starts: list[int],
                   positions: mx.array | None) -> mx.array | None:
         """A decode step's logits through the compiled step, or None where it does not apply."""
-        if self.compiled is None or positions is not None or self.sharded:
+        if (self.compiled is None or positions is not None or self.sharded
+                or self.on_hidden is not None):
             return None
         batch = PagedBatch(self.store, [kv.pages for kv in kvs], starts, [1] * len(starts),
                            self.dtype, tails=[kv.tail for kv in kvs], cascade=self.cascade,
@@ -151,7 +156,7 @@ class Forward:
                positions: mx.array | None = None, every: bool = False) -> mx.array | None:
         batch = PagedBatch(self.store, [kv.pages for kv in kvs], starts, lengths, self.dtype,
                            tails=[kv.tail for kv in kvs], cascade=self.cascade)
-        return self._run(tokens, batch, want_logits, inputs, positions, every)
+        return self._run(tokens, batch, want_logits, inputs, positions, every, (kvs, starts))
 
     def _decode(self, tokens: mx.array, batch: PagedBatch) -> mx.array:
         """The model over one decode batch: logits (B, V) (what the compiled step traces)."""
@@ -161,7 +166,8 @@ class Forward:
 
     def _run(self, tokens: mx.array, batch: PagedBatch, want_logits: bool,
              inputs: mx.array | None = None, positions: mx.array | None = None,
-             every: bool = False) -> mx.array | None:
+             every: bool = False, rows: tuple[list[RequestPages], list[int]] | None = None
+             ) -> mx.array | None:
         cache = batch.views()
         if self.split is not None:
             inner, head = self.split
@@ -169,7 +175,10 @@ class Forward:
                 hidden = inner(tokens, cache, inputs, positions)
             else:
                 hidden = inner(tokens, cache) if inputs is None else inner(tokens, cache, inputs)
-            self.final = hidden if self.sharded else None
+            self.final = hidden if self.sharded or self.on_hidden else None
+            if self.on_hidden is not None:
+                assert rows is not None  # the compiled step never runs with the hook
+                self.on_hidden(hidden, *rows, batch.lengths)
             if every:
                 return head(hidden)
             return head(_last(hidden, batch)) if want_logits else None
