@@ -22,6 +22,9 @@ from worker.paged_batch import PagedBatch
 # PagedBatch attributes that are arrays a decode step reads (those a batch has)
 ARRAYS = ("write_rows", "offset", "q_pos", "k_pos", "mask", "table", "older", "shared_table",
           "rest_table", "window_pos", "window_mask", "decode_tail_rows", "tail_ids")
+# rows up to which steps run compiled (RAPID_MLX_COMPILE_DECODE_MAX_ROWS): on stories260K the
+# compiled step was faster at 1 and 8 rows and slower at 32 (bench.compile_decode)
+MAX_ROWS = 8
 KEEP = 64  # compiled functions kept (least recently used dropped; MLX frees their traces)
 Run = Callable[[mx.array, PagedBatch], mx.array]
 
@@ -42,11 +45,11 @@ class CompiledDecode:
         self.run = run  # the model over a batch: tokens (B, 1), batch -> logits (B, V)
         self.store = store
         self.fns: dict[tuple[Any, ...], Callable[..., Any]] = {}
+        self.max_rows = int(os.environ.get("RAPID_MLX_COMPILE_DECODE_MAX_ROWS", MAX_ROWS))
 
-    @staticmethod
-    def fits(batch: PagedBatch) -> bool:
-        """True when the compiled step covers this batch (decode, bucketed tables)."""
-        return batch.n == 1 and not batch.single and (
+    def fits(self, batch: PagedBatch) -> bool:
+        """True when the compiled step covers this batch (decode, bucketed tables, few rows)."""
+        return batch.n == 1 and not batch.single and len(batch.lengths) <= self.max_rows and (
             batch.tails is None or bool(batch.decode_tail))
 
     def __call__(self, tokens: mx.array, batch: PagedBatch) -> mx.array:
