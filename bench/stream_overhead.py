@@ -26,7 +26,6 @@ from bench.prompts import user_messages
 from bench.servers import Server, ServerGroup
 
 
-
 def one(server: Server, messages: list[dict[str, str]], max_tokens: int) -> dict[str, float]:
     """Stream one chat request; times of the chunks that carry content."""
     payload = {"model": server.request_model, "messages": messages, "max_tokens": max_tokens,
@@ -89,7 +88,7 @@ def engine_tps(server: Server) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison and print one table per model."""
-    from bench.run_all import DEMO, STORIES, ROOT
+    from bench.run_all import DEMO, ROOT, STORIES
 
     paths = {"demo": DEMO, "stories": STORIES, "qwen3": ROOT / "bench" / ".models" / "qwen3-4l-512"}
     ap = argparse.ArgumentParser(description=__doc__)

@@ -103,7 +103,7 @@ class WorkerLoop:
 
     def _take_jobs(self) -> bool:
         """Handle every job frame waiting in the socket, without blocking; always False."""
-        while self.running and self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        while self.running and int(self.sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
             try:
                 frame = self.sock.recv(zmq.NOBLOCK)
             except zmq.Again:
