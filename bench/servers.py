@@ -110,6 +110,7 @@ class Server:
     blas: str | None = None
     home: str | None = None  # rapid_mlx_ref: the private HOME of this start
     cwd: Path | None = None  # ours: the checkout to run (default: this one)
+    env_extra: dict[str, str] = field(default_factory=dict)  # more environment for this server
 
     @property
     def is_peer(self) -> bool:
@@ -169,6 +170,7 @@ class Server:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         env.pop("_RAPID_MLX_BLAS_DONE", None)
+        env.update(self.env_extra)
         if self.is_peer:
             self.blas = openblas_path()
             if self.blas:

@@ -88,7 +88,8 @@ def engine_tps(server: Server) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison and print one table per model."""
-    from bench.run_all import DEMO, ROOT, STORIES
+    from bench.run_all import DEMO, STORIES
+    from bench.servers import ROOT
 
     paths = {"demo": DEMO, "stories": STORIES, "qwen3": ROOT / "bench" / ".models" / "qwen3-4l-512"}
     ap = argparse.ArgumentParser(description=__doc__)
@@ -98,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hold", type=float, default=0.0)
     ap.add_argument("--ours-flags", default="")
     ap.add_argument("--no-peer", action="store_true")
+    ap.add_argument("--ours-env", action="append", default=[], metavar="KEY=VALUE",
+                    help="environment for this checkout's server only")
     ap.add_argument("--baseline", default="",
                     help="another checkout of ours to run beside this one (before/after)")
     a = ap.parse_args(argv)
@@ -106,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         servers = [] if a.no_peer else [Server("mlx_lm", "mlx_lm", path,
                                                ["--decode-concurrency", "32",
                                                 "--prompt-concurrency", "8"])]
-        ours = Server("ours", "ours", path, ["--max-batch", "32", *a.ours_flags.split()])
+        ours = Server("ours", "ours", path, ["--max-batch", "32", *a.ours_flags.split()],
+                      env_extra=dict(kv.split("=", 1) for kv in a.ours_env))
         servers.append(ours)
         if a.baseline:
             servers.append(Server("ours-base", "ours", path,
@@ -129,22 +133,30 @@ def main(argv: list[str] | None = None) -> int:
                 order = servers if i % 2 == 0 else servers[::-1]
                 for s in order:
                     before = group_cpu(s)
-                    res[s.name].append(one(s, convs[i % len(convs)], a.max_tokens))
-                    for role, t in group_cpu(s).items():
-                        cpu[s.name][role] = cpu[s.name].get(role, 0.0) + t - before.get(role, 0.0)
+                    row = one(s, convs[i % len(convs)], a.max_tokens)
+                    after = group_cpu(s)
+                    for key, t in after.items():
+                        role = key.split("/")[0]
+                        cpu[s.name][role] = cpu[s.name].get(role, 0.0) + t - before.get(key, 0.0)
+                    row["cpu_ms_per_token"] = 1000 * (sum(after.values()) - sum(before.values())) \
+                        / max(row["tokens"], 1)
+                    res[s.name].append(row)
             eng = engine_tps(ours)
         for s in servers:
             print(s.name, "ttft ms per round", [round(1000 * r["ttft"]) for r in res[s.name]],
                   "tok/s", [round(r["decode_tps"]) for r in res[s.name]])
         print(f"\n{name}: {a.rounds} rounds, max_tokens {a.max_tokens}, medians")
-        print("| server | tokens | chunks | TTFT ms | gap ms | client decode tok/s | vs mlx_lm |")
-        base = None
+        print("| server | tokens | chunks | TTFT ms | gap ms | client decode tok/s | vs first "
+              "| CPU ms/token | vs first |")
+        base: dict[str, float] | None = None
         for s in servers:
             rows = res[s.name]
             med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
-            base = base or med["decode_tps"]
+            base = base or med
             print(f"| {s.name} | {med['tokens']:.0f} | {med['chunks']:.0f} | {1000 * med['ttft']:.1f} "
-                  f"| {med['gap_ms']:.2f} | {med['decode_tps']:.1f} | {med['decode_tps'] / base:.2f}x |")
+                  f"| {med['gap_ms']:.2f} | {med['decode_tps']:.1f} "
+                  f"| {med['decode_tps'] / base['decode_tps']:.2f}x | {med['cpu_ms_per_token']:.2f} "
+                  f"| {base['cpu_ms_per_token'] / med['cpu_ms_per_token']:.2f}x |")
         for s in servers:
             toks = sum(r["tokens"] for r in res[s.name])
             print(f"{s.name}: CPU ms per generated token: " + ", ".join(

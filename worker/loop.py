@@ -21,6 +21,8 @@ from worker.validate import read_job
 log = logging.getLogger("rapid_mlx.worker")
 
 HEARTBEAT_INTERVAL = 0.5
+# plain ints: pyzmq's enum members cost microseconds per call, once per step here
+_EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
 
 
 class WorkerLoop:
@@ -103,9 +105,9 @@ class WorkerLoop:
 
     def _take_jobs(self) -> bool:
         """Handle every job frame waiting in the socket, without blocking; always False."""
-        while self.running and int(self.sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
+        while self.running and int(self.sock.get(_EVENTS)) & _POLLIN:
             try:
-                frame = self.sock.recv(zmq.NOBLOCK)
+                frame = self.sock.recv(_NOBLOCK)
             except zmq.Again:
                 break
             self._on_frame(frame)
