@@ -136,8 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                     row = one(s, convs[i % len(convs)], a.max_tokens)
                     after = group_cpu(s)
                     for key, t in after.items():
-                        role = key.split("/")[0]
-                        cpu[s.name][role] = cpu[s.name].get(role, 0.0) + t - before.get(key, 0.0)
+                        cpu[s.name][key] = cpu[s.name].get(key, 0.0) + t - before.get(key, 0.0)
                     row["cpu_ms_per_token"] = 1000 * (sum(after.values()) - sum(before.values())) \
                         / max(row["tokens"], 1)
                     res[s.name].append(row)
