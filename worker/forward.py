@@ -9,6 +9,7 @@ import mlx.core as mx
 
 from cache.paged_kv import PagedKVStore
 from worker.attention import PagedBatch, routes_attention
+from worker.compiled_decode import CompiledDecode, compile_decode
 from worker.kv_manager import RequestPages
 from worker.vision.inputs import KEY_BASE
 
@@ -63,6 +64,7 @@ class Forward:
         self.final: mx.array | None = None  # the last call's model output (sharded: evaluated)
         # an MTP drafter's hook: each call's hidden states (B, n, D), evaluated with the call
         self.on_hidden: Callable[[mx.array, list[RequestPages], list[int], list[int]], None] | None = None
+        self.compiled = CompiledDecode(self._decode, store) if compile_decode() else None
 
     def __call__(self, rows: list[list[int]], kvs: list[RequestPages], starts: list[int],
                  want_logits: bool, embeds: list[mx.array | None] | None = None,
@@ -83,7 +85,11 @@ class Forward:
         inputs = None
         if embeds is not None and any(e is not None for e in embeds):
             inputs = self._embeddings(tokens, embeds, n)
-        out = self._build(tokens, kvs, starts, lengths, want_logits, inputs, positions)
+        out = None
+        if n == 1 and want_logits and inputs is None:
+            out = self._compiled(tokens, kvs, starts, positions)
+        if out is None:
+            out = self._build(tokens, kvs, starts, lengths, want_logits, inputs, positions)
         keep = [x for x in (out, self.final if self.sharded or self.on_hidden else None)
                 if x is not None]
         mx.eval(*keep, self.store.arrays())
@@ -97,6 +103,9 @@ class Forward:
         """
         if self.tap is not None:
             tokens = self.tap.decode(tokens, kvs, starts, positions)
+        out = self._compiled(tokens[:, None], kvs, starts, positions)
+        if out is not None:
+            return out
         out = self._build(tokens[:, None], kvs, starts, [1] * len(starts), True, None, positions)
         assert out is not None
         return out
@@ -119,6 +128,17 @@ class Forward:
                 self.store.arrays())
         return out
 
+    def _compiled(self, tokens: mx.array, kvs: list[RequestPages], starts: list[int],
+                  positions: mx.array | None) -> mx.array | None:
+        """A decode step's logits through the compiled step, or None where it does not apply."""
+        if (self.compiled is None or positions is not None or self.sharded
+                or self.on_hidden is not None):
+            return None
+        batch = PagedBatch(self.store, [kv.pages for kv in kvs], starts, [1] * len(starts),
+                           self.dtype, tails=[kv.tail for kv in kvs], cascade=self.cascade,
+                           bucket=True)
+        return self.compiled(tokens, batch) if self.compiled.fits(batch) else None
+
     def _embeddings(self, tokens: mx.array, embeds: list[mx.array | None], n: int) -> mx.array:
         """(B, n, D) input embeddings: each row's given ones (padded), else its tokens'."""
         text = self.model.embed_tokens(tokens)
@@ -136,8 +156,19 @@ class Forward:
                positions: mx.array | None = None, every: bool = False) -> mx.array | None:
         batch = PagedBatch(self.store, [kv.pages for kv in kvs], starts, lengths, self.dtype,
                            tails=[kv.tail for kv in kvs], cascade=self.cascade)
+        return self._run(tokens, batch, want_logits, inputs, positions, every, (kvs, starts))
+
+    def _decode(self, tokens: mx.array, batch: PagedBatch) -> mx.array:
+        """The model over one decode batch: logits (B, V) (what the compiled step traces)."""
+        out = self._run(tokens, batch, True)
+        assert out is not None
+        return out
+
+    def _run(self, tokens: mx.array, batch: PagedBatch, want_logits: bool,
+             inputs: mx.array | None = None, positions: mx.array | None = None,
+             every: bool = False, rows: tuple[list[RequestPages], list[int]] | None = None
+             ) -> mx.array | None:
         cache = batch.views()
-        last = mx.array(lengths) - 1
         if self.split is not None:
             inner, head = self.split
             if positions is not None:
@@ -146,16 +177,24 @@ class Forward:
                 hidden = inner(tokens, cache) if inputs is None else inner(tokens, cache, inputs)
             self.final = hidden if self.sharded or self.on_hidden else None
             if self.on_hidden is not None:
-                self.on_hidden(hidden, kvs, starts, lengths)
+                assert rows is not None  # the compiled step never runs with the hook
+                self.on_hidden(hidden, *rows, batch.lengths)
             if every:
                 return head(hidden)
-            return head(_at(hidden, last)) if want_logits else None
+            return head(_last(hidden, batch)) if want_logits else None
         logits = (self.model(tokens, cache=cache) if inputs is None
                   else self.model(tokens, cache=cache, inputs_embeds=inputs))
         self.final = logits if self.sharded else None
         if every:
             return logits  # type: ignore[no-any-return]
-        return _at(logits, last) if want_logits else None
+        return _last(logits, batch) if want_logits else None
+
+
+def _last(x: mx.array, batch: PagedBatch) -> mx.array:
+    """Each row's output at its last fed position (B, ...)."""
+    if batch.n == 1:
+        return x[:, 0, :]
+    return _at(x, mx.array(batch.lengths) - 1)
 
 
 def _at(x: mx.array, positions: mx.array) -> mx.array:

@@ -27,20 +27,25 @@ class PagedBatch:
     Padding tokens write to the scratch page (page 0) and only padding queries can see them.
     With ``tails`` (K8V4), row b also keeps its current page in full precision in tail page
     tails[b]. With ``cascade``, the leading pages every row shares (all before any row's first
-    query) are attended once for all rows.
+    query) are attended once for all rows. With ``bucket`` (a compiled decode step), the keys
+    are padded to a bucket of pages, masked, so that steps repeat shapes, and every value the
+    model reads is an array (no Python ints). The K8V4 window keeps its width: padding it would
+    change the float rounding of its scores (BLAS computes the last N % 4 columns apart).
     """
 
     def __init__(self, store: PagedKVStore, block_tables: list[list[int]], starts: list[int],
                  lengths: list[int], dtype: mx.Dtype, tails: list[int] | None = None,
-                 cascade: bool = False) -> None:
+                 cascade: bool = False, bucket: bool = False) -> None:
         p = store.fmt.page_size
         heads = np.arange(store.fmt.num_kv_heads)
         h = len(heads)
         n = max(lengths)
-        self.store, self.dtype, self.n = store, dtype, n
-        self.single = len(starts) == 1
+        self.store, self.dtype, self.n, self.lengths = store, dtype, n, lengths
+        self.single = len(starts) == 1 and not bucket
         self.quantized = store.quantized
         length = max(starts) + n
+        if bucket:
+            length = key_bucket(-(-length // p)) * p
         width = -(-length // p)
         pages = np.zeros((len(starts), width), dtype=np.int64)  # page 0: scratch, never allocated
         for row, bt in enumerate(block_tables):
@@ -114,6 +119,13 @@ class PagedBatch:
     def views(self) -> list[PagedView]:
         """One cache object per layer for the model call."""
         return [PagedView(self, layer) for layer in range(self.store.fmt.num_layers)]
+
+
+def key_bucket(pages: int) -> int:
+    """Key pages of a compiled decode step: a power of two up to 8, then multiples of 8."""
+    if pages <= 8:
+        return 1 << (pages - 1).bit_length()
+    return -(-pages // 8) * 8
 
 
 def _shared_pages(pages: np.ndarray, limit: int) -> int:

@@ -1,0 +1,95 @@
+"""The compiled decode step: the same tokens as the plain step, pages written in place."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx_lm import load
+
+from protocol.messages import SamplingParams
+from tests.conftest import shared_model
+from tests.worker.test_engine import PROMPTS, _run, make_engine
+from worker.embedded import embedded_model_path
+
+GREEDY = SamplingParams(max_tokens=40, temperature=0.0)
+
+
+@pytest.fixture(scope="module", params=["embedded", "stories260K-hd32"])
+def model(request: pytest.FixtureRequest) -> tuple[Any, Any]:
+    path = embedded_model_path() if request.param == "embedded" else shared_model(request.param)
+    return load(str(path))[:2]
+
+
+def _engine(mdl: Any, tok: Any, compiled: bool, monkeypatch: pytest.MonkeyPatch, **kw: Any) -> Any:
+    monkeypatch.setenv("RAPID_MLX_COMPILE_DECODE", "1" if compiled else "0")
+    engine = make_engine(mdl, tok, **kw)
+    assert (engine._forward.compiled is not None) == compiled
+    return engine
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["none", "k8v4"])
+def test_compiled_greedy_matches_plain_alone_and_batched(
+        model: tuple[Any, Any], kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    mdl, tok = model
+    prompts = {f"p{i}": tok.encode(p) for i, p in enumerate(PROMPTS[:8])}
+    plain = _run(_engine(mdl, tok, False, monkeypatch, kind=kind), prompts, GREEDY)
+    compiled = _engine(mdl, tok, True, monkeypatch, kind=kind)
+    assert compiled.kv.store.fmt.kind == kind
+    assert {"p3": _run(compiled, {"p3": prompts["p3"]}, GREEDY)["p3"]} == {"p3": plain["p3"]}
+    assert _run(compiled, prompts, GREEDY) == plain
+    assert compiled._forward.compiled.fns, "no step went through the compiled function"
+
+
+@pytest.mark.parametrize("kind", ["k8v4", "none"])
+def test_every_compiled_step_equals_the_plain_step(kind: str, monkeypatch: pytest.MonkeyPatch
+                                                   ) -> None:
+    """Page tables change under the compiled functions (8 rows, pages of 8): each call's logits
+    are the plain step's, bit for bit with K8V4 pages (full precision: within float rounding,
+    as the padded keys change which score columns BLAS computes apart)."""
+    import copy
+
+    import worker.compiled_decode as cd
+
+    mdl, tok = load(str(embedded_model_path()))[:2]
+    engine = _engine(mdl, tok, True, monkeypatch, kind=kind, page_size=8)
+    calls: list[bool] = []
+    original = cd.CompiledDecode.__call__
+
+    def checked(self: Any, tokens: mx.array, batch: Any) -> mx.array:
+        plain = self.run(tokens, copy.copy(batch))
+        mx.eval(plain, self.store.arrays())
+        out = original(self, tokens, batch)
+        same = mx.array_equal(out, plain).item() if kind == "k8v4" else mx.allclose(
+            out, plain, rtol=0, atol=1e-4).item()
+        calls.append(bool(same))
+        return out
+
+    monkeypatch.setattr(cd.CompiledDecode, "__call__", checked)
+    _run(engine, {f"p{i}": tok.encode(p) for i, p in enumerate(PROMPTS[:8])}, GREEDY)
+    assert len(calls) > 30 and all(calls), f"{calls.count(False)} of {len(calls)} steps differ"
+    assert len(engine._forward.compiled.fns) > 1  # functions were reused across page tables
+
+
+def _address(a: mx.array) -> int:
+    mx.eval(a)
+    return int(np.asarray(a, copy=False).__array_interface__["data"][0])
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_compiled_step_writes_pages_in_place(compiled: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page arrays are the step's inputs and outputs: MLX reuses their buffers."""
+    mdl, tok = load(str(embedded_model_path()))[:2]
+    engine = _engine(mdl, tok, compiled, monkeypatch)
+    engine.add("a", tok.encode(PROMPTS[0]), GREEDY)
+    for _ in range(4):  # prefill, then decode steps through the compiled function
+        engine.step()
+    store = engine.kv.store
+    before = [_address(a) for a in store.arrays()]
+    for _ in range(3):
+        engine.step()
+    assert not compiled or engine._forward.compiled.fns
+    assert [_address(a) for a in store.arrays()] == before
