@@ -63,6 +63,7 @@ class Engine:
         self._touched: list[Request] = []  # rows the current step has put at risk
         self._news: list[RequestOutput] = []  # outputs the current step has already made
         self.failed_steps = 0  # in a row
+        self._prefill_s = 0.0  # the current step's prefill seconds
 
     # ---- intake -------------------------------------------------------------------------
 
@@ -117,7 +118,7 @@ class Engine:
         An exception fails the rows the step had put at risk (a forward batch fails together)
         and returns their pages; raises EngineBroken only when the books do not balance after.
         """
-        self._touched, self._news = [], []
+        self._touched, self._news, self._prefill_s = [], [], 0.0
         t0, self.verified_rows = time.perf_counter(), 0
         flushed, overlapped = 0, False
         try:
@@ -133,7 +134,7 @@ class Engine:
             return self._recover(exc)
         self.failed_steps = 0
         if self.spec is not None and (overlapped or self.verified_rows):
-            self._time_step(outputs[flushed:], time.perf_counter() - t0)
+            self._time_step(outputs[flushed:], time.perf_counter() - t0 - self._prefill_s)
         return outputs
 
     def _time_step(self, outputs: list[RequestOutput], seconds: float) -> None:
@@ -185,7 +186,7 @@ class Engine:
         # at the same positions on retry), so only the rows of the failing call are at risk.
         if decodes and drafts:
             self._touched = decodes
-            fed = [[r.tokens[-1], *drafts.get(id(r), ([], None))[0]] for r in decodes]
+            fed = [spec_step.fed(r, drafts) for r in decodes]
             every = self._forward.verify(fed, [r.kv for r in decodes],
                                          [r.computed for r in decodes], **_given(
                                              positions=self._rope([(r, r.computed, len(f))
@@ -233,6 +234,7 @@ class Engine:
             if r.embeds is not None and r.computed >= r.prompt_len:
                 r.embeds = None  # the prompt is in the KV now
         self.stats.prefill_seconds += t2 - t1
+        self._prefill_s = t2 - t1  # not a decode cost (the speculator compares decode steps)
         self.stats.decode_seconds += time.perf_counter() - t2 + t1 - t0
         self._retire()
         self.stats.steps += 1
