@@ -58,6 +58,8 @@ class Engine:
         self.stats = EngineStats()
         self.overlap = overlap
         self.spec = spec  # speculative decoding (None: off)
+        if spec is not None and hasattr(spec.drafter, "attach"):
+            spec.drafter.attach(self._forward)  # an MTP drafter reads the target's hidden states
         self.verified_rows = 0  # rows whose drafts the current step verified
         self._inflight: Inflight | None = None
         self._touched: list[Request] = []  # rows the current step has put at risk

@@ -14,7 +14,7 @@ from worker.vision.inputs import KEY_BASE
 
 # Architectures whose Model.__call__ is exactly `head(model(inputs, cache))`: for these the head
 # runs on the last position only, and not at all for prompt chunks that need no logits.
-_PLAIN_HEAD = {"llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe"}
+_PLAIN_HEAD = {"llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "glm4_moe"}
 
 
 def _split(model: Any) -> tuple[Any, Callable[[mx.array], mx.array]] | None:
@@ -61,6 +61,8 @@ class Forward:
         self.tap: Tap | None = None  # rank 0 of a tensor-parallel group sets it
         self.sharded = False  # every rank must evaluate the whole model (its collectives)
         self.final: mx.array | None = None  # the last call's model output (sharded: evaluated)
+        # an MTP drafter's hook: each call's hidden states (B, n, D), evaluated with the call
+        self.on_hidden: Callable[[mx.array, list[RequestPages], list[int], list[int]], None] | None = None
 
     def __call__(self, rows: list[list[int]], kvs: list[RequestPages], starts: list[int],
                  want_logits: bool, embeds: list[mx.array | None] | None = None,
@@ -82,7 +84,8 @@ class Forward:
         if embeds is not None and any(e is not None for e in embeds):
             inputs = self._embeddings(tokens, embeds, n)
         out = self._build(tokens, kvs, starts, lengths, want_logits, inputs, positions)
-        keep = [x for x in (out, self.final if self.sharded else None) if x is not None]
+        keep = [x for x in (out, self.final if self.sharded or self.on_hidden else None)
+                if x is not None]
         mx.eval(*keep, self.store.arrays())
         return out
 
@@ -119,7 +122,8 @@ class Forward:
                                for r in rows])
         out = self._build(tokens, kvs, starts, lengths, True, None, positions, every=True)
         assert out is not None
-        mx.async_eval(out, *self.store.arrays())  # type: ignore[no-untyped-call]
+        mx.async_eval(out, *([self.final] if self.on_hidden and self.final is not None else []),  # type: ignore[no-untyped-call]
+                      *self.store.arrays())
         return out
 
     def _embeddings(self, tokens: mx.array, embeds: list[mx.array | None], n: int) -> mx.array:
@@ -147,7 +151,9 @@ class Forward:
                 hidden = inner(tokens, cache, inputs, positions)
             else:
                 hidden = inner(tokens, cache) if inputs is None else inner(tokens, cache, inputs)
-            self.final = hidden if self.sharded else None
+            self.final = hidden if self.sharded or self.on_hidden else None
+            if self.on_hidden is not None:
+                self.on_hidden(hidden, kvs, starts, lengths)
             if every:
                 return head(hidden)
             return head(_at(hidden, last)) if want_logits else None

@@ -29,6 +29,14 @@ ARCHS = {
     "mistral": {"model_type": "mistral", "tie_word_embeddings": False},
     "gemma3": {"model_type": "gemma3_text", "head_dim": 32, "sliding_window": 8,
                "sliding_window_pattern": 2, "query_pre_attn_scalar": 32},
+    # GLM-4.5: MoE after a dense first layer, partial rotary, q/k norms (its MTP layer:
+    # tests/worker/test_spec_mtp.py)
+    "glm4_moe": {"model_type": "glm4_moe", "head_dim": 32, "tie_word_embeddings": False,
+                 "moe_intermediate_size": 32, "norm_topk_prob": True, "n_group": 1,
+                 "topk_group": 1, "n_shared_experts": 1, "n_routed_experts": 4,
+                 "routed_scaling_factor": 1.0, "num_experts_per_tok": 2,
+                 "first_k_dense_replace": 1, "rope_theta": 10000.0, "rope_scaling": None,
+                 "use_qk_norm": True, "attention_bias": True, "partial_rotary_factor": 0.5},
 }
 
 

@@ -153,6 +153,6 @@ def test_the_registry_refuses_what_it_cannot_build() -> None:
     kw = {"num_draft": 4, "draft_model": None, "max_batch": 4, "context_length": 64}
     assert build_speculator("none", loaded, **kw) is None  # type: ignore[arg-type]
     assert build_speculator("ngram", loaded, **kw) is not None  # type: ignore[arg-type]
-    for kind, says in (("draft", "needs a draft model"), ("mtp", "not built"), ("x", "unknown")):
+    for kind, says in (("draft", "needs a draft model"), ("mtp", "supports next-n layers"), ("x", "unknown")):
         with pytest.raises(CannotLoad, match=says):
             build_speculator(kind, loaded, **kw)  # type: ignore[arg-type]

@@ -31,10 +31,10 @@ def build_speculator(kind: str, loaded: Any, *, num_draft: int, draft_model: str
 
         drafter = draft_drafter(draft_model, loaded.tokenizer, max_batch=max_batch,
                                 context_length=context_length)
-    elif kind == "mtp":  # the CLI offers it so that the choice is stable; the drafter is not built
-        raise CannotLoad(model, "--speculative mtp is not built yet (no MTP drafter: see the "
-                         "README's speculative decoding section)",
-                         "serve with --speculative ngram or --speculative draft")
+    elif kind == "mtp":  # the checkpoint's own next-n layer (refused when it has none)
+        from worker.spec.mtp_load import mtp_drafter
+
+        drafter = mtp_drafter(loaded, max_batch=max_batch, context_length=context_length)
     else:
         raise CannotLoad(model, f"--speculative {kind!r} is unknown",
                          f"choose one of {', '.join(KINDS)}")
