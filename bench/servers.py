@@ -109,6 +109,8 @@ class Server:
     started_at: float = 0.0
     blas: str | None = None
     home: str | None = None  # rapid_mlx_ref: the private HOME of this start
+    cwd: Path | None = None  # ours: the checkout to run (default: this one)
+    env_extra: dict[str, str] = field(default_factory=dict)  # more environment for this server
 
     @property
     def is_peer(self) -> bool:
@@ -168,6 +170,7 @@ class Server:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         env.pop("_RAPID_MLX_BLAS_DONE", None)
+        env.update(self.env_extra)
         if self.is_peer:
             self.blas = openblas_path()
             if self.blas:
@@ -183,7 +186,7 @@ class Server:
             self.home = tempfile.mkdtemp(prefix="bench-peer-home-")
             env["HOME"] = self.home
         log = open(self.log_dir / f"{self.name}.log", "wb")  # noqa: SIM115 - closed by the child
-        self.proc = subprocess.Popen(self.argv(), cwd=ROOT, env=env, stdout=log,
+        self.proc = subprocess.Popen(self.argv(), cwd=self.cwd or ROOT, env=env, stdout=log,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True)
         log.close()

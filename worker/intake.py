@@ -113,6 +113,11 @@ class Intake:
         return len(self._live)
 
     @property
+    def has_news(self) -> bool:
+        """True when ``ready()`` may return something (prepared jobs, or grammars compiling)."""
+        return bool(self._done or self._compiling)
+
+    @property
     def alive(self) -> bool:
         """True while the intake thread runs."""
         return self._thread.is_alive()

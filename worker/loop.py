@@ -21,6 +21,8 @@ from worker.validate import read_job
 log = logging.getLogger("rapid_mlx.worker")
 
 HEARTBEAT_INTERVAL = 0.5
+# plain ints: pyzmq's enum members cost microseconds per call, once per step here
+_EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
 
 
 class WorkerLoop:
@@ -63,11 +65,15 @@ class WorkerLoop:
         self.sigterm.install()
         try:
             while self.running:
-                self._drain(timeout_ms=0 if self.engine.has_work
-                            else int(HEARTBEAT_INTERVAL * 1000))
-                for prepared in self.intake.ready():
-                    self._admit(prepared)
-                if not self.intake.alive:  # its jobs would wait forever: let the supervisor restart
+                if self.engine.has_work:  # between steps: no system call unless a job waits
+                    woke = self._take_jobs()
+                else:
+                    woke = self._drain(timeout_ms=int(HEARTBEAT_INTERVAL * 1000))
+                if woke or self.intake.has_news:
+                    for prepared in self.intake.ready():
+                        self._admit(prepared)
+                # jobs waiting in intake would wait forever: let the supervisor restart us
+                if self.intake.pending and not self.intake.alive:
                     raise RuntimeError("the intake thread died")
                 outputs = self._pending + (self.engine.step() if self.engine.has_work else [])
                 self._pending = []
@@ -86,16 +92,26 @@ class WorkerLoop:
     def _send(self, msg: Any) -> None:
         self.sock.send(m.encode(msg), copy=False)
 
-    def _drain(self, timeout_ms: int) -> None:
-        """Wait up to TIMEOUT_MS for a job or a prepared prompt; handle every job waiting."""
-        if not self._poller.poll(timeout_ms):
-            return
-        while self.running:
+    def _drain(self, timeout_ms: int) -> bool:
+        """Wait up to TIMEOUT_MS for a job or a prepared prompt; handle every job waiting.
+
+        True when intake woke the loop (its prepared prompts are to be collected)."""
+        events = dict(self._poller.poll(timeout_ms))
+        if not events:
+            return False
+        if self.sock in events:
+            self._take_jobs()
+        return self.intake.fd in events
+
+    def _take_jobs(self) -> bool:
+        """Handle every job frame waiting in the socket, without blocking; always False."""
+        while self.running and int(self.sock.get(_EVENTS)) & _POLLIN:
             try:
-                frame = self.sock.recv(zmq.NOBLOCK)
+                frame = self.sock.recv(_NOBLOCK)
             except zmq.Again:
-                return
+                break
             self._on_frame(frame)
+        return False
 
     def _on_frame(self, frame: bytes) -> None:
         """Handle one job frame; a bad one fails its own request (if it names one), nothing else."""

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import zmq
 
@@ -31,21 +31,57 @@ def reader_ended(hub: Hub, task: asyncio.Task[None]) -> None:
 
 
 async def read_events(hub: Hub) -> None:
-    """Read the worker socket forever; no frame and no handler error ends this loop."""
-    while True:
+    """Read the worker socket forever; no frame and no handler error ends this loop.
+
+    The socket's file descriptor wakes this task (no pyzmq future per message); every frame
+    waiting is then read without blocking. ZeroMQ's descriptor only signals edges, and a send
+    on the socket may take the edge, so the hub wakes this task after each send too."""
+    raw: zmq.Socket[Any] = zmq.Socket.shadow(hub.sock.underlying)  # same socket, plain calls
+    wake = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    fd = int(raw.getsockopt(zmq.FD))
+    loop.add_reader(fd, wake.set)
+    hub.wake_reader = wake.set
+    try:
+        while True:
+            wake.clear()
+            more = _drain(hub, raw)
+            if more is None:  # the socket failed: try again soon
+                await asyncio.sleep(0.05)
+            elif more:  # a full batch: let other tasks run, then read on
+                await asyncio.sleep(0)
+            else:
+                await wake.wait()
+    finally:
+        hub.wake_reader = None
+        loop.remove_reader(fd)
+
+
+BATCH = 256  # frames handled before the reader lets other tasks run
+# plain ints: pyzmq's enum members cost microseconds per call on this path
+_EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
+
+
+def _drain(hub: Hub, raw: zmq.Socket[Any]) -> bool | None:
+    """Handle the frames waiting in the socket: False when none is left, True after a full
+    batch (more may wait), None when receiving failed."""
+    for _ in range(BATCH):
         try:
-            frames = await hub.sock.recv_multipart(copy=False)
+            if not int(raw.get(_EVENTS)) & _POLLIN:
+                return False
+            frames = raw.recv_multipart(_NOBLOCK, copy=False)
+        except zmq.Again:
+            return False
         except zmq.ZMQError as exc:
-            if hub.closing:
-                return
-            log.error("worker socket receive failed: %s", exc)
-            await asyncio.sleep(0.05)
-            continue
+            if not hub.closing:
+                log.error("worker socket receive failed: %s", exc)
+            return None
         try:
             on_frames(hub, frames)
         except Exception as exc:  # a frame must never end the reader
             hub.rejections.drop(frames[0].bytes if frames else b"", "handler_error",
-                                 f"a frame that raised {type(exc).__name__}: {exc}")
+                                f"a frame that raised {type(exc).__name__}: {exc}")
+    return True
 
 
 def on_frames(hub: Hub, frames: list[zmq.Frame]) -> None:

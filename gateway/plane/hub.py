@@ -72,6 +72,7 @@ class Hub:
         self.on_hung: Callable[[str, str], None] | None = None  # (alias, boot id)
         self.on_ready: Callable[[AliasState], None] | None = None
         self.curve = curve
+        self.wake_reader: Callable[[], None] | None = None  # set by the event reader (events.py)
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -318,6 +319,8 @@ class Hub:
         exc = fut.exception()
         if exc is not None:
             raise exc
+        if self.wake_reader is not None:  # the send may have taken the descriptor's edge
+            self.wake_reader()
 
     # ---- worker lifecycle ---------------------------------------------------------------
 

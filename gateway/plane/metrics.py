@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -115,6 +115,7 @@ class Metrics:
     def __init__(self, aliases: Callable[[], Iterable[AliasState]]) -> None:
         disable_created_metrics()  # type: ignore[no-untyped-call]  # no `_created` series
         r = self.registry = CollectorRegistry()
+        self._token_series: dict[str, tuple[Any, Any]] = {}  # per alias, see _per_token
         self.prompt_tokens = Counter("rapid_mlx_prompt_tokens", "Number of prefill tokens processed.",
                                      _L, registry=r)
         self.generation_tokens = Counter("rapid_mlx_generation_tokens",
@@ -221,7 +222,8 @@ class Metrics:
             self.spec_drafted.labels(alias, out.drafter).inc(out.drafted)
             self.spec_accepted.labels(alias, out.drafter).inc(out.accepted)
         if n:
-            self.generation_tokens.labels(alias).inc(n)
+            tokens, itl = self._per_token(alias)
+            tokens.inc(n)
             if s.first_token_at is None:
                 s.first_token_at = now
                 self.ttft.labels(alias).observe(now - s.submitted_at)
@@ -229,7 +231,7 @@ class Metrics:
             else:
                 gap = (now - s.last_token_at) / n
                 for _ in range(n):
-                    self.itl.labels(alias).observe(gap)
+                    itl.observe(gap)
             s.last_token_at = now
         if out.finish_reason is not None:
             self.e2e.labels(alias).observe(now - s.submitted_at)
@@ -237,6 +239,14 @@ class Metrics:
                 self.errors.labels(alias, out.error_code or "internal_error").inc()
             else:
                 self.success.labels(alias, out.finish_reason).inc()
+
+    def _per_token(self, alias: str) -> tuple[Any, Any]:
+        """The alias's generated-tokens counter and inter-token histogram (looked up once)."""
+        got = self._token_series.get(alias)
+        if got is None:
+            got = self._token_series[alias] = (self.generation_tokens.labels(alias),
+                                               self.itl.labels(alias))
+        return got
 
     def ended(self, s: Stream, code: str, now: float) -> None:
         """Stream S ended without a finish from its worker: CODE is 'abort' or an error code."""
