@@ -8,14 +8,15 @@ from collections import deque
 from typing import Any
 
 import mlx.core as mx
-import numpy as np
 
 from cache.paged_kv import PagedKVStore
-from protocol.messages import RequestOutput, SamplingParams, TokenLogprob
+from protocol.messages import RequestOutput, SamplingParams
+from worker import emit, engine_inputs
+from worker.engine_inputs import given as _given
+from worker.engine_inputs import group_chunks as _group_chunks
 from worker.failures import EngineBroken, discard, error_output, verify
 from worker.forward import Forward
 from worker.grammar import masks
-from worker.grammar.matcher import GrammarRefused
 from worker.kv_calibrate import calibrate_centers
 from worker.kv_manager import KVManager
 from worker.request import EngineStats, Inflight, KVTooSmall, QueueFull, Request
@@ -64,6 +65,7 @@ class Engine:
         self._touched: list[Request] = []  # rows the current step has put at risk
         self._news: list[RequestOutput] = []  # outputs the current step has already made
         self.failed_steps = 0  # in a row
+        self._prefill_s = 0.0  # the current step's prefill seconds
 
     # ---- intake -------------------------------------------------------------------------
 
@@ -118,7 +120,7 @@ class Engine:
         An exception fails the rows the step had put at risk (a forward batch fails together)
         and returns their pages; raises EngineBroken only when the books do not balance after.
         """
-        self._touched, self._news = [], []
+        self._touched, self._news, self._prefill_s = [], [], 0.0
         t0, self.verified_rows = time.perf_counter(), 0
         flushed, overlapped = 0, False
         try:
@@ -134,7 +136,7 @@ class Engine:
             return self._recover(exc)
         self.failed_steps = 0
         if self.spec is not None and (overlapped or self.verified_rows):
-            self._time_step(outputs[flushed:], time.perf_counter() - t0)
+            self._time_step(outputs[flushed:], time.perf_counter() - t0 - self._prefill_s)
         return outputs
 
     def _time_step(self, outputs: list[RequestOutput], seconds: float) -> None:
@@ -186,7 +188,7 @@ class Engine:
         # at the same positions on retry), so only the rows of the failing call are at risk.
         if decodes and drafts:
             self._touched = decodes
-            fed = [[r.tokens[-1], *drafts.get(id(r), ([], None))[0]] for r in decodes]
+            fed = [spec_step.fed(r, drafts) for r in decodes]
             every = self._forward.verify(fed, [r.kv for r in decodes],
                                          [r.computed for r in decodes], **_given(
                                              positions=self._rope([(r, r.computed, len(f))
@@ -234,6 +236,7 @@ class Engine:
             if r.embeds is not None and r.computed >= r.prompt_len:
                 r.embeds = None  # the prompt is in the KV now
         self.stats.prefill_seconds += t2 - t1
+        self._prefill_s = t2 - t1  # not a decode cost (the speculator compares decode steps)
         self.stats.decode_seconds += time.perf_counter() - t2 + t1 - t0
         self._retire()
         self.stats.steps += 1
@@ -242,43 +245,12 @@ class Engine:
         return outputs
 
     def _embeds(self, group: list[tuple[Request, int]]) -> list[mx.array | None] | None:
-        """Each row's input embeddings for its chunk when its prompt holds images there.
-
-        The vision tower runs once per request (all its images), at its first chunk that
-        reaches an image; a failure there fails that request only.
-        """
-        if all(r.vision is None for r, _ in group):
-            return None
-        out: list[mx.array | None] = []
-        for r, n in group:
-            v = r.vision
-            if v is None or (r.embeds is None and r.computed >= v.end) or r.computed >= len(v.ids):
-                out.append(None)  # no image ahead (cached past them): its tokens are real
-                continue
-            if r.embeds is None:
-                self._touched = [r]
-                r.embeds = self.model.prompt_embeddings(v.ids, v.pixels)
-                self.stats.images_encoded += len(v.spans)
-            a, b = r.computed, r.computed + n
-            part = r.embeds[a : min(b, len(v.ids))]
-            if b > len(v.ids):  # recomputing after preemption: generated tokens follow
-                extra = self.model.embed_tokens(mx.array([r.tokens[len(v.ids) : b]]))[0]
-                part = mx.concatenate([part, extra.astype(part.dtype)])
-            out.append(part)
-        return out
+        """Each row's input embeddings for its chunk when its prompt holds images there."""
+        return engine_inputs.embeds(self, group)
 
     def _rope(self, rows: list[tuple[Request, int, int]]) -> mx.array | None:
         """(3, B, n) M-RoPE positions of rows fed n tokens from a start (None: not M-RoPE)."""
-        if not getattr(self.model, "mrope", False):
-            return None
-        n = max(k for _, _, k in rows)
-        out = []
-        for r, start, _ in rows:
-            if r.vision is not None:
-                out.append(r.vision.rope(start, n))
-            else:
-                out.append(np.broadcast_to(np.arange(start, start + n), (3, n)))
-        return mx.array(np.stack(out, axis=1))
+        return engine_inputs.rope(self.model, rows)
 
     def _speculating(self) -> bool:
         """True when this step should draft (speculative steps run synchronously)."""
@@ -456,65 +428,8 @@ class Engine:
 
     def _row_update(self, r: Request, tok: int, logprobs: mx.array | None, b: int,
                     now: float) -> RequestOutput:
-        """Take row b's token; a failure here (detokenizing, logprobs) fails only this row."""
-        try:
-            lp = self._logprob(r, tok, logprobs[b]) if logprobs is not None and r.params.logprobs else None
-            return self._update(r, int(tok), lp, now)
-        except GrammarRefused as exc:
-            r.finish_reason = "error"
-            return error_output(r, str(exc), "invalid_grammar")
-        except Exception as exc:
-            log.error("request %s failed on its token: %r", r.id, exc, exc_info=exc)
-            r.finish_reason = "error"  # retired (and its sound pages cached) with the others
-            return error_output(r)
-
-    def _update(self, r: Request, tok: int, lp: TokenLogprob | None, now: float) -> RequestOutput:
-        if r.first_token_at is None:
-            r.first_token_at = now
-        r.sampler.observe(tok)
-        r.tokens.append(tok)
-        self.stats.generated_tokens += 1
-        p = r.params
-        finish = None
-        text = ""
-        if r.grammar is not None and not r.grammar.advance(tok):
-            raise GrammarRefused(f"the response format could not be followed: {r.grammar.error}")
-        if (tok in self.eos_ids and (not p.ignore_eos or r.grammar is not None)
-                or tok in p.stop_token_ids):
-            finish = "stop"
-        else:
-            r.detok.add_token(tok)
-            text = r.stop.feed(r.detok.last_segment)
-            if r.stop.stopped or (r.grammar is not None and r.grammar.finished):
-                finish = "stop"
-        if finish is None and (r.generated >= p.max_tokens or len(r.tokens) >= self.context_length):
-            finish = "length"
-        if finish is not None and not r.stop.stopped:
-            r.detok.finalize()
-            text += r.stop.feed(r.detok.last_segment)
-            text += "" if r.stop.stopped else r.stop.flush()
-        if finish is not None:
-            r.finish_reason = finish
-            self.stats.finished += 1
-        return RequestOutput(
-            request_id=r.id, token_ids=[tok], text=text, logprobs=[lp] if lp is not None else [],
-            finish_reason=finish, prompt_tokens=r.prompt_len, completion_tokens=r.generated,
-            cached_tokens=r.cached_tokens, think_opened=r.think_opened and r.generated == 1,
-            stop_sequence=r.stop.matched if finish == "stop" else None,
-            queue_s=(r.scheduled_at or now) - r.arrival if r.generated == 1 else 0.0)
-
-    def _logprob(self, r: Request, tok: int, row: mx.array) -> TokenLogprob:
-        top: list[tuple[str, int, float]] = []
-        n = r.params.top_logprobs
-        if n > 0:
-            ids: list[int] = mx.argsort(-row)[:n].tolist()  # type: ignore[assignment]
-            vals: list[float] = row[mx.array(ids)].tolist()  # type: ignore[assignment]
-            top = [(self._piece(i), i, float(v)) for i, v in zip(ids, vals, strict=True)]
-        chosen: float = row[tok].item()  # type: ignore[assignment]
-        return TokenLogprob(token=self._piece(tok), token_id=tok, logprob=float(chosen), top=top)
-
-    def _piece(self, tok: int) -> str:
-        return str(self.tokenizer.decode([tok]))
+        """Take row b's token into r and make its output (worker.emit; fails only this row)."""
+        return emit.row_update(self, r, tok, logprobs, b, now)
 
 
 def model_dtype(model: Any) -> mx.Dtype:
@@ -526,23 +441,3 @@ def model_dtype(model: Any) -> mx.Dtype:
         if p.dtype in (mx.float32, mx.float16, mx.bfloat16):
             return p.dtype
     return mx.float32
-
-
-def _given(**kwargs: Any) -> dict[str, Any]:
-    """The keyword arguments that are not None (a text model's forward gets none of them)."""
-    return {k: v for k, v in kwargs.items() if v is not None}
-
-
-def _group_chunks(chunks: list[tuple[Request, int]]) -> list[list[tuple[Request, int]]]:
-    """Batch prompt chunks of similar length into one forward; padding may add at most ~25%."""
-    groups: list[list[tuple[Request, int]]] = []
-    for r, n in sorted(chunks, key=lambda c: -c[1]):
-        group = groups[-1] if groups else None
-        if group is not None:
-            widest = group[0][1]
-            real = sum(k for _, k in group) + n
-            if widest * (len(group) + 1) <= 1.25 * real + 16:
-                group.append((r, n))
-                continue
-        groups.append([(r, n)])
-    return groups

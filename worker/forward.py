@@ -110,22 +110,29 @@ class Forward:
         assert out is not None
         return out
 
-    def verify(self, rows: list[list[int]], kvs: list[RequestPages], starts: list[int],
+    def verify(self, rows: list[list[int] | mx.array], kvs: list[RequestPages], starts: list[int],
                positions: mx.array | None = None) -> mx.array:
         """Feed each row's tokens at its start; return the logits at every fed position (B, n, V).
 
         Speculative decoding verifies a row's draft tokens with these (row b's positions past
-        len(rows[b]) are padding). Evaluated together with the page writes.
+        len(rows[b]) are padding; a row may be an unevaluated token array). Handed to MLX
+        (async_eval) with the page writes, not waited for: the caller's acceptance graph is
+        built while the forward runs.
         """
         if self.tap is not None:
             raise ValueError("speculative decoding does not run in a tensor-parallel group")
         lengths = [len(r) for r in rows]
         n = max(lengths)
-        tokens = mx.array([r + [0] * (n - len(r)) for r in rows])
+        if all(isinstance(r, list) for r in rows):
+            tokens = mx.array([r + [0] * (n - len(r)) for r in rows])  # type: ignore[operator]
+        else:  # a drafter's unevaluated tokens: padded on the device
+            tokens = mx.stack([mx.pad(mx.array(r, dtype=mx.uint32), (0, n - len(r)))
+                               if isinstance(r, list) else mx.pad(r.astype(mx.uint32), (0, n - len(r)))
+                               for r in rows])
         out = self._build(tokens, kvs, starts, lengths, True, None, positions, every=True)
         assert out is not None
-        mx.eval(out, *([self.final] if self.on_hidden and self.final is not None else []),
-                self.store.arrays())
+        mx.async_eval(out, *([self.final] if self.on_hidden and self.final is not None else []),  # type: ignore[no-untyped-call]
+                      *self.store.arrays())
         return out
 
     def _compiled(self, tokens: mx.array, kvs: list[RequestPages], starts: list[int],

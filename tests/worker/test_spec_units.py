@@ -117,6 +117,32 @@ def test_speculation_pauses_when_it_costs_more_than_plain_steps() -> None:
     assert spec._cost[True][1] == 0
 
 
+def test_rows_whose_drafts_do_not_pay_at_the_measured_costs_stop_drafting() -> None:
+    from worker.spec.controller import JUDGED_AFTER, MIN_SAMPLES
+
+    spec = Speculator(NgramDrafter(), num_draft=4)
+    good, bad = Row([1, 2, 3, 1, 2]), Row([1, 2, 3, 1, 2])
+    for _ in range(MIN_SAMPLES):
+        spec.record(False, 1, 1, 0.010)  # plain: 10 ms per token
+        spec.tick([])
+        spec._step_draft, spec._step_k = 0.004, 4  # drafting: 1 ms per draft position
+        spec.record(True, 1, 3, 0.020)  # verifying: 16 ms a step
+    assert spec.active([bad])  # not judged before its first verifications
+    for _ in range(JUDGED_AFTER):
+        spec.observe(good, 4, 4)
+        spec.observe(bad, 4, 0)
+    # acceptance ~0.36 (above the resting floor): at most 1.5 tokens per 17-20 ms step, slower
+    # than plain (1 token per 10 ms)
+    assert not spec.active([bad]) and spec.state(bad).rest == COOLDOWN_STEPS
+    assert spec.active([good]) and spec.active([good, bad])  # near-full acceptance pays
+    assert spec.propose([good, bad], [4, 4])[1] == ([], None)  # the resting row drafts nothing
+    off = Speculator(NgramDrafter(), num_draft=4, pause=False)  # no cost rules at all
+    off._cost, off._verify, off._draft = spec._cost, spec._verify, spec._draft
+    off.observe(bad, 4, 0)
+    off.observe(bad, 4, 0)
+    assert off.active([bad])
+
+
 def test_the_registry_refuses_what_it_cannot_build() -> None:
     from types import SimpleNamespace
 

@@ -8,6 +8,7 @@ forwards propose k tokens; rejected proposals are cut off the row's draft KV at 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,15 @@ class DraftRow:
     tokens: list[int] = field(default_factory=list)
     computed: int = 0
     kv: RequestPages = field(default_factory=RequestPages)
+    pending: mx.array | None = None  # the last proposals, not read back yet
+
+
+def _settle(d: DraftRow) -> None:
+    """Read back d's last proposals: all but the last were fed, so they join d.tokens."""
+    if d.pending is not None:
+        fed: list[int] = d.pending.tolist()  # type: ignore[assignment]
+        d.tokens.extend(fed[:-1])
+        d.pending = None
 
 
 def common_prefix(a: list[int], b: list[int], upto: int) -> int:
@@ -53,6 +63,7 @@ class DraftModelDrafter:
         self.forward = Forward(model, store, dtype)
         self.vocab = int(model.args.vocab_size) if hasattr(model, "args") else None
         self.rows: dict[int, DraftRow] = {}
+        self.catch_up_seconds = 0.0  # spent prefilling rows' draft KV (once per row, not per step)
 
     # ---- the Drafter interface ------------------------------------------------------------
 
@@ -63,23 +74,38 @@ class DraftModelDrafter:
     def propose_with_probs(self, rows: list[Request], ks: list[int]
                            ) -> tuple[list[list[int]], list[mx.array | None]]:
         """Proposals and, for sampled rows, the distributions q (len, vocab) they were drawn from."""
-        out: list[list[int]] = [[] for _ in rows]
-        qs: list[mx.array | None] = [None for _ in rows]
+        lazy = self.propose_lazy(rows, ks)
+        mx.eval(*[t for t, _ in lazy if t is not None])
+        out: list[list[int]] = [t.tolist() if t is not None else [] for t, _ in lazy]  # type: ignore[misc]
+        for d in self.rows.values():
+            _settle(d)
+        return out, [q for _, q in lazy]
+
+    def propose_lazy(self, rows: list[Request], ks: list[int]
+                     ) -> list[tuple[mx.array | None, mx.array | None]]:
+        """Per row its ks[i] proposals (ks[i],) and their q (sampled rows), NOT evaluated.
+
+        Each draft forward is handed to MLX as soon as it is built, and nobody waits: the
+        target's verify forward can be built on these tokens and evaluated with them (one wait
+        per speculative step). A row the draft cannot serve now gets (None, None).
+        """
+        out: list[tuple[mx.array | None, mx.array | None]] = [(None, None) for _ in rows]
         live = [(i, self._ready(r, k)) for i, (r, k) in enumerate(zip(rows, ks, strict=True)) if k > 0]
         todo = [(i, d) for i, d in live if d is not None]
         if not todo:
-            return out, qs
+            return out
         drafts = [d for _, d in todo]
         samplers = [d.owner.sampler for d in drafts]
         want = [ks[i] for i, _ in todo]
         fed = [d.owner.tokens[d.computed:] for d in drafts]
-        logits = self.forward(fed, [d.kv for d in drafts], [d.computed for d in drafts], True)
-        assert logits is not None
+        logits = self._lazy_forward(fed, [d.kv for d in drafts], [d.computed for d in drafts])
         for d, toks in zip(drafts, fed, strict=True):
             d.tokens, d.computed = list(d.owner.tokens), d.computed + len(toks)
         steps: list[tuple[list[int], mx.array, mx.array | None]] = []  # (rows, tokens, q)
         at = list(range(len(drafts)))
         tokens, q = self._pick(logits, [samplers[b] for b in at])
+        mx.async_eval(tokens, *([q] if q is not None else []),  # type: ignore[no-untyped-call]
+                      *self.kv.store.arrays())
         steps.append((at, tokens, q))
         for n in range(1, max(want)):
             keep = [j for j, b in enumerate(at) if want[b] > n]
@@ -90,28 +116,29 @@ class DraftModelDrafter:
             for b in at:
                 drafts[b].computed += 1
             tokens, q = self._pick(logits, [samplers[b] for b in at])
-            mx.eval(tokens, *([q] if q is not None else []), *self.kv.store.arrays())  # in place
+            # handed to MLX, not waited for: the next forward is built while this one runs (its
+            # page writes still evaluate in place, before the next graph reads the pages)
+            mx.async_eval(tokens, *([q] if q is not None else []),  # type: ignore[no-untyped-call]
+                          *self.kv.store.arrays())
             steps.append((at, tokens, q))
-        mx.eval(*[t for _, t, _ in steps])
-        per_row: list[list[int]] = [[] for _ in drafts]
+        per_row: list[list[mx.array]] = [[] for _ in drafts]
         per_q: list[list[mx.array]] = [[] for _ in drafts]
         for at_n, toks_n, q_n in steps:
-            picked: list[int] = toks_n.tolist()  # type: ignore[assignment]
             for j, b in enumerate(at_n):
-                per_row[b].append(picked[j])
+                per_row[b].append(toks_n[j : j + 1])
                 if q_n is not None:
                     per_q[b].append(q_n[j])
         for b, (i, d) in enumerate(todo):
-            out[i] = per_row[b]
-            d.tokens.extend(per_row[b][:-1])  # the last proposal is not fed yet
-            if not samplers[b].greedy:
-                qs[i] = mx.stack(per_q[b])
-        return out, qs
+            proposed = mx.concatenate(per_row[b]) if len(per_row[b]) > 1 else per_row[b][0]
+            d.pending = proposed  # the first len-1 are in the draft KV (read back at verification)
+            out[i] = (proposed, mx.stack(per_q[b]) if not samplers[b].greedy else None)
+        return out
 
     def verified(self, row: Request, accepted: int, drafted: int) -> None:
         """Cut the row's draft KV back to the tokens the target kept; free pages beyond them."""
         d = self.rows.get(id(row))
         if d is not None:
+            _settle(d)
             self._cut(d, common_prefix(d.tokens, row.tokens, d.computed))
 
     def release(self, row: Request) -> None:
@@ -127,6 +154,7 @@ class DraftModelDrafter:
         d = self.rows.get(id(row))
         if d is None or d.owner is not row:
             d = self.rows[id(row)] = DraftRow(row)
+        _settle(d)
         if row.vision is not None or (self.vocab is not None
                                       and max(row.tokens[d.computed:], default=0) >= self.vocab):
             return None  # image positions or ids the draft does not know
@@ -134,11 +162,23 @@ class DraftModelDrafter:
         self._cut(d, common_prefix(d.tokens, row.tokens, min(d.computed, len(row.tokens) - 1)))
         if not self.kv.ensure(d, len(row.tokens) + k - 1):
             return None  # the draft pool is full: no drafts for this row now
+        t0 = time.perf_counter()
         while len(row.tokens) - d.computed > BATCHED_TAIL:
             n = min(CATCH_UP_CHUNK, len(row.tokens) - d.computed - 1)
             self.forward([row.tokens[d.computed:d.computed + n]], [d.kv], [d.computed], False)
             d.tokens, d.computed = row.tokens[:d.computed + n], d.computed + n
+        self.catch_up_seconds += time.perf_counter() - t0
         return d
+
+    def _lazy_forward(self, rows: list[list[int]], kvs: list[RequestPages], starts: list[int]
+                      ) -> mx.array:
+        """The last logits (B, V) of feeding ROWS at STARTS, not evaluated (Forward.__call__ waits)."""
+        lengths = [len(r) for r in rows]
+        n = max(lengths)
+        tokens = mx.array([r + [0] * (n - len(r)) for r in rows])
+        out = self.forward._build(tokens, kvs, starts, lengths, True)
+        assert out is not None
+        return out
 
     def _cut(self, d: DraftRow, keep: int) -> None:
         """Forget the row's draft KV from position KEEP on and return whole pages past it."""

@@ -8,13 +8,14 @@ from typing import TYPE_CHECKING, Any
 import mlx.core as mx
 
 from protocol.messages import RequestOutput
+from worker.spec.controller import Tokens
 from worker.spec.verify import verify
 
 if TYPE_CHECKING:
     from worker.engine import Engine
     from worker.request import Request
 
-Drafts = dict[int, tuple[list[int], mx.array | None]]  # id(row) -> (tokens, q or None)
+Drafts = dict[int, tuple[Tokens, mx.array | None]]  # id(row) -> (tokens, q or None)
 
 
 def plan(engine: Engine, decodes: list[Request]) -> Drafts:
@@ -28,9 +29,17 @@ def plan(engine: Engine, decodes: list[Request]) -> Drafts:
     caps = [cap(engine, r) for r in decodes]
     out: Drafts = {}
     for r, (toks, q) in zip(decodes, spec.propose(decodes, caps), strict=True):
-        if toks and engine.kv.ensure(r, r.computed + 1 + len(toks)):
+        if len(toks) and engine.kv.ensure(r, r.computed + 1 + len(toks)):
             out[id(r)] = (toks, q)
     return out
+
+
+def fed(r: Request, drafts: Drafts) -> list[int] | mx.array:
+    """What the verify forward feeds row r: its last token, then its drafts (if any)."""
+    toks = drafts.get(id(r), ([], None))[0]
+    if isinstance(toks, list):
+        return [r.tokens[-1], *toks]
+    return mx.concatenate([mx.array([r.tokens[-1]], dtype=toks.dtype), toks])
 
 
 def cap(engine: Engine, r: Request) -> int:
@@ -52,23 +61,26 @@ def verify_rows(engine: Engine, rows: list[Request], logits: list[mx.array],
     the verified positions only: computed moves past them and the pages beyond are freed.
     """
     samplers: list[Any] = []
-    nexts: list[int] = []
+    nexts: list[mx.array] = []
     qs: list[mx.array | None] = []
     for r in rows:
         toks, q = drafts[id(r)]
         samplers += [r.sampler] * (len(toks) + 1)
-        nexts += [*toks, -1]
+        nexts += [mx.array(toks, dtype=mx.int32) if isinstance(toks, list) else toks.astype(mx.int32),
+                  mx.array([-1], dtype=mx.int32)]
         qs += [*(q[i] for i in range(len(toks))), None] if q is not None else [None] * (len(toks) + 1)
-    accept, token, logprobs = verify(mx.concatenate(logits, axis=0), samplers, nexts, qs)
-    mx.eval(accept, token, *([logprobs] if logprobs is not None else []))
+    proposed = mx.concatenate(nexts)  # -1 after each row's drafts
+    accept, token, logprobs = verify(mx.concatenate(logits, axis=0), samplers, proposed, qs)
+    mx.eval(accept, token, proposed, *([logprobs] if logprobs is not None else []))  # the step's wait
     ok: list[bool] = accept.tolist()  # type: ignore[assignment]
     picks: list[int] = token.tolist()  # type: ignore[assignment]
+    every: list[int] = proposed.tolist()  # type: ignore[assignment]
     now = time.monotonic()
     outputs: list[RequestOutput] = []
     engine.verified_rows = len(rows)
     at = 0
     for r in rows:
-        toks, _ = drafts[id(r)]
+        toks = every[at : at + len(drafts[id(r)][0])]
         j = next(i for i in range(len(toks) + 1) if not ok[at + i])  # the last never accepts
         kept = [*toks[:j], picks[at + j]]
         start = r.computed

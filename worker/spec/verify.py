@@ -7,12 +7,13 @@ import mlx.core as mx
 from worker.sampling import RowSampler, prepare, scaled
 
 
-def verify(logits: mx.array, samplers: list[RowSampler], drafts: list[int],
+def verify(logits: mx.array, samplers: list[RowSampler], drafts: list[int] | mx.array,
            qs: list[mx.array | None] | None = None) -> tuple[mx.array, mx.array, mx.array | None]:
     """Judge every fed position of the speculating rows at once (nothing is evaluated).
 
     LOGITS (M, V) are the target's logits at each position m, SAMPLERS[m] its row's sampler,
-    DRAFTS[m] the draft token proposed to follow position m (-1 at a row's last position).
+    DRAFTS[m] the draft token proposed to follow position m (-1 at a row's last position; host
+    ints or an unevaluated array).
     QS[m] is the draft distribution that token was sampled from (None: one-hot, a
     deterministic drafter). Returns (accept (M,), token (M,), log-probs or None): position m
     keeps its draft when accept[m]; at a row's first rejected (or last) position the row takes
@@ -23,8 +24,9 @@ def verify(logits: mx.array, samplers: list[RowSampler], drafts: list[int],
     """
     prepared, logprobs = prepare(logits, samplers)
     greedy_tok = mx.argmax(prepared, axis=-1)
-    d = mx.array([max(t, 0) for t in drafts])
-    has = mx.array([t >= 0 for t in drafts])
+    proposed = drafts if isinstance(drafts, mx.array) else mx.array(drafts, dtype=mx.int32)
+    d = mx.maximum(proposed, 0)
+    has = proposed >= 0
     greedy_accept = has & (greedy_tok == d)
     if all(s.greedy for s in samplers):
         return greedy_accept, greedy_tok, logprobs
