@@ -89,7 +89,10 @@ def plan_kv(model: Any, dtype: mx.Dtype, *, kind: str, memory: str, page_size: i
     per_context = -(-context_length // page_size)
     useful = 2 * max_batch * per_context + 1  # every slot busy, plus as much again for prefixes
     tails = max_batch + 2 if kind == "k8v4" else 0  # one per running request, plus scratch
-    tail_bytes = tails * replace(fmt, kind="none").bytes_per_page()  # full-precision pages
-    budget = max(parse_memory(memory) - tail_bytes, 0) // fmt.bytes_per_page()
-    num_pages = max(min(budget, useful), per_context + 2)
-    return KVPlan(PagedKVStore(fmt, num_pages, tail_pages=tails), kind, reason)
+    float_page = replace(fmt, kind="none").bytes_per_page()
+    left = max(parse_memory(memory) - tails * float_page, 0)  # tails: full-precision pages
+    num_pages = max(min(left // fmt.bytes_per_page(), useful), per_context + 2)
+    # K8V4: what the pool leaves of the budget holds float copies of running rows' full pages
+    spare = max(left - num_pages * fmt.bytes_per_page(), 0) // float_page if tails else 0
+    work = min(spare, max_batch * per_context)
+    return KVPlan(PagedKVStore(fmt, num_pages, tail_pages=tails, work_pages=work), kind, reason)
