@@ -14,6 +14,9 @@ Two things keep K8V4 close to full precision:
 - A full-precision tail: each running request also keeps the page it is writing in full
   precision (``tail_pages`` slots of one page each, KIVI's residual). A query reads its own
   page from there and every older page quantized, so results do not depend on chunking.
+
+Decode batches read older pages from float copies when they fit (``WorkingSet``, slots after
+the tail pages in the tail arrays, worker/kv_working.py): dequantized once, the same floats.
 """
 
 from __future__ import annotations

@@ -75,8 +75,14 @@ def parse_memory(spec: str) -> int:
 
 
 def plan_kv(model: Any, dtype: mx.Dtype, *, kind: str, memory: str, page_size: int,
-            group_size: int, max_batch: int, context_length: int) -> KVPlan:
-    """Choose K8V4 when it fits the head dim, size the pool, allocate it."""
+            group_size: int, max_batch: int, context_length: int, working_set: bool = True,
+            work_share: float = 0.0) -> KVPlan:
+    """Choose K8V4 when it fits the head dim, size the pool, allocate it.
+
+    With K8V4 and WORKING_SET, float copies of running rows' full pages (worker/kv_working.py)
+    get the budget the pool leaves, or WORK_SHARE of the budget taken from the pool if more, at
+    most every running row's whole context.
+    """
     layers, heads, dim = probe_kv_shape(model)
     reason = "requested"
     if kind == "k8v4" and not k8v4_supported(dim, group_size):
@@ -91,8 +97,10 @@ def plan_kv(model: Any, dtype: mx.Dtype, *, kind: str, memory: str, page_size: i
     tails = max_batch + 2 if kind == "k8v4" else 0  # one per running request, plus scratch
     float_page = replace(fmt, kind="none").bytes_per_page()
     left = max(parse_memory(memory) - tails * float_page, 0)  # tails: full-precision pages
+    work = 0
+    if tails and working_set:  # K8V4: float copies of running rows' full pages
+        spare = (left - min(left // fmt.bytes_per_page(), useful) * fmt.bytes_per_page())
+        work = min(max(spare, int(left * work_share)) // float_page, max_batch * per_context)
+        left -= work * float_page
     num_pages = max(min(left // fmt.bytes_per_page(), useful), per_context + 2)
-    # K8V4: what the pool leaves of the budget holds float copies of running rows' full pages
-    spare = max(left - num_pages * fmt.bytes_per_page(), 0) // float_page if tails else 0
-    work = min(spare, max_batch * per_context)
     return KVPlan(PagedKVStore(fmt, num_pages, tail_pages=tails, work_pages=work), kind, reason)
