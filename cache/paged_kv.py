@@ -145,6 +145,11 @@ class PagedKVStore:
             arrays[1][rows] = s.astype(mx.float16)
             arrays[2][rows] = b.astype(mx.float16)
 
+    def requantize(self, layer: int, tail_rows: mx.array, rows: mx.array) -> None:
+        """K8V4: quantize the tail's TAIL_ROWS (R,) into the pages at ROWS (R,)."""
+        self.write_quantized(layer, rows, self.k_tail[layer][tail_rows],
+                             self.v_tail[layer][tail_rows])
+
     def load_work(self, layer: int, rows: mx.array, work_rows: mx.array) -> None:
         """Dequantize the page ROWS (R,) into the float rows WORK_ROWS (R,) of the tail arrays.
 

@@ -31,10 +31,30 @@ class DecodePlan(NamedTuple):
     shared_table: mx.array | None  # (1, H, S) the prefix every row shares (cascade)
     rest_table: mx.array | None  # (B, H, L - S) the rest of each row
     load: tuple[mx.array, mx.array] | None  # page rows to dequantize, and their float rows
+    write_rows: mx.array  # (B*H,) pool rows of the new tokens (written when not deferred)
+    complete: tuple[mx.array, mx.array] | None  # tail and pool rows of the pages filled now
+
+
+def plan_flush(store: PagedKVStore, pages: np.ndarray, starts: np.ndarray, tails: np.ndarray
+               ) -> tuple[mx.array, mx.array] | None:
+    """Tail and pool rows of each row's current page up to its start (other batches' plan).
+
+    Decode steps write a page's quantized rows only once it is full (``write_decode``); a batch
+    that is not such a step first quantizes what the tail holds of each row's current page.
+    """
+    p, h = store.fmt.page_size, store.fmt.num_kv_heads
+    off = starts % p
+    rows = np.flatnonzero(off)
+    if not len(rows):
+        return None
+    current = pages[rows, starts[rows] // p]
+    r, j = np.nonzero(np.arange(p * h)[None, :] < (off[rows] * h)[:, None])  # slot-major rows
+    return mx.array(tails[rows][r] * p * h + j), mx.array(current[r] * p * h + j)
 
 
 def plan_decode(store: PagedKVStore, pages: np.ndarray, writes: np.ndarray, starts: np.ndarray,
-                tails: np.ndarray, decode: bool, shared: int) -> DecodePlan | None:
+                tails: np.ndarray, decode: bool, shared: int, write_rows: mx.array
+                ) -> DecodePlan | None:
     """Forget copies of the pages this batch writes; for a decode batch, plan its reads.
 
     PAGES (B, W) are the rows' page ids (0: none), WRITES the slots the batch writes, STARTS each
@@ -50,8 +70,14 @@ def plan_decode(store: PagedKVStore, pages: np.ndarray, writes: np.ndarray, star
     own = starts % p
     tail_rows = ((tails * p + own)[:, None] * h + heads).reshape(-1)
     length = int(starts.max()) + 1
+    block = np.arange(p * h)
+    done = np.flatnonzero(own == p - 1)  # rows whose token fills their page
+    complete = None
+    if len(done):
+        complete = (mx.array((tails[done, None] * p * h + block).reshape(-1)),
+                    mx.array((pages[done, starts[done] // p][:, None] * p * h + block).reshape(-1)))
     plan = DecodePlan(mx.array(tail_rows), mx.array(tails), int(own.max()) + 1,
-                      None, None, None, None)
+                      None, None, None, None, write_rows, complete)
     if not work.slots:
         return plan
     cols = np.arange(pages.shape[1])[None, :]
@@ -65,7 +91,6 @@ def plan_decode(store: PagedKVStore, pages: np.ndarray, writes: np.ndarray, star
                            np.where(cols == current, tails[:, None], 0))  # 0: scratch tail
     slots = (float_pages[:, :, None] * p + np.arange(p)).reshape(len(starts), -1)[:, :length]
     rows = slots[:, None, :] * h + heads[None, :, None]  # (B, H, L)
-    block = np.arange(p * h)
     loaded, at = got
     load = None
     if len(loaded):
@@ -77,19 +102,38 @@ def plan_decode(store: PagedKVStore, pages: np.ndarray, writes: np.ndarray, star
     return plan._replace(table=mx.array(rows), load=load)
 
 
-def write_decode(store: PagedKVStore, layer: int, plan: DecodePlan, rows: mx.array,
-                 keys: mx.array, values: mx.array, dtype: mx.Dtype
-                 ) -> tuple[mx.array, mx.array] | None:
-    """Write one layer's new keys/values (B*H, D) at pool ROWS and in the tail; load pages.
+def write_decode(store: PagedKVStore, layer: int, plan: DecodePlan, keys: mx.array,
+                 values: mx.array, dtype: mx.Dtype) -> tuple[mx.array, mx.array] | None:
+    """Write one layer's new keys/values (B*H, D) in the tail; load pages into the working set.
 
-    Returns the tail window (B, H, W, D) when the batch reads older pages quantized, else None
-    (attention reads ``plan``'s tables from the tail arrays).
+    A page's quantized rows are written when the page fills, from the tail (quantization is
+    per row, so the bits are those of token-by-token writes), when the keys are already in the
+    pages' dtype; else token by token. Returns the tail window (B, H, W, D) when the batch
+    reads older pages quantized, else None (attention reads ``plan``'s tables).
     """
-    stored_k, stored_v = store.write(layer, rows, keys, values)
-    store.write_tail(layer, plan.tail_rows, stored_k, stored_v)
+    if _deferred(store, keys):
+        stored_k, stored_v = store.center(layer, keys, values)
+        store.write_tail(layer, plan.tail_rows, stored_k, stored_v)
+        if plan.complete is not None:
+            store.requantize(layer, *plan.complete)
+    else:
+        stored_k, stored_v = store.write(layer, plan.write_rows, keys, values)
+        store.write_tail(layer, plan.tail_rows, stored_k, stored_v)
     if plan.load is not None:
         store.load_work(layer, *plan.load)
     if plan.table is not None or plan.rest_table is not None:
         return None
     window_k, window_v = store.gather_tail_pages(layer, plan.tail_ids, plan.tail_width)
     return window_k.astype(dtype), window_v.astype(dtype)
+
+
+def flush_tail(store: PagedKVStore, layer: int, flush: tuple[mx.array, mx.array] | None,
+               keys: mx.array) -> None:
+    """Quantize a batch's ``plan_flush`` rows (what decode steps deferred) into the pages."""
+    if flush is not None and _deferred(store, keys):
+        store.requantize(layer, *flush)
+
+
+def _deferred(store: PagedKVStore, keys: mx.array) -> bool:
+    """Decode steps defer quantized writes when centering keeps the keys' dtype (the tail's)."""
+    return keys.dtype == store.fmt.dtype

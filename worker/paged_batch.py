@@ -17,7 +17,7 @@ import mlx.core as mx
 import numpy as np
 
 from cache.paged_kv import PagedKVStore
-from worker.kv_working import DecodePlan, plan_decode, write_decode
+from worker.kv_working import DecodePlan, flush_tail, plan_decode, plan_flush, write_decode
 
 CASCADE_MIN_PAGES = 2  # shared pages below this are attended per row
 
@@ -61,10 +61,14 @@ class PagedBatch:
         self.shared = _shared_pages(pages, min(starts) // p) * p if cascade else 0
         self.tails = tails if self.quantized and tails is not None else None
         self.work: DecodePlan | None = None  # K8V4 decode batches (worker/kv_working.py)
+        self.flush: tuple[mx.array, mx.array] | None = None  # K8V4: deferred page writes
         if self.tails is not None:
-            self._plan_tail(p, h, heads, starts_np, lengths_np, np.array(self.tails))
-            self.work = plan_decode(store, pages, writes, starts_np, np.array(self.tails),
-                                    self.decode_tail, self.shared)
+            tails_np = np.array(self.tails)
+            self._plan_tail(p, h, heads, starts_np, lengths_np, tails_np)
+            self.work = plan_decode(store, pages, writes, starts_np, tails_np, self.decode_tail,
+                                    self.shared, self.write_rows)
+            if self.work is None:
+                self.flush = plan_flush(store, pages, starts_np, tails_np)
 
     def _plan_tail(self, p: int, h: int, heads: np.ndarray, starts: np.ndarray,
                    lengths: np.ndarray, tails: np.ndarray) -> None:
@@ -158,9 +162,10 @@ class PagedView:
         flat_k = keys.transpose(0, 2, 1, 3).reshape(bsz * n * heads, dim)
         flat_v = values.transpose(0, 2, 1, 3).reshape(bsz * n * heads, values.shape[-1])
         if b.work is not None:
-            window = write_decode(b.store, self.layer, b.work, b.write_rows, flat_k, flat_v, b.dtype)
+            window = write_decode(b.store, self.layer, b.work, flat_k, flat_v, b.dtype)
             kv = LayerKV(b, self.layer, *window) if window else LayerKV(b, self.layer, dense=True)
             return kv, kv
+        flush_tail(b.store, self.layer, b.flush, flat_k)
         stored_k, stored_v = b.store.write(self.layer, b.write_rows, flat_k, flat_v)
         if b.tails is not None:
             old_k, old_v = b.store.gather_tail(self.layer, b.tail_rows)

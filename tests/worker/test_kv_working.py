@@ -123,3 +123,33 @@ def test_greedy_tokens_are_the_same_with_and_without_the_working_set() -> None:
     assert _run(small, prompts, GREEDY) == quantized
     assert small.kv.store.work.refused > 0
     small.kv.store.work.check()
+
+
+@pytest.mark.parametrize("work_pages", [0, 12])
+def test_deferred_page_writes_give_token_by_token_bits(work_pages: int) -> None:
+    """Decode steps quantize a page when it fills; other batches first flush what is pending."""
+    store = _store(work_pages)
+    mx.random.seed(4)
+    k = 3 * mx.random.normal((1, H, 16, D)) + 4.0
+    v = mx.random.normal((1, H, 16, D))
+    table = [[1, 2, 3, 4]]
+
+    def feed(start: int, n: int) -> None:
+        batch = PagedBatch(store, table, [start], [n], mx.float32, tails=[1])
+        assert (batch.work is not None) == (n == 1)
+        batch.views()[0].update_and_fetch(k[:, :, start : start + n], v[:, :, start : start + n])
+        mx.eval(store.arrays())
+
+    feed(0, 5)  # a prompt chunk, then decode steps filling pages 2 and 3, then a 2-token chunk
+    for pos in range(5, 14):
+        feed(pos, 1)
+    feed(14, 2)
+    rows = mx.arange(16 * H) + 1 * P * H  # pages 1-4, every position and head
+    flat_k = k.transpose(0, 2, 1, 3).reshape(-1, D)
+    flat_v = v.transpose(0, 2, 1, 3).reshape(-1, D)
+    want_k, want_v = store.center(0, flat_k, flat_v)
+    for arrays, x, bits in ((store.k[0], want_k, 8), (store.v[0], want_v, 4)):
+        w, s, b = mx.quantize(x, group_size=32, bits=bits)
+        assert mx.array_equal(arrays[0][rows], w).item()
+        assert mx.array_equal(arrays[1][rows], s.astype(mx.float16)).item()
+        assert mx.array_equal(arrays[2][rows], b.astype(mx.float16)).item()
