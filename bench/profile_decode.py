@@ -64,8 +64,9 @@ def ours(model: Any, tok: Any, rows: int, kind: str, steps: int, split: bool) ->
     from worker.paged_batch import PagedBatch, PagedView
 
     install()
-    plan = plan_kv(model, eng.model_dtype(model), kind=kind, memory="512MiB", page_size=16,
-                   group_size=32, max_batch=32, context_length=1024)
+    plan = plan_kv(model, eng.model_dtype(model), kind=kind.removesuffix("-quantized"),
+                   memory="512MiB", page_size=16, group_size=32, max_batch=32,
+                   context_length=1024, working_set=not kind.endswith("-quantized"))
     engine = eng.Engine(model, tok, plan.store, context_length=1024, max_batch=32)
     params = SamplingParams(max_tokens=WARM + steps + 16, temperature=0.0, ignore_eos=True)
     for i, ids in enumerate(_prompts(model.args.vocab_size, rows)):
@@ -245,10 +246,10 @@ def variants(args: argparse.Namespace) -> None:
     for label, reps in runs.items():
         ratios = {}
         for i, cell in enumerate(first):
-            if cell["side"] == "ours k8v4":
+            if cell["side"].startswith("ours k8v4"):
                 none = next(j for j, c in enumerate(first) if c["side"] == "ours none"
                             and (c["model"], c["rows"]) == (cell["model"], cell["rows"]))
-                ratios[f"{cell['model']}/{cell['rows']}"] = statistics.median(
+                ratios[f"{cell['model']}/{cell['rows']}{cell['side'][9:]}"] = statistics.median(
                     rep[i]["wall"] / rep[none]["wall"] for rep in reps)
         print(f"- {label}: " + ", ".join(f"{k} {v:.3f}" for k, v in ratios.items()))
 
@@ -258,7 +259,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--models", default="stories260K,qwen3")
     p.add_argument("--rows", default="1,8,32")
-    p.add_argument("--kv", default="none,k8v4", help="our KV formats (k8v4 falls back on hd 8)")
+    p.add_argument("--kv", default="none,k8v4", help="our KV formats (k8v4 falls back on hd 8; "
+                   "k8v4-quantized: without float page copies)")
     p.add_argument("--steps", type=int, default=48)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--wall-only", action="store_true")

@@ -14,6 +14,9 @@ Two things keep K8V4 close to full precision:
 - A full-precision tail: each running request also keeps the page it is writing in full
   precision (``tail_pages`` slots of one page each, KIVI's residual). A query reads its own
   page from there and every older page quantized, so results do not depend on chunking.
+
+Decode batches read older pages from float copies when they fit (``WorkingSet``, slots after
+the tail pages in the tail arrays, worker/kv_working.py): dequantized once, the same floats.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import mlx.core as mx
+
+from cache.paged_kv_work import WorkingSet
 
 KEY_BITS = 8
 VALUE_BITS = 4
@@ -70,11 +75,15 @@ def k8v4_supported(head_dim: int, group_size: int) -> bool:
 class PagedKVStore:
     """The page arrays of every layer; writes by slot, gathers by slot table."""
 
-    def __init__(self, fmt: KVFormat, num_pages: int, tail_pages: int = 0) -> None:
+    def __init__(self, fmt: KVFormat, num_pages: int, tail_pages: int = 0,
+                 work_pages: int = 0) -> None:
         self.fmt = fmt
         self.num_pages = num_pages
         self.quantized = fmt.kind != "none"
         self.tail_pages = tail_pages if self.quantized else 0
+        self.work_pages = work_pages if self.tail_pages else 0
+        # float copies of full pages live in the tail arrays after the tail pages
+        self.work = WorkingSet(num_pages, self.work_pages)
         slots = num_pages * fmt.page_size
         h, d = fmt.num_kv_heads, fmt.head_dim
         self.k: list[list[mx.array]] = []
@@ -83,7 +92,7 @@ class PagedKVStore:
         self.v_tail: list[mx.array] = []
         self.k_center = [mx.zeros((h, d), dtype=fmt.dtype) for _ in range(fmt.num_layers)]
         self.v_center = [mx.zeros((h, d), dtype=fmt.dtype) for _ in range(fmt.num_layers)]
-        tail_rows = self.tail_pages * fmt.page_size * h
+        tail_rows = (self.tail_pages + self.work_pages) * fmt.page_size * h
         for _ in range(fmt.num_layers):
             if fmt.kind == "none":
                 self.k.append([mx.zeros((slots * h, d), dtype=fmt.dtype)])
@@ -117,15 +126,41 @@ class PagedKVStore:
             self.k[layer][0][rows] = keys.astype(self.fmt.dtype)
             self.v[layer][0][rows] = values.astype(self.fmt.dtype)
             return keys, values
+        keys, values = self.center(layer, keys, values)
+        self.write_quantized(layer, rows, keys, values)
+        return keys, values
+
+    def center(self, layer: int, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        """K8V4: keys/values (R, D) minus the layer's per-head means (rows cycle over heads)."""
         h, d = self.fmt.num_kv_heads, self.fmt.head_dim
-        keys = (keys.reshape(-1, h, d) - self.k_center[layer]).reshape(-1, d)
-        values = (values.reshape(-1, h, d) - self.v_center[layer]).reshape(-1, d)
+        return ((keys.reshape(-1, h, d) - self.k_center[layer]).reshape(-1, d),
+                (values.reshape(-1, h, d) - self.v_center[layer]).reshape(-1, d))
+
+    def write_quantized(self, layer: int, rows: mx.array, keys: mx.array, values: mx.array
+                        ) -> None:
+        """K8V4: quantize centered keys/values (R, D) into the pages at ROWS (R,)."""
         for arrays, x, bits in ((self.k[layer], keys, KEY_BITS), (self.v[layer], values, VALUE_BITS)):
             w, s, b = mx.quantize(x, group_size=self.fmt.group_size, bits=bits)
             arrays[0][rows] = w
             arrays[1][rows] = s.astype(mx.float16)
             arrays[2][rows] = b.astype(mx.float16)
-        return keys, values
+
+    def requantize(self, layer: int, tail_rows: mx.array, rows: mx.array) -> None:
+        """K8V4: quantize the tail's TAIL_ROWS (R,) into the pages at ROWS (R,)."""
+        self.write_quantized(layer, rows, self.k_tail[layer][tail_rows],
+                             self.v_tail[layer][tail_rows])
+
+    def load_work(self, layer: int, rows: mx.array, work_rows: mx.array) -> None:
+        """Dequantize the page ROWS (R,) into the float rows WORK_ROWS (R,) of the tail arrays.
+
+        The floats are exactly what ``gather`` + ``mx.dequantize`` give for these rows.
+        """
+        dtype, g = self.fmt.dtype, self.fmt.group_size
+        for arrays, out, bits in ((self.k[layer], self.k_tail, KEY_BITS),
+                                  (self.v[layer], self.v_tail, VALUE_BITS)):
+            w, s, b = (a[rows] for a in arrays)
+            out[layer][work_rows] = mx.dequantize(w, s.astype(dtype), b.astype(dtype),
+                                                  group_size=g, bits=bits)
 
     def write_tail(self, layer: int, rows: mx.array, keys: mx.array, values: mx.array) -> None:
         """Store centered keys/values (R, D) in full precision at tail ROWS (R,)."""

@@ -5,7 +5,8 @@ layer's cache returned a ``LayerKV``. Keys are split into segments: the prefix e
 (attended once, with all rows' queries stacked into one matrix product), each row's remaining
 pages, and (K8V4) the row's current page in full precision. Segments are combined exactly by
 their log-sum-exp. K8V4 pages are read with ``mx.quantized_matmul`` when there are few queries
-and dequantized once for many (on CPU a dequantized GEMM is about 4x faster then).
+and dequantized once for many (on CPU a dequantized GEMM is about 4x faster then). K8V4 decode
+batches whose pages fit in the working set read float copies instead (``_working_set``).
 
 Softmax runs in base 2 (scores scaled by log2(e), weights from ``mx.power(2, x)``, or numpy's
 ``exp2`` for large arrays on CPU): on MLX's CPU backend ``mx.exp`` is about 3x slower than
@@ -47,6 +48,8 @@ def paged_attention(queries: mx.array, kv: LayerKV, scale: float, mask: Any) -> 
     standard = mask is b.mask or mask is None or isinstance(mask, str)
     if not isinstance(mask, mx.array):
         mask = b.mask
+    if kv.dense:
+        return _working_set(queries, kv, scale, mask, standard)
     store = b.store
     rows_mask, window = mask, None
     if kv.window_k is not None and kv.window_v is not None:  # own page from the full-precision tail
@@ -73,6 +76,31 @@ def paged_attention(queries: mx.array, kv: LayerKV, scale: float, mask: Any) -> 
         else:
             out = _normalized(queries, scale, segments)
     return _add_value_center(out, store.v_center[layer]) if store.quantized else out
+
+
+def _working_set(queries: mx.array, kv: LayerKV, scale: float, mask: mx.array, standard: bool
+                 ) -> mx.array:
+    """K8V4 decode over float copies of the older pages and the tail (worker/kv_working.py)."""
+    b, store = kv.batch, kv.batch.store
+    plan = b.work
+    assert plan is not None
+    keys, values = store.k_tail[kv.layer], store.v_tail[kv.layer]
+    if plan.shared_table is not None and plan.rest_table is not None:
+        if standard:
+            shared = Segment(keys[plan.shared_table], values[plan.shared_table], None)
+            rest = Segment(keys[plan.rest_table], values[plan.rest_table], mask[..., b.shared :])
+            out = _cascade(queries, scale, shared, [rest])
+            return _add_value_center(out, store.v_center[kv.layer])
+        table = mx.concatenate([mx.broadcast_to(plan.shared_table, (
+            plan.rest_table.shape[0], *plan.shared_table.shape[1:])), plan.rest_table], axis=-1)
+    else:
+        assert plan.table is not None
+        table = plan.table
+    keys, values = keys[table], values[table]
+    if keys.dtype != b.dtype:
+        keys, values = keys.astype(b.dtype), values.astype(b.dtype)
+    out = _normalized(queries, scale, [Segment(keys, values, mask)])
+    return _add_value_center(out, store.v_center[kv.layer])
 
 
 def _segment(kv: tuple[Any, Any], mask: mx.array | None) -> Segment:

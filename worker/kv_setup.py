@@ -75,8 +75,14 @@ def parse_memory(spec: str) -> int:
 
 
 def plan_kv(model: Any, dtype: mx.Dtype, *, kind: str, memory: str, page_size: int,
-            group_size: int, max_batch: int, context_length: int) -> KVPlan:
-    """Choose K8V4 when it fits the head dim, size the pool, allocate it."""
+            group_size: int, max_batch: int, context_length: int, working_set: bool = True,
+            work_share: float = 0.0) -> KVPlan:
+    """Choose K8V4 when it fits the head dim, size the pool, allocate it.
+
+    With K8V4 and WORKING_SET, float copies of running rows' full pages (worker/kv_working.py)
+    get the budget the pool leaves, or WORK_SHARE of the budget taken from the pool if more, at
+    most every running row's whole context.
+    """
     layers, heads, dim = probe_kv_shape(model)
     reason = "requested"
     if kind == "k8v4" and not k8v4_supported(dim, group_size):
@@ -89,7 +95,12 @@ def plan_kv(model: Any, dtype: mx.Dtype, *, kind: str, memory: str, page_size: i
     per_context = -(-context_length // page_size)
     useful = 2 * max_batch * per_context + 1  # every slot busy, plus as much again for prefixes
     tails = max_batch + 2 if kind == "k8v4" else 0  # one per running request, plus scratch
-    tail_bytes = tails * replace(fmt, kind="none").bytes_per_page()  # full-precision pages
-    budget = max(parse_memory(memory) - tail_bytes, 0) // fmt.bytes_per_page()
-    num_pages = max(min(budget, useful), per_context + 2)
-    return KVPlan(PagedKVStore(fmt, num_pages, tail_pages=tails), kind, reason)
+    float_page = replace(fmt, kind="none").bytes_per_page()
+    left = max(parse_memory(memory) - tails * float_page, 0)  # tails: full-precision pages
+    work = 0
+    if tails and working_set:  # K8V4: float copies of running rows' full pages
+        spare = (left - min(left // fmt.bytes_per_page(), useful) * fmt.bytes_per_page())
+        work = min(max(spare, int(left * work_share)) // float_page, max_batch * per_context)
+        left -= work * float_page
+    num_pages = max(min(left // fmt.bytes_per_page(), useful), per_context + 2)
+    return KVPlan(PagedKVStore(fmt, num_pages, tail_pages=tails, work_pages=work), kind, reason)

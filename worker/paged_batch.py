@@ -17,6 +17,7 @@ import mlx.core as mx
 import numpy as np
 
 from cache.paged_kv import PagedKVStore
+from worker.kv_working import DecodePlan, flush_tail, plan_decode, plan_flush, write_decode
 
 CASCADE_MIN_PAGES = 2  # shared pages below this are attended per row
 
@@ -64,8 +65,15 @@ class PagedBatch:
         self.mask = self.k_pos <= self.q_pos  # padding sits beyond each row's last query
         self.shared = _shared_pages(pages, min(starts) // p) * p if cascade else 0
         self.tails = tails if self.quantized and tails is not None else None
+        self.work: DecodePlan | None = None  # K8V4 decode batches (worker/kv_working.py)
+        self.flush: tuple[mx.array, mx.array] | None = None  # K8V4: deferred page writes
         if self.tails is not None:
-            self._plan_tail(p, h, heads, starts_np, lengths_np, np.array(self.tails))
+            tails_np = np.array(self.tails)
+            self._plan_tail(p, h, heads, starts_np, lengths_np, tails_np)
+            self.work = plan_decode(store, pages, writes, starts_np, tails_np, self.decode_tail,
+                                    self.shared, self.write_rows)
+            if self.work is None:
+                self.flush = plan_flush(store, pages, starts_np, tails_np)
 
     def _plan_tail(self, p: int, h: int, heads: np.ndarray, starts: np.ndarray,
                    lengths: np.ndarray, tails: np.ndarray) -> None:
@@ -89,11 +97,6 @@ class PagedBatch:
         self.tail_write_rows = mx.array((slots.reshape(-1, 1) * h + heads).reshape(-1))
         # decode: each row's own page is all in its tail page once this token is written there
         self.decode_tail = n == 1 and len(set(tails.tolist())) == len(tails) and tails.min() > 0
-        if self.decode_tail:
-            own = (tails * p + starts % p)[:, None] * h + heads
-            self.decode_tail_rows = mx.array(own.reshape(-1))
-            self.tail_ids = mx.array(tails)
-            self.tail_width = len(w)
 
     @cached_property
     def older(self) -> mx.array:
@@ -146,6 +149,7 @@ class LayerKV:
     layer: int
     window_k: mx.array | None = None
     window_v: mx.array | None = None
+    dense: bool = False  # K8V4 decode reading float page copies (batch.work's tables)
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -169,12 +173,12 @@ class PagedView:
         bsz, heads, n, dim = keys.shape
         flat_k = keys.transpose(0, 2, 1, 3).reshape(bsz * n * heads, dim)
         flat_v = values.transpose(0, 2, 1, 3).reshape(bsz * n * heads, values.shape[-1])
-        stored_k, stored_v = b.store.write(self.layer, b.write_rows, flat_k, flat_v)
-        if b.tails is not None and b.decode_tail:
-            b.store.write_tail(self.layer, b.decode_tail_rows, stored_k, stored_v)
-            window_k, window_v = b.store.gather_tail_pages(self.layer, b.tail_ids, b.tail_width)
-            kv = LayerKV(b, self.layer, window_k.astype(b.dtype), window_v.astype(b.dtype))
+        if b.work is not None:
+            window = write_decode(b.store, self.layer, b.work, flat_k, flat_v, b.dtype)
+            kv = LayerKV(b, self.layer, *window) if window else LayerKV(b, self.layer, dense=True)
             return kv, kv
+        flush_tail(b.store, self.layer, b.flush, flat_k)
+        stored_k, stored_v = b.store.write(self.layer, b.write_rows, flat_k, flat_v)
         if b.tails is not None:
             old_k, old_v = b.store.gather_tail(self.layer, b.tail_rows)
             window_k = mx.where(b.from_tail, old_k, stored_k[b.new_rows])

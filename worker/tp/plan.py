@@ -29,6 +29,7 @@ class Shape(msgspec.Struct, tag="shape"):
     num_pages: int
     tail_pages: int
     kind: str
+    work_pages: int = 0  # K8V4 float page copies (cache/paged_kv_work.py)
 
 
 class Stop(msgspec.Struct, tag="stop"):

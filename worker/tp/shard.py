@@ -41,15 +41,15 @@ def share_store(plan: KVPlan, link: Link) -> KVPlan:
     store = plan.store
     link.open()
     if link.rank == 0:
-        link.send(p.Shape(store.num_pages, store.tail_pages, plan.kind))
+        link.send(p.Shape(store.num_pages, store.tail_pages, plan.kind, store.work_pages))
         return plan
     shape = link.receive()
     if not isinstance(shape, p.Shape):
         raise RuntimeError(f"expected the KV pool's shape from rank 0, got {type(shape).__name__}")
-    if (shape.num_pages, shape.tail_pages, shape.kind) == (
-            store.num_pages, store.tail_pages, plan.kind):
+    if (shape.num_pages, shape.tail_pages, shape.kind, shape.work_pages) == (
+            store.num_pages, store.tail_pages, plan.kind, store.work_pages):
         return plan
     fmt = replace(store.fmt, kind=shape.kind)
     log.info("rank %d: KV pool resized to rank 0's %d pages", link.rank, shape.num_pages)
-    return KVPlan(PagedKVStore(fmt, shape.num_pages, tail_pages=shape.tail_pages), shape.kind,
-                  plan.reason)
+    return KVPlan(PagedKVStore(fmt, shape.num_pages, tail_pages=shape.tail_pages,
+                               work_pages=shape.work_pages), shape.kind, plan.reason)

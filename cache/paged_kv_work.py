@@ -1,0 +1,66 @@
+"""Which full K8V4 pages have a float copy in the working set: page -> slot, least recently used.
+
+Full pages never change while they hold the same content, so decode reads each one from a float
+copy dequantized once, instead of dequantizing (or multiplying quantized) every step. The copies
+live in slots of a bounded float array (the store's tail arrays, after the tail pages); this
+class only keeps the host-side map. A page that is written again (it was freed and reused) loses
+its copy: every batch forgets the pages it writes, before planning what it reads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class WorkingSet:
+    """Slot bookkeeping for float copies of up to ``slots`` pages of a pool of ``num_pages``."""
+
+    def __init__(self, num_pages: int, slots: int) -> None:
+        self.slots = slots
+        self.slot_of = np.full(num_pages, -1, dtype=np.int64)  # page -> slot (-1: no copy)
+        self.page_of = np.full(slots, -1, dtype=np.int64)  # slot -> page (-1: free)
+        self.used = np.zeros(slots, dtype=np.int64)  # clock of the slot's last use
+        self.clock = 0
+        self.loads = 0  # pages dequantized into the set so far (stats, tests)
+        self.refused = 0  # batches whose pages did not fit (they read quantized pages)
+
+    def forget(self, pages: np.ndarray) -> None:
+        """Drop the copies of PAGES (their content is being rewritten)."""
+        held = self.slot_of[pages]
+        self.page_of[held[held >= 0]] = -1
+        self.slot_of[pages] = -1
+
+    def acquire(self, pages: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """Slots for the distinct PAGES a batch reads: the (pages, slots) to load now.
+
+        Evicts the least recently used copies that this batch does not read. None (and no
+        change) when PAGES do not fit in the set at all.
+        """
+        if len(pages) > self.slots:
+            self.refused += 1
+            return None
+        self.clock += 1
+        held = self.slot_of[pages]
+        self.used[held[held >= 0]] = self.clock
+        missing = pages[held < 0]
+        if not len(missing):
+            return missing, missing
+        free = np.flatnonzero(self.page_of < 0)
+        if len(free) < len(missing):
+            busy = np.flatnonzero((self.page_of >= 0) & (self.used < self.clock))
+            victims = busy[np.argsort(self.used[busy], kind="stable")[: len(missing) - len(free)]]
+            self.slot_of[self.page_of[victims]] = -1
+            self.page_of[victims] = -1
+            free = np.concatenate([free, victims])
+        slots = free[: len(missing)]
+        self.slot_of[missing] = slots
+        self.page_of[slots] = missing
+        self.used[slots] = self.clock
+        self.loads += len(missing)
+        return missing, slots
+
+    def check(self) -> None:
+        """Assert the two maps agree (tests)."""
+        held = np.flatnonzero(self.slot_of >= 0)
+        assert np.array_equal(np.sort(self.slot_of[held]), np.flatnonzero(self.page_of >= 0))
+        assert np.array_equal(self.page_of[self.slot_of[held]], held)

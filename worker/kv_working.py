@@ -1,0 +1,139 @@
+"""K8V4 decode steps read float copies of full pages (the working set) instead of quantized ones.
+
+On this CPU, ``mx.quantized_matmul`` and ``mx.dequantize`` are several times slower than the
+float matmul of the same shape, so a decode step that reads every older page quantized pays that
+every step, although a full page never changes. Here a decode batch (one token per row, each row
+with its own tail page) gets a plan: the older pages it reads are given slots in the store's
+``WorkingSet`` (dequantized once, the first time a running row reads them, with exactly the
+floats ``mx.dequantize`` gives), and one (B, H, L) table indexes the store's tail arrays: older
+positions at their page's float copy, the row's own page at its full-precision tail. Attention
+then reads plain float keys and values, as with full-precision pages. The prefix cache and idle
+pages stay K8V4; when a batch's pages do not fit in the working set it reads them quantized.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import mlx.core as mx
+import numpy as np
+
+from cache.paged_kv import PagedKVStore
+
+
+class DecodePlan(NamedTuple):
+    """What a K8V4 decode batch writes and reads besides the model's keys/values."""
+
+    tail_rows: mx.array  # (B*H,) tail rows of each row's new token
+    tail_ids: mx.array  # (B,) each row's tail page
+    tail_width: int  # positions of a tail page the batch reads (quantized reads only)
+    table: mx.array | None  # (B, H, L) rows of the tail arrays to read; None: read quantized
+    shared_table: mx.array | None  # (1, H, S) the prefix every row shares (cascade)
+    rest_table: mx.array | None  # (B, H, L - S) the rest of each row
+    load: tuple[mx.array, mx.array] | None  # page rows to dequantize, and their float rows
+    write_rows: mx.array  # (B*H,) pool rows of the new tokens (written when not deferred)
+    complete: tuple[mx.array, mx.array] | None  # tail and pool rows of the pages filled now
+
+
+def plan_flush(store: PagedKVStore, pages: np.ndarray, starts: np.ndarray, tails: np.ndarray
+               ) -> tuple[mx.array, mx.array] | None:
+    """Tail and pool rows of each row's current page up to its start (other batches' plan).
+
+    Decode steps write a page's quantized rows only once it is full (``write_decode``); a batch
+    that is not such a step first quantizes what the tail holds of each row's current page.
+    """
+    p, h = store.fmt.page_size, store.fmt.num_kv_heads
+    off = starts % p
+    rows = np.flatnonzero(off)
+    if not len(rows):
+        return None
+    current = pages[rows, starts[rows] // p]
+    r, j = np.nonzero(np.arange(p * h)[None, :] < (off[rows] * h)[:, None])  # slot-major rows
+    return mx.array(tails[rows][r] * p * h + j), mx.array(current[r] * p * h + j)
+
+
+def plan_decode(store: PagedKVStore, pages: np.ndarray, writes: np.ndarray, starts: np.ndarray,
+                tails: np.ndarray, decode: bool, shared: int, write_rows: mx.array
+                ) -> DecodePlan | None:
+    """Forget copies of the pages this batch writes; for a decode batch, plan its reads.
+
+    PAGES (B, W) are the rows' page ids (0: none), WRITES the slots the batch writes, STARTS each
+    row's first position, TAILS its tail page, SHARED the positions every row shares.
+    """
+    p, h = store.fmt.page_size, store.fmt.num_kv_heads
+    work = store.work
+    if work.slots:
+        work.forget(np.unique(writes // p))
+    if not decode:
+        return None
+    heads = np.arange(h)
+    own = starts % p
+    tail_rows = ((tails * p + own)[:, None] * h + heads).reshape(-1)
+    length = int(starts.max()) + 1
+    block = np.arange(p * h)
+    done = np.flatnonzero(own == p - 1)  # rows whose token fills their page
+    complete = None
+    if len(done):
+        complete = (mx.array((tails[done, None] * p * h + block).reshape(-1)),
+                    mx.array((pages[done, starts[done] // p][:, None] * p * h + block).reshape(-1)))
+    plan = DecodePlan(mx.array(tail_rows), mx.array(tails), int(own.max()) + 1,
+                      None, None, None, None, write_rows, complete)
+    if not work.slots:
+        return plan
+    cols = np.arange(pages.shape[1])[None, :]
+    current = (starts // p)[:, None]
+    older = cols < current
+    got = work.acquire(np.unique(pages[older]))
+    if got is None:
+        return plan
+    first = store.tail_pages  # working-set slot s is page first + s of the tail arrays
+    float_pages = np.where(older, first + work.slot_of[pages],
+                           np.where(cols == current, tails[:, None], 0))  # 0: scratch tail
+    slots = (float_pages[:, :, None] * p + np.arange(p)).reshape(len(starts), -1)[:, :length]
+    rows = slots[:, None, :] * h + heads[None, :, None]  # (B, H, L)
+    loaded, at = got
+    load = None
+    if len(loaded):
+        load = (mx.array((loaded[:, None] * p * h + block).reshape(-1)),
+                mx.array(((first + at)[:, None] * p * h + block).reshape(-1)))
+    if shared:
+        return plan._replace(shared_table=mx.array(rows[:1, :, :shared]),
+                             rest_table=mx.array(rows[:, :, shared:]), load=load)
+    return plan._replace(table=mx.array(rows), load=load)
+
+
+def write_decode(store: PagedKVStore, layer: int, plan: DecodePlan, keys: mx.array,
+                 values: mx.array, dtype: mx.Dtype) -> tuple[mx.array, mx.array] | None:
+    """Write one layer's new keys/values (B*H, D) in the tail; load pages into the working set.
+
+    A page's quantized rows are written when the page fills, from the tail (quantization is
+    per row, so the bits are those of token-by-token writes), when the keys are already in the
+    pages' dtype; else token by token. Returns the tail window (B, H, W, D) when the batch
+    reads older pages quantized, else None (attention reads ``plan``'s tables).
+    """
+    if _deferred(store, keys):
+        stored_k, stored_v = store.center(layer, keys, values)
+        store.write_tail(layer, plan.tail_rows, stored_k, stored_v)
+        if plan.complete is not None:
+            store.requantize(layer, *plan.complete)
+    else:
+        stored_k, stored_v = store.write(layer, plan.write_rows, keys, values)
+        store.write_tail(layer, plan.tail_rows, stored_k, stored_v)
+    if plan.load is not None:
+        store.load_work(layer, *plan.load)
+    if plan.table is not None or plan.rest_table is not None:
+        return None
+    window_k, window_v = store.gather_tail_pages(layer, plan.tail_ids, plan.tail_width)
+    return window_k.astype(dtype), window_v.astype(dtype)
+
+
+def flush_tail(store: PagedKVStore, layer: int, flush: tuple[mx.array, mx.array] | None,
+               keys: mx.array) -> None:
+    """Quantize a batch's ``plan_flush`` rows (what decode steps deferred) into the pages."""
+    if flush is not None and _deferred(store, keys):
+        store.requantize(layer, *flush)
+
+
+def _deferred(store: PagedKVStore, keys: mx.array) -> bool:
+    """Decode steps defer quantized writes when centering keeps the keys' dtype (the tail's)."""
+    return keys.dtype == store.fmt.dtype
