@@ -48,9 +48,9 @@ class CompiledDecode:
         self.max_rows = int(os.environ.get("RAPID_MLX_COMPILE_DECODE_MAX_ROWS", MAX_ROWS))
 
     def fits(self, batch: PagedBatch) -> bool:
-        """True when the compiled step covers this batch (decode, bucketed tables, few rows)."""
+        """True when the compiled step covers this batch (decode, full-precision pages, few rows)."""
         return batch.n == 1 and not batch.single and len(batch.lengths) <= self.max_rows and (
-            batch.tails is None or bool(batch.decode_tail))
+            batch.tails is None)
 
     def __call__(self, tokens: mx.array, batch: PagedBatch) -> mx.array:
         """Logits (B, V) of one decode step; the store's page arrays become the step's outputs."""
@@ -58,12 +58,9 @@ class CompiledDecode:
             _ = batch.shared_table, batch.rest_table
         else:
             _ = batch.table
-        if batch.tails is not None:
-            _ = batch.older
         names = tuple(a for a in ARRAYS if isinstance(batch.__dict__.get(a), mx.array))
         arrays = [batch.__dict__[a] for a in names]
-        key = (names, tuple(a.shape for a in arrays), tokens.shape, batch.shared,
-               getattr(batch, "tail_width", 0))
+        key = (names, tuple(a.shape for a in arrays), tokens.shape, batch.shared)
         fn = self.fns.pop(key, None)
         if fn is None:
             fn = mx.compile(self._traced(batch, names))

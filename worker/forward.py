@@ -139,7 +139,9 @@ class Forward:
                   positions: mx.array | None) -> mx.array | None:
         """A decode step's logits through the compiled step, or None where it does not apply."""
         if (self.compiled is None or positions is not None or self.sharded
-                or self.on_hidden is not None):
+                or self.on_hidden is not None or self.store.quantized):
+            # K8V4 decode reads the working set's float copies and defers page writes
+            # (worker/kv_working.py); those plans are not inputs of a compiled step
             return None
         batch = PagedBatch(self.store, [kv.pages for kv in kvs], starts, [1] * len(starts),
                            self.dtype, tails=[kv.tail for kv in kvs], cascade=self.cascade,

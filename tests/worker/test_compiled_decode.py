@@ -41,15 +41,18 @@ def test_compiled_greedy_matches_plain_alone_and_batched(
     assert compiled.kv.store.fmt.kind == kind
     assert {"p3": _run(compiled, {"p3": prompts["p3"]}, GREEDY)["p3"]} == {"p3": plain["p3"]}
     assert _run(compiled, prompts, GREEDY) == plain
-    assert compiled._forward.compiled.fns, "no step went through the compiled function"
+    if kind == "k8v4":  # K8V4 decode reads the working set's float copies: never compiled
+        assert not compiled._forward.compiled.fns
+    else:
+        assert compiled._forward.compiled.fns, "no step went through the compiled function"
 
 
-@pytest.mark.parametrize("kind", ["k8v4", "none"])
+@pytest.mark.parametrize("kind", ["none"])
 def test_every_compiled_step_equals_the_plain_step(kind: str, monkeypatch: pytest.MonkeyPatch
                                                    ) -> None:
     """Page tables change under the compiled functions (8 rows, pages of 8): each call's logits
-    are the plain step's, bit for bit with K8V4 pages (full precision: within float rounding,
-    as the padded keys change which score columns BLAS computes apart)."""
+    are the plain step's within float rounding (the padded keys change which score columns
+    BLAS computes apart). K8V4 stores never compile (see the test above)."""
     import copy
 
     import worker.compiled_decode as cd
@@ -63,8 +66,7 @@ def test_every_compiled_step_equals_the_plain_step(kind: str, monkeypatch: pytes
         plain = self.run(tokens, copy.copy(batch))
         mx.eval(plain, self.store.arrays())
         out = original(self, tokens, batch)
-        same = mx.array_equal(out, plain).item() if kind == "k8v4" else mx.allclose(
-            out, plain, rtol=0, atol=1e-4).item()
+        same = mx.allclose(out, plain, rtol=0, atol=1e-4).item()
         calls.append(bool(same))
         return out
 
