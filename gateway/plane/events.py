@@ -46,7 +46,9 @@ async def read_events(hub: Hub) -> None:
         while True:
             wake.clear()
             more = _drain(hub, raw)
-            if more is None:  # the socket failed: try again soon
+            if more is None:  # the socket failed: over if the hub is closing, else try again soon
+                if hub.closing:
+                    return
                 await asyncio.sleep(0.05)
             elif more:  # a full batch: let other tasks run, then read on
                 await asyncio.sleep(0)
