@@ -87,6 +87,14 @@ class Server:
         except psutil.NoSuchProcess:
             return []
 
+    def wait_exit(self, timeout: float = 120.0) -> int:
+        """Wait for a server that should exit on its own; its exit code."""
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise AssertionError("server did not exit:\n" + "".join(self.lines[-40:])) from None
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
         """Signal the server and wait for it; SIGKILL the tree if it does not exit."""
         procs = self.tree()

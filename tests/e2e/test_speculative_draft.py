@@ -4,7 +4,6 @@ another tokenizer is refused with one clear line."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 
 import openai
@@ -45,11 +44,7 @@ def test_a_draft_with_another_tokenizer_is_one_clear_line(tmp_path: object) -> N
 
     other = str(shared_model("stories260K"))
     srv = Server("--speculative", "draft", "--draft-model", other)
-    try:
-        code = srv.proc.wait(120)
-    except subprocess.TimeoutExpired:
-        srv.stop()
-        raise AssertionError("server did not exit:\n" + "".join(srv.lines[-40:])) from None
+    code = srv.wait_exit()
     text = "".join(srv.lines)
     assert code == 78, text
     assert "Traceback" not in text, text

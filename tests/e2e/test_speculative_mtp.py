@@ -5,7 +5,6 @@ refused with one clear line."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,11 +58,7 @@ def test_same_answers_and_mtp_drafts_are_accepted(servers: tuple[Server, Server]
 def test_a_checkpoint_without_mtp_layers_is_one_clear_line(tmp_path: Path) -> None:
     path = str(glm_mtp_model(tmp_path / "bare", nextn=False))
     srv = Server(path, "--speculative", "mtp")
-    try:
-        code = srv.proc.wait(120)
-    except subprocess.TimeoutExpired:
-        srv.stop()
-        raise AssertionError("server did not exit:\n" + "".join(srv.lines[-40:])) from None
+    code = srv.wait_exit()
     text = "".join(srv.lines)
     assert code == 78, text
     assert "Traceback" not in text, text

@@ -30,15 +30,6 @@ def _cli(*args: str, env: dict[str, str] | None = None,
                           capture_output=True, timeout=timeout, env={**os.environ, **(env or {})})
 
 
-def _exit(srv: Server, timeout: float = 120) -> int:
-    """Wait for a server that should exit on its own; its exit code."""
-    try:
-        return srv.proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        srv.stop()
-        raise AssertionError("server did not exit:\n" + "".join(srv.lines[-40:])) from None
-
-
 def _clean(lines: list[str]) -> None:
     text = "".join(lines)
     assert "Traceback" not in text and "KeyboardInterrupt" not in text, text
@@ -77,7 +68,7 @@ def test_folder_without_config_fails_once_and_serve_exits_78(tmp_path: Path) -> 
     (tmp_path / "empty").mkdir()
     started = time.monotonic()
     srv = Server(str(tmp_path / "empty"))
-    assert _exit(srv) == 78
+    assert srv.wait_exit() == 78
     elapsed = time.monotonic() - started
     _clean(srv.lines)
     text = "".join(srv.lines)
@@ -90,7 +81,7 @@ def test_folder_without_config_fails_once_and_serve_exits_78(tmp_path: Path) -> 
 
 def test_uncached_repo_offline_fails_once_and_serve_exits_78(tmp_path: Path) -> None:
     srv = Server("nosuch-org/nosuch-model", env={**OFFLINE, "HF_HOME": str(tmp_path)})
-    assert _exit(srv) == 78
+    assert srv.wait_exit() == 78
     _clean(srv.lines)
     lines = [ln for ln in srv.lines if ln.strip()]
     assert len(lines) == 1, lines
@@ -259,7 +250,7 @@ def test_a_load_error_not_known_to_be_final_is_retried_then_serve_exits_1(tmp_pa
     model = _demo_copy(tmp_path / "corrupt")
     (model / "model.safetensors").write_bytes(b"not safetensors")
     srv = Server(str(model), "--max-start-crashes", "2", "--restart-backoff", "0.1")
-    assert _exit(srv) == 1
+    assert srv.wait_exit() == 1
     text = "".join(srv.lines)
     assert "Traceback" not in text, text
     assert sum("restarting in" in ln for ln in srv.lines) == 1, text  # retried once, with backoff
