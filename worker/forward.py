@@ -53,7 +53,9 @@ class Forward:
     in place: two pending graphs over the same page array would force MLX to copy it.
     """
 
-    def __init__(self, model: Any, store: PagedKVStore, dtype: mx.Dtype) -> None:
+    def __init__(self, model: Any, store: PagedKVStore, dtype: mx.Dtype,
+                 compile: bool | None = None) -> None:
+        """COMPILE: run decode steps through ``CompiledDecode`` (None: RAPID_MLX_COMPILE_DECODE)."""
         self.model = model
         self.store = store
         self.dtype = dtype
@@ -64,7 +66,8 @@ class Forward:
         self.final: mx.array | None = None  # the last call's model output (sharded: evaluated)
         # an MTP drafter's hook: each call's hidden states (B, n, D), evaluated with the call
         self.on_hidden: Callable[[mx.array, list[RequestPages], list[int], list[int]], None] | None = None
-        self.compiled = CompiledDecode(self._decode, store) if compile_decode() else None
+        on = compile_decode() if compile is None else compile
+        self.compiled = CompiledDecode(self._decode, store) if on else None
 
     def __call__(self, rows: list[list[int]], kvs: list[RequestPages], starts: list[int],
                  want_logits: bool, embeds: list[mx.array | None] | None = None,
