@@ -42,6 +42,8 @@ def compile_decode() -> bool:
 
 
 def _pool(store: PagedKVStore) -> list[Any]:
+    if store.quantized:  # a compiled K8V4 step reads and writes the float tail arrays only
+        return [[], [], store.k_tail, store.v_tail, store.k_center, store.v_center]
     return [store.k, store.v, store.k_tail, store.v_tail, store.k_center, store.v_center]
 
 
@@ -104,7 +106,7 @@ class CompiledDecode:
             return None
         self.fns[key] = fn
         del pool
-        for layer in range(len(store.k)):
+        for layer in range(len(k)):  # none for K8V4 (its quantized pages are not inputs)
             store.k[layer][:] = k[layer]
             store.v[layer][:] = v[layer]
         store.k_tail[:] = k_tail

@@ -69,7 +69,7 @@ def plan_decode(store: PagedKVStore, pages: np.ndarray, writes: np.ndarray, star
     p, h = store.fmt.page_size, store.fmt.num_kv_heads
     work = store.work
     if work.slots:
-        work.forget(np.unique(writes // p))
+        work.forget((writes // p).reshape(-1))  # repeated pages are fine
     if not decode:
         return None
     heads = np.arange(h)

@@ -58,7 +58,7 @@ class PagedBatch:
         writes = np.take_along_axis(table, np.minimum(cols, length - 1), axis=1)
         writes[np.arange(n)[None, :] >= lengths_np[:, None]] = 0  # padding -> scratch
         self.write_rows = mx.array((writes.reshape(-1, 1) * h + heads).reshape(-1))
-        self._rows = table[:, None, :] * h + heads[None, :, None]  # (B, H, L) pool rows
+        self._table = table  # (B, L) pool slots (tables below; K8V4 decode reads its plan's)
         self.offset: Any = starts[0] if self.single else mx.array(starts)
         self.q_pos = mx.array(starts)[:, None, None, None] + mx.arange(n)[None, None, :, None]
         self.k_pos = mx.arange(length)[None, None, None, :]
@@ -100,6 +100,12 @@ class PagedBatch:
             pos >= (starts + lengths)[:, None] // p * p)
         slots = np.where(keep, tails[:, None] * p + pos % p, 0)
         self.tail_write_rows = mx.array((slots.reshape(-1, 1) * h + heads).reshape(-1))
+
+    @cached_property
+    def _rows(self) -> np.ndarray:
+        """Pool rows of every row's positions (B, H, L)."""
+        heads = np.arange(self.store.fmt.num_kv_heads)
+        return self._table[:, None, :] * len(heads) + heads[None, :, None]  # type: ignore[no-any-return]
 
     @cached_property
     def older(self) -> mx.array:
