@@ -105,7 +105,7 @@ class PagedBatch:
     def _rows(self) -> np.ndarray:
         """Pool rows of every row's positions (B, H, L)."""
         heads = np.arange(self.store.fmt.num_kv_heads)
-        return self._table[:, None, :] * len(heads) + heads[None, :, None]  # type: ignore[no-any-return]
+        return self._table[:, None, :] * len(heads) + heads[None, :, None]
 
     @cached_property
     def older(self) -> mx.array:
