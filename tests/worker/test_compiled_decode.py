@@ -86,17 +86,21 @@ def _address(a: mx.array) -> int:
     return int(np.asarray(a, copy=False).__array_interface__["data"][0])
 
 
-@pytest.mark.parametrize("compiled", [False, True])
-def test_compiled_step_writes_pages_in_place(compiled: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The page arrays are the step's inputs and outputs: MLX reuses their buffers."""
+@pytest.mark.parametrize(("compiled", "kind"), [(False, "none"), (True, "none"), (True, "k8v4")])
+def test_compiled_step_writes_pages_in_place(compiled: bool, kind: str,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page arrays are the step's inputs and outputs: MLX reuses their buffers (K8V4: also
+    across the page loads before and the page completions after the compiled function)."""
     mdl, tok = load(str(embedded_model_path()))[:2]
-    engine = _engine(mdl, tok, compiled, monkeypatch)
+    engine = _engine(mdl, tok, compiled, monkeypatch, kind=kind, page_size=8)
     engine.add("a", tok.encode(PROMPTS[0]), GREEDY)
     for _ in range(4):  # prefill, then decode steps through the compiled function
         engine.step()
     store = engine.kv.store
     before = [_address(a) for a in store.arrays()]
-    for _ in range(3):
+    loads = store.work.loads
+    for _ in range(10):  # pages of 8: at least one fills, and is loaded the step after
         engine.step()
     assert not compiled or engine._forward.compiled.fns
+    assert kind == "none" or store.work.loads > loads
     assert [_address(a) for a in store.arrays()] == before
