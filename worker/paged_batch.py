@@ -43,6 +43,7 @@ class PagedBatch:
         n = max(lengths)
         self.store, self.dtype, self.n, self.lengths = store, dtype, n, lengths
         self.single = len(starts) == 1 and not bucket
+        self.bucket = bucket  # a compiled step's batch: nothing may be evaluated while tracing
         self.quantized = store.quantized
         length = max(starts) + n
         if bucket:
