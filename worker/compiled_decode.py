@@ -20,7 +20,6 @@ from typing import Any
 import mlx.core as mx
 
 from cache.paged_kv import PagedKVStore
-from cache.paged_kv_moves import PageMoves
 from worker.kv_working import DecodePlan
 from worker.paged_batch import PagedBatch
 
@@ -56,7 +55,6 @@ class CompiledDecode:
         self.store = store
         self.fns: dict[tuple[Any, ...], Callable[..., Any] | None] = {}  # None: never compiles
         self.max_rows = int(os.environ.get("RAPID_MLX_COMPILE_DECODE_MAX_ROWS", MAX_ROWS))
-        self.moves = PageMoves(store)  # K8V4 page loads and completions, compiled
 
     def fits(self, batch: PagedBatch) -> bool:
         """True when the compiled step covers this batch: decode, few rows, and full-precision
@@ -70,12 +68,10 @@ class CompiledDecode:
         None when this batch's step cannot compile (the plain step must run it).
         """
         store, plan = self.store, batch.work
-        # MLX picks a write's output buffer when it encodes the step: a page array the step
-        # before is still writing would be copied whole, so wait for those writes first
-        mx.eval(store.arrays())
         if plan is not None:  # pages enter the working set before the step, fill after it
             if plan.load is not None:
-                self.moves.load(*plan.load)
+                for layer in range(len(store.k)):
+                    store.load_work(layer, *plan.load)
             batch.work = plan._replace(load=None, complete=None)
         elif not batch.quantized:
             if batch.shared:
@@ -98,6 +94,9 @@ class CompiledDecode:
             fn = mx.compile(self._traced(batch, names, tuple(k for k, _ in work)))
             if len(self.fns) >= KEEP:
                 del self.fns[next(iter(self.fns))]
+        # MLX picks a write's output buffer when it encodes the step: a page array the step
+        # before is still writing would be copied whole, so wait for those writes first
+        mx.eval(store.arrays())
         pool = _pool(store)
         try:
             out, k, v, k_tail, v_tail = fn(tokens, arrays, pool)
@@ -113,7 +112,8 @@ class CompiledDecode:
         store.k_tail[:] = k_tail
         store.v_tail[:] = v_tail
         if plan is not None and plan.complete is not None:
-            self.moves.complete(*plan.complete)
+            for layer in range(len(store.k)):
+                store.requantize(layer, *plan.complete)
         return out  # type: ignore[no-any-return]
 
     def _traced(self, template: PagedBatch, names: tuple[str, ...], work: tuple[str, ...]

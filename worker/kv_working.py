@@ -76,7 +76,7 @@ def plan_decode(store: PagedKVStore, pages: np.ndarray, writes: np.ndarray, star
     own = starts % p
     tail_rows = ((tails * p + own)[:, None] * h + heads).reshape(-1)
     block = np.arange(p * h)
-    done = _pow2(np.flatnonzero(own == p - 1))  # rows whose token fills their page
+    done = np.flatnonzero(own == p - 1)  # rows whose token fills their page
     complete = None
     if len(done):
         complete = (mx.array((tails[done, None] * p * h + block).reshape(-1)),
@@ -96,7 +96,7 @@ def plan_decode(store: PagedKVStore, pages: np.ndarray, writes: np.ndarray, star
                            np.where(cols == current, tails[:, None], 0))  # 0: scratch tail
     slots = (float_pages[:, :, None] * p + np.arange(p)).reshape(len(starts), -1)[:, :length]
     rows = slots[:, None, :] * h + heads[None, :, None]  # (B, H, L)
-    loaded, at = _pow2(got[0]), _pow2(got[1])
+    loaded, at = got
     load = None
     if len(loaded):
         load = (mx.array((loaded[:, None] * p * h + block).reshape(-1)),
@@ -143,12 +143,3 @@ def flush_tail(store: PagedKVStore, layer: int, flush: tuple[mx.array, mx.array]
 def _deferred(store: PagedKVStore, keys: mx.array) -> bool:
     """Decode steps defer quantized writes when centering keeps the keys' dtype (the tail's)."""
     return keys.dtype == store.fmt.dtype
-
-
-def _pow2(a: np.ndarray) -> np.ndarray:
-    """A padded to a power-of-two length by repeating its first entry (compiled page moves
-    repeat shapes; moving a page twice writes the same values)."""
-    n = len(a)
-    if n < 2 or not n & (n - 1):
-        return a
-    return np.concatenate([a, np.repeat(a[:1], (1 << n.bit_length()) - n)])
