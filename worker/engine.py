@@ -132,6 +132,7 @@ class Engine:
                 self._news = self._flush()
                 flushed, t0 = len(self._news), time.perf_counter()  # the last step's tokens
                 outputs = self._news + self._synchronous_step()
+                self.stats.sync_seconds += time.perf_counter() - t0
         except Exception as exc:
             return self._recover(exc)
         self.failed_steps = 0
@@ -302,6 +303,7 @@ class Engine:
         outputs += self._deliver(previous) if previous else []
         self._retire()
         self.stats.steps += 1
+        self.stats.overlapped_steps += 1
         self.stats.decode_rows += len(rows)
         self.stats.decode_seconds += time.perf_counter() - t0
         self.stats.last_step_at = time.time()
