@@ -244,6 +244,10 @@ def main(argv: list[str] | None = None) -> int:
                     max_waiting=args.max_waiting, prefix_cache=not args.disable_prefix_cache,
                     spec=spec, compile_decode=args.compile_decode)
     engine.kv_note = plan.reason
+    if link is None:  # a tensor-parallel group's ranks must run the same forwards
+        from worker.warmup import warm_up
+
+        warm_up(engine)
     leader = None
     if link is not None:
         from worker.tp.leader import lead
