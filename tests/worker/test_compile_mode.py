@@ -45,3 +45,18 @@ def test_engine_takes_the_mode(mode: str, rows: int) -> None:
     compiled = engine._forward.compiled
     assert engine.compile_decode == mode
     assert (compiled.max_rows if compiled is not None else 0) == rows
+
+
+@pytest.mark.slow
+def test_on_compiles_past_eight_rows_with_the_same_tokens() -> None:
+    """`on` runs 12-row decode batches compiled; greedy tokens equal the uncompiled engine's."""
+    from protocol.messages import SamplingParams
+    from tests.worker.test_engine import PROMPTS, _run
+
+    mdl, tok = load(str(embedded_model_path()))[:2]
+    prompts = {f"p{i}": tok.encode(p) for i, p in enumerate(PROMPTS[:12])}
+    greedy = SamplingParams(max_tokens=32, temperature=0.0)
+    plain = _run(make_engine(mdl, tok, compile_decode="off"), prompts, greedy)
+    engine: Any = make_engine(mdl, tok, compile_decode="on")
+    assert _run(engine, prompts, greedy) == plain
+    assert any(key[2][0] > 8 for key in engine._forward.compiled.fns), "no step of > 8 rows compiled"
