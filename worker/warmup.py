@@ -31,6 +31,8 @@ def warm_up(engine: Any) -> float:
     params = SamplingParams(max_tokens=TOKENS, temperature=0.0, ignore_eos=True)
     # keys of one page and of several (a dimension of 1 takes other kernels), one row and two
     for prompt in (min(4, page), page + 2):
+        if prompt + TOKENS >= engine.context_length:
+            break
         for rows in (1, 2):
             for i in range(rows):
                 engine.add(f"warm-up-{prompt}-{rows}-{i}", [3 + i] * prompt, params)

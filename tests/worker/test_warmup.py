@@ -9,7 +9,10 @@ from mlx_lm import load
 
 from protocol.messages import SamplingParams
 from tests.worker.test_engine import make_engine
+from worker.attention import install
 from worker.embedded import embedded_model_path
+from worker.engine import Engine, model_dtype
+from worker.kv_setup import plan_kv
 from worker.warmup import warm_up
 
 
@@ -28,3 +31,14 @@ def test_warm_up_compiles_and_forgets(page_size: int, monkeypatch: pytest.Monkey
     while engine.running or engine.waiting:
         engine.step()
     assert engine.stats.generated_tokens > 0 and engine.kv.stats.queries > 0
+
+
+def test_warm_up_fits_a_short_context() -> None:
+    mdl, tok = load(str(embedded_model_path()))[:2]
+    install()
+    plan = plan_kv(mdl, model_dtype(mdl), kind="none", memory="16MiB", page_size=16,
+                   group_size=32, max_batch=4, context_length=12)
+    engine: Any = Engine(mdl, tok, plan.store, context_length=12, max_batch=4)
+    warm_up(engine)
+    assert {key[2][0] for key in engine._forward.compiled.fns} == {1, 2}
+    assert engine.stats.steps == 0 and not engine.running
