@@ -11,6 +11,7 @@ import msgspec
 import zmq
 
 from protocol import messages as m
+from worker.compile_mode import compile_status
 from worker.engine import Engine, KVTooSmall, QueueFull
 from worker.grammar.compiler import GrammarCompiler
 from worker.intake import CHARS_PER_TOKEN, Intake, Prepared
@@ -238,6 +239,7 @@ class WorkerLoop:
             "spec_draft_tokens": s.drafted_tokens, "spec_accepted_tokens": s.accepted_tokens,
             "spec_acceptance_rate": round(s.accepted_tokens / s.drafted_tokens, 4)
             if s.drafted_tokens else None,
+            **compile_status(e.compile_decode, getattr(e._forward, "compiled", None)),
         }
 
 
