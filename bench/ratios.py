@@ -40,6 +40,7 @@ def median_summary(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "rounds": len(runs), "tokens_per_s": round(tps, 2),
         "ttft_p50_s": _r(median(r.get("ttft_p50_s") for r in runs)),
         "ttft_p95_s": _r(median(r.get("ttft_p95_s") for r in runs)),
+        "ttft_any_p50_s": _r(median(r.get("ttft_any_p50_s") for r in runs)),
         "tokens_per_s_runs": [r["tokens_per_s"] for r in runs],
         "ttft_p50_runs": [r.get("ttft_p50_s") for r in runs],
         "requests_all": sum(r["requests"] for r in runs), "ok_all": sum(r["ok"] for r in runs),

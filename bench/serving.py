@@ -27,7 +27,10 @@ class RequestResult:
 
     ok: bool = False
     error: str = ""
-    ttft: float | None = None  # seconds from sending to the first non-empty content chunk
+    # seconds from sending to the first chunk with visible (non-whitespace) text: the same token
+    # position on every server (a reasoning parser may hold the "\n" after <think>, or not)
+    ttft: float | None = None
+    ttft_any: float | None = None  # ... to the first non-empty text chunk, whitespace or not
     total: float = 0.0  # seconds from sending to the end of the stream
     content_chunks: int = 0
     completion_tokens: int | None = None  # from usage, when sent
@@ -96,6 +99,8 @@ class BatchResult:
             "usage_counted": self.usage_counted,
             "tokens_per_s": round(self.tokens_per_s, 2),
             "ttft_p50_s": _r(percentile(self.ttfts, 50)), "ttft_p95_s": _r(percentile(self.ttfts, 95)),
+            "ttft_any_p50_s": _r(percentile([r.ttft_any for r in self.ok if r.ttft_any is not None],
+                                            50)),
             "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
             "finish_reasons": sorted({str(r.finish_reason) for r in self.ok}),
             "connect_retries": sum(r.retries for r in self.results),
@@ -177,7 +182,9 @@ async def _read_stream(client: httpx.AsyncClient, url: str, payload: dict[str, A
                 piece = (delta.get("content") or "") + (delta.get("reasoning_content") or "") \
                     + (delta.get("reasoning") or "")
                 if piece:
-                    if res.ttft is None:
+                    if res.ttft_any is None:
+                        res.ttft_any = time.perf_counter() - t0
+                    if res.ttft is None and piece.strip():
                         res.ttft = time.perf_counter() - t0
                     res.content_chunks += 1
                     res.text += piece

@@ -42,6 +42,7 @@ class AliasEntry(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True)
     speculative: Literal["none", "ngram", "draft", "mtp"] | None = None  # overrides the CLI's
     num_draft_tokens: int | None = None
     draft_model: str | None = None  # --speculative draft: a folder, repo id or another alias
+    compile_decode: Literal["auto", "on", "off"] | None = None  # overrides --compile-decode
 
 
 def _read(path: Path) -> dict[str, dict[str, Any]]:
@@ -93,7 +94,7 @@ def served_model(model: str, alias: str | None, aliases: dict[str, AliasEntry],
 
 
 def spec_args(entry: AliasEntry, aliases: dict[str, AliasEntry]) -> list[str]:
-    """The worker arguments of an alias's own speculative-decoding settings (after the CLI's)."""
+    """The worker arguments of an alias's own engine settings (speculation, compiled decode; after the CLI's)."""
     out: list[str] = []
     if entry.speculative is not None:
         out += ["--speculative", entry.speculative]
@@ -102,6 +103,8 @@ def spec_args(entry: AliasEntry, aliases: dict[str, AliasEntry]) -> list[str]:
     if entry.draft_model:
         named = aliases.get(entry.draft_model)
         out += ["--draft-model", named.repo if named is not None else entry.draft_model]
+    if entry.compile_decode is not None:
+        out += ["--compile-decode", entry.compile_decode]
     return out
 
 

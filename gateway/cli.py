@@ -171,6 +171,10 @@ def _group_args(ranks: int, hostfile: str | None, port: int) -> list[str]:
               help="most draft tokens per row and step (adapted per row below it)")
 @click.option("--draft-model", default=None,
               help="--speculative draft: the draft model (folder, repo id or alias)")
+@click.option("--compile-decode", type=click.Choice(["auto", "on", "off"]), default="auto",
+              show_default=True,
+              help="decode steps through mx.compile: where it measured faster (full-precision "
+                   "pages, up to 8 rows), every decode batch it covers, or never")
 @click.option("--max-batch", default=32, show_default=True, type=int)
 @click.option("--prefill-budget", default=512, show_default=True, type=int,
               help="prompt tokens computed per engine step")
@@ -231,7 +235,7 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
           api_keys: tuple[str, ...], tool_call_parser: str | None, reasoning_parser: str | None,
           aliases_file: str | None, kv_cache_turboquant: str, kv_cache_memory: str,
           disable_prefix_cache: bool, speculative: str, num_draft_tokens: int,
-          draft_model: str | None, max_batch: int, prefill_budget: int, max_waiting: int,
+          draft_model: str | None, compile_decode: str, max_batch: int, prefill_budget: int, max_waiting: int,
           context_length: int, worker_address: str, hang_timeout: float, log_level: str,
           replicas: int, tensor_parallel: int, tp_hostfile: str | None, tp_port: int,
           routing: str,
@@ -249,7 +253,7 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
     worker_args = ["--max-batch", str(max_batch), "--prefill-budget", str(prefill_budget),
                    "--max-waiting", str(max_waiting), "--log-level", log_level.upper(),
                    "--kv-cache-turboquant", kv_cache_turboquant,
-                   "--kv-cache-memory", kv_cache_memory]
+                   "--kv-cache-memory", kv_cache_memory, "--compile-decode", compile_decode]
     if disable_prefix_cache:
         worker_args.append("--disable-prefix-cache")
     if context_length:

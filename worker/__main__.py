@@ -39,6 +39,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--num-draft-tokens", type=int, default=4,
                    help="most draft tokens verified per row and step (adaptive below it)")
     p.add_argument("--draft-model", default=None, help="--speculative draft: its model folder")
+    p.add_argument("--compile-decode", choices=["auto", "on", "off"], default="auto",
+                   help="decode steps through mx.compile: where it measured faster (auto), "
+                        "every decode batch it covers (on), or never (off)")
     p.add_argument("--log-level", default="INFO")
     p.add_argument("--tensor-parallel", type=int, default=1,
                    help="this process is one rank of an mlx.launch group of N (worker/tp)")
@@ -239,8 +242,12 @@ def main(argv: list[str] | None = None) -> int:
     engine = Engine(loaded.model, loaded.tokenizer, plan.store, context_length=context_length,
                     max_batch=args.max_batch, prefill_budget=args.prefill_budget,
                     max_waiting=args.max_waiting, prefix_cache=not args.disable_prefix_cache,
-                    spec=spec)
+                    spec=spec, compile_decode=args.compile_decode)
     engine.kv_note = plan.reason
+    if link is None:  # a tensor-parallel group's ranks must run the same forwards
+        from worker.warmup import warm_up
+
+        warm_up(engine)
     leader = None
     if link is not None:
         from worker.tp.leader import lead

@@ -12,6 +12,7 @@ import mlx.core as mx
 from cache.paged_kv import PagedKVStore
 from protocol.messages import RequestOutput, SamplingParams
 from worker import emit, engine_inputs
+from worker.compile_mode import compiled_rows, mode_in_force
 from worker.engine_inputs import given as _given
 from worker.engine_inputs import group_chunks as _group_chunks
 from worker.failures import EngineBroken, discard, error_output, verify
@@ -39,12 +40,16 @@ class Engine:
     def __init__(self, model: Any, tokenizer: Any, store: PagedKVStore, *, context_length: int,
                  max_batch: int = 32, prefill_budget: int = 512, max_waiting: int = 256,
                  prefix_cache: bool = True, overlap: bool = True,
-                 spec: Speculator | None = None) -> None:
+                 spec: Speculator | None = None, compile_decode: str = "auto") -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.kv = KVManager(store, prefix_cache=prefix_cache)
         self.dtype = model_dtype(model)
-        self._forward = Forward(model, store, self.dtype)
+        self.compile_decode = mode_in_force(compile_decode)  # --compile-decode (worker/compile_mode.py)
+        rows = compiled_rows(self.compile_decode, max_batch)
+        self._forward = Forward(model, store, self.dtype, compile=rows > 0)
+        if self._forward.compiled is not None:
+            self._forward.compiled.max_rows = rows
         if store.quantized:
             calibrate_centers(model, tokenizer, store)
         self.kv_note = ""
@@ -132,6 +137,7 @@ class Engine:
                 self._news = self._flush()
                 flushed, t0 = len(self._news), time.perf_counter()  # the last step's tokens
                 outputs = self._news + self._synchronous_step()
+                self.stats.sync_seconds += time.perf_counter() - t0
         except Exception as exc:
             return self._recover(exc)
         self.failed_steps = 0
@@ -302,6 +308,7 @@ class Engine:
         outputs += self._deliver(previous) if previous else []
         self._retire()
         self.stats.steps += 1
+        self.stats.overlapped_steps += 1
         self.stats.decode_rows += len(rows)
         self.stats.decode_seconds += time.perf_counter() - t0
         self.stats.last_step_at = time.time()

@@ -11,6 +11,7 @@ import msgspec
 import zmq
 
 from protocol import messages as m
+from worker.compile_mode import compile_status
 from worker.engine import Engine, KVTooSmall, QueueFull
 from worker.grammar.compiler import GrammarCompiler
 from worker.intake import CHARS_PER_TOKEN, Intake, Prepared
@@ -202,7 +203,8 @@ class WorkerLoop:
             "uptime_s": round(time.time() - self.started, 3), "dtype": self.loaded.facts.dtype,
             "running": len(e.running), "waiting": len(e.waiting), "requests": reqs,
             "tokenizing": self.intake.pending, "failed_steps": e.failed_steps,
-            "steps": e.stats.steps, "generated_tokens": e.stats.generated_tokens,
+            "steps": e.stats.steps, "overlapped_steps": e.stats.overlapped_steps,
+            "sync_step_seconds": round(e.stats.sync_seconds, 3), "generated_tokens": e.stats.generated_tokens,
             "prompt_tokens_computed": e.stats.prompt_tokens_computed,
             "decode_rows": e.stats.decode_rows, "finished": e.stats.finished,
             "last_step_at": e.stats.last_step_at, "max_batch": e.max_batch,
@@ -237,6 +239,7 @@ class WorkerLoop:
             "spec_draft_tokens": s.drafted_tokens, "spec_accepted_tokens": s.accepted_tokens,
             "spec_acceptance_rate": round(s.accepted_tokens / s.drafted_tokens, 4)
             if s.drafted_tokens else None,
+            **compile_status(e.compile_decode, getattr(e._forward, "compiled", None)),
         }
 
 

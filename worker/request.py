@@ -64,6 +64,8 @@ class EngineStats:
     """Counters the worker reports in heartbeats and status."""
 
     steps: int = 0
+    overlapped_steps: int = 0  # decode steps built on the previous step's unread tokens
+    sync_seconds: float = 0.0  # wall time of the other (synchronous) steps
     prompt_tokens_computed: int = 0
     generated_tokens: int = 0
     decode_rows: int = 0  # tokens decode steps produced (a row with kept drafts: more than 1)

@@ -85,6 +85,8 @@ class WorkerInfo(msgspec.Struct, kw_only=True):
     spec_draft_tokens: int | None  # draft tokens verified since the worker started
     spec_accepted_tokens: int | None  # ... of which kept
     spec_acceptance_rate: float | None  # accepted / drafted
+    compile_decode: str | None  # --compile-decode in force: auto, on or off
+    compiled_decode_functions: int | None  # compiled decode functions (shape keys) in use
     last_step_at: float | None
     last_step_age_s: float | None
     last_heartbeat_age_s: float | None

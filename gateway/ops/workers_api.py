@@ -68,6 +68,8 @@ class WorkersEndpoints:
             "spec_draft_tokens": lv.get("spec_draft_tokens"),
             "spec_accepted_tokens": lv.get("spec_accepted_tokens"),
             "spec_acceptance_rate": lv.get("spec_acceptance_rate"),
+            "compile_decode": lv.get("compile_decode"),
+            "compiled_decode_functions": lv.get("compiled_decode_functions"),
             "last_step_at": last_step_at,
             "last_step_age_s": round(time.time() - last_step_at, 3) if last_step_at else None,
             "last_heartbeat_age_s": round(now - st.last_seen, 3) if st.last_seen else None,

@@ -174,5 +174,6 @@ def test_overlapped_decode_steps_deliver_the_same_tokens(model: tuple[Any, Any],
                 got[out.request_id].append((out.token_ids, out.text, out.finish_reason,
                                             [(lp.token_id, round(lp.logprob, 4)) for lp in out.logprobs]))
         assert bool(overlapped) == overlap
+        assert engine.stats.overlapped_steps == len(overlapped)  # reported in /v1/workers
         results.append(got)
     assert results[0] == results[1]

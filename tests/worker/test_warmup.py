@@ -1,0 +1,44 @@
+"""The boot warm-up runs the compiled decode step once and leaves no trace in counters or cache."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from mlx_lm import load
+
+from protocol.messages import SamplingParams
+from tests.worker.test_engine import make_engine
+from worker.attention import install
+from worker.embedded import embedded_model_path
+from worker.engine import Engine, model_dtype
+from worker.kv_setup import plan_kv
+from worker.warmup import warm_up
+
+
+@pytest.mark.parametrize("page_size", [4, 16])
+def test_warm_up_compiles_and_forgets(page_size: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAPID_MLX_COMPILE_DECODE", raising=False)
+    mdl, tok = load(str(embedded_model_path()))[:2]
+    engine: Any = make_engine(mdl, tok, page_size=page_size)
+    assert warm_up(engine) > 0
+    assert {key[2][0] for key in engine._forward.compiled.fns} == {1, 2}  # rows of its steps
+    assert len(engine._forward.compiled.fns) >= 4  # one page and several
+    assert engine.stats.steps == 0 and engine.stats.generated_tokens == 0
+    assert engine.kv.stats.queries == 0 and engine.kv.radix.num_pages == 0
+    assert engine.kv.pool.num_used == 0 and not engine.running and not engine.waiting
+    engine.add("r", tok.encode("Once upon a time"), SamplingParams(max_tokens=8, temperature=0.0))
+    while engine.running or engine.waiting:
+        engine.step()
+    assert engine.stats.generated_tokens > 0 and engine.kv.stats.queries > 0
+
+
+def test_warm_up_fits_a_short_context() -> None:
+    mdl, tok = load(str(embedded_model_path()))[:2]
+    install()
+    plan = plan_kv(mdl, model_dtype(mdl), kind="none", memory="16MiB", page_size=16,
+                   group_size=32, max_batch=4, context_length=12)
+    engine: Any = Engine(mdl, tok, plan.store, context_length=12, max_batch=4)
+    warm_up(engine)
+    assert {key[2][0] for key in engine._forward.compiled.fns} == {1, 2}
+    assert engine.stats.steps == 0 and not engine.running
