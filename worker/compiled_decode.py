@@ -84,8 +84,9 @@ class CompiledDecode:
             (k, a) for k, a in zip(PLAN_ARRAYS, (getattr(batch.work, f) for f in PLAN_ARRAYS),
                                    strict=True) if a is not None]
         arrays += [a for _, a in work]
-        key = (names, tuple(k for k, _ in work), tuple(a.shape for a in arrays), tokens.shape,
-               batch.shared)
+        # key[2][0]: the rows (tests and the warm-up read it)
+        key = (names, tuple(a.shape for a in arrays), tokens.shape, batch.shared,
+               tuple(k for k, _ in work))
         if key in self.fns and self.fns[key] is None:
             batch.work = plan
             return None
