@@ -9,6 +9,8 @@ its copy: every batch forgets the pages it writes, before planning what it reads
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 
@@ -23,12 +25,17 @@ class WorkingSet:
         self.clock = 0
         self.loads = 0  # pages dequantized into the set so far (stats, tests)
         self.refused = 0  # batches whose pages did not fit (they read quantized pages)
+        self.version = 0  # bumped whenever a copy is dropped, evicted or loaded
+        self.memo: tuple[Any, Any] | None = None  # the last decode plan's tables and their key
 
     def forget(self, pages: np.ndarray) -> None:
         """Drop the copies of PAGES (their content is being rewritten)."""
         held = self.slot_of[pages]
-        self.page_of[held[held >= 0]] = -1
-        self.slot_of[pages] = -1
+        held = held[held >= 0]
+        if len(held):
+            self.page_of[held] = -1
+            self.slot_of[pages] = -1
+            self.version += 1
 
     def acquire(self, pages: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """Slots for the distinct PAGES a batch reads: the (pages, slots) to load now.
@@ -45,6 +52,7 @@ class WorkingSet:
         missing = pages[held < 0]
         if not len(missing):
             return missing, missing
+        self.version += 1
         free = np.flatnonzero(self.page_of < 0)
         if len(free) < len(missing):
             busy = np.flatnonzero((self.page_of >= 0) & (self.used < self.clock))

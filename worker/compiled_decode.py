@@ -2,9 +2,12 @@
 
 The page arrays go in as inputs and come out as outputs (never captured: MLX would copy a
 captured array it sees written). Every per-step array of the ``PagedBatch`` (page tables,
-masks, RoPE offsets) is an input too; its Python values (the shared-prefix and window widths)
-and all shapes pick the compiled function. After the call the store holds the new page arrays
-and nothing else refers to the old ones, so MLX still writes the pages in place.
+masks, RoPE offsets) is an input too, and so is every array of a K8V4 batch's working-set plan
+(``DecodePlan``: tail rows, float tables); their shapes and the batch's Python values (the
+shared-prefix width) pick the compiled function. A K8V4 step's page loads (``load_work``) run
+before the function and its page completions (``requantize``) after it, so the function only
+writes the new token's tail rows and its shape set stays small. After the call the store holds
+the new page arrays and nothing else refers to the old ones, so MLX still writes in place.
 """
 
 from __future__ import annotations
@@ -17,16 +20,20 @@ from typing import Any
 import mlx.core as mx
 
 from cache.paged_kv import PagedKVStore
+from worker.kv_working import DecodePlan
 from worker.paged_batch import PagedBatch
 
-# PagedBatch attributes that are arrays a decode step reads (those a batch has)
-ARRAYS = ("write_rows", "offset", "q_pos", "k_pos", "mask", "table", "older", "shared_table",
-          "rest_table", "window_pos", "window_mask", "decode_tail_rows", "tail_ids")
+# DecodePlan fields that are arrays the compiled step reads (loads and completions run outside)
+PLAN_ARRAYS = ("tail_rows", "tail_ids", "table", "shared_table", "rest_table", "write_rows")
 # rows up to which steps run compiled (RAPID_MLX_COMPILE_DECODE_MAX_ROWS): on stories260K the
 # compiled step was faster at 1 and 8 rows and slower at 32 (bench.compile_decode)
 MAX_ROWS = 8
 KEEP = 64  # compiled functions kept (least recently used dropped; MLX frees their traces)
 Run = Callable[[mx.array, PagedBatch], mx.array]
+
+
+class WritesPages(Exception):
+    """Raised while tracing when the step would write quantized pages (not deferred writes)."""
 
 
 def compile_decode() -> bool:
@@ -35,6 +42,8 @@ def compile_decode() -> bool:
 
 
 def _pool(store: PagedKVStore) -> list[Any]:
+    if store.quantized:  # a compiled K8V4 step reads and writes the float tail arrays only
+        return [[], [], store.k_tail, store.v_tail, store.k_center, store.v_center]
     return [store.k, store.v, store.k_tail, store.v_tail, store.k_center, store.v_center]
 
 
@@ -44,47 +53,76 @@ class CompiledDecode:
     def __init__(self, run: Run, store: PagedKVStore) -> None:
         self.run = run  # the model over a batch: tokens (B, 1), batch -> logits (B, V)
         self.store = store
-        self.fns: dict[tuple[Any, ...], Callable[..., Any]] = {}
+        self.fns: dict[tuple[Any, ...], Callable[..., Any] | None] = {}  # None: never compiles
         self.max_rows = int(os.environ.get("RAPID_MLX_COMPILE_DECODE_MAX_ROWS", MAX_ROWS))
 
     def fits(self, batch: PagedBatch) -> bool:
-        """True when the compiled step covers this batch (decode, full-precision pages, few rows)."""
+        """True when the compiled step covers this batch: decode, few rows, and full-precision
+        pages or a K8V4 batch reading the working set's float copies."""
         return batch.n == 1 and not batch.single and len(batch.lengths) <= self.max_rows and (
-            batch.tails is None)
+            not batch.quantized or (batch.work is not None and batch.work.dense))
 
-    def __call__(self, tokens: mx.array, batch: PagedBatch) -> mx.array:
-        """Logits (B, V) of one decode step; the store's page arrays become the step's outputs."""
-        if batch.shared:
-            _ = batch.shared_table, batch.rest_table
-        else:
-            _ = batch.table
-        names = tuple(a for a in ARRAYS if isinstance(batch.__dict__.get(a), mx.array))
+    def __call__(self, tokens: mx.array, batch: PagedBatch) -> mx.array | None:
+        """Logits (B, V) of one decode step; the store's page arrays become the step's outputs.
+
+        None when this batch's step cannot compile (the plain step must run it).
+        """
+        store, plan = self.store, batch.work
+        if plan is not None:  # pages enter the working set before the step, fill after it
+            if plan.load is not None:
+                for layer in range(len(store.k)):
+                    store.load_work(layer, *plan.load)
+            batch.work = plan._replace(load=None, complete=None)
+        elif not batch.quantized:
+            if batch.shared:
+                _ = batch.shared_table, batch.rest_table
+            else:
+                _ = batch.table
+        names = tuple(k for k, a in batch.__dict__.items() if isinstance(a, mx.array))
         arrays = [batch.__dict__[a] for a in names]
-        key = (names, tuple(a.shape for a in arrays), tokens.shape, batch.shared)
+        work = [] if batch.work is None else [
+            (k, a) for k, a in zip(PLAN_ARRAYS, (getattr(batch.work, f) for f in PLAN_ARRAYS),
+                                   strict=True) if a is not None]
+        arrays += [a for _, a in work]
+        # key[2][0]: the rows (tests and the warm-up read it)
+        key = (names, tuple(a.shape for a in arrays), tokens.shape, batch.shared,
+               tuple(k for k, _ in work))
+        if key in self.fns and self.fns[key] is None:
+            batch.work = plan
+            return None
         fn = self.fns.pop(key, None)
         if fn is None:
-            fn = mx.compile(self._traced(batch, names))
+            fn = mx.compile(self._traced(batch, names, tuple(k for k, _ in work)))
             if len(self.fns) >= KEEP:
                 del self.fns[next(iter(self.fns))]
-        self.fns[key] = fn
         # MLX picks a write's output buffer when it encodes the step: a page array the step
         # before is still writing would be copied whole, so wait for those writes first
-        mx.eval(self.store.arrays())
-        pool = _pool(self.store)
-        out, k, v, k_tail, v_tail = fn(tokens, arrays, pool)
+        mx.eval(store.arrays())
+        pool = _pool(store)
+        try:
+            out, k, v, k_tail, v_tail = fn(tokens, arrays, pool)
+        except WritesPages:
+            self.fns[key] = None
+            batch.work = plan
+            return None
+        self.fns[key] = fn
         del pool
-        store = self.store
-        for layer in range(len(store.k)):
+        for layer in range(len(k)):  # none for K8V4 (its quantized pages are not inputs)
             store.k[layer][:] = k[layer]
             store.v[layer][:] = v[layer]
         store.k_tail[:] = k_tail
         store.v_tail[:] = v_tail
+        if plan is not None and plan.complete is not None:
+            for layer in range(len(store.k)):
+                store.requantize(layer, *plan.complete)
         return out  # type: ignore[no-any-return]
 
-    def _traced(self, template: PagedBatch, names: tuple[str, ...]) -> Callable[..., Any]:
-        """The step as a function of (tokens, the batch's arrays, the page arrays)."""
+    def _traced(self, template: PagedBatch, names: tuple[str, ...], work: tuple[str, ...]
+                ) -> Callable[..., Any]:
+        """The step as a function of (tokens, the batch's and plan's arrays, the page arrays)."""
         run, store = self.run, self.store
         template = copy.copy(template)
+        plan: DecodePlan | None = template.work
 
         def step(tokens: mx.array, arrays: list[mx.array], pool: list[Any]) -> Any:
             proxy = copy.copy(store)
@@ -92,10 +130,16 @@ class CompiledDecode:
             proxy.v = [list(a) for a in pool[1]]
             proxy.k_tail, proxy.v_tail = list(pool[2]), list(pool[3])
             proxy.k_center, proxy.v_center = list(pool[4]), list(pool[5])
+            if store.quantized:
+                proxy.write_quantized = _refuse  # type: ignore[method-assign,assignment]
             batch = copy.copy(template)
             batch.store = proxy
-            for name, a in zip(names, arrays, strict=True):
+            for name, a in zip(names, arrays[: len(names)], strict=True):
                 setattr(batch, name, a)
+            if plan is not None:
+                given: dict[str, Any] = dict.fromkeys(PLAN_ARRAYS)
+                given.update(zip(work, arrays[len(names):], strict=True))
+                batch.work = plan._replace(**given)
             known = set(batch.__dict__)
             out = run(tokens, batch)
             lazy = [a for a in batch.__dict__ if a not in known]
@@ -104,3 +148,7 @@ class CompiledDecode:
             return out, proxy.k, proxy.v, proxy.k_tail, proxy.v_tail
 
         return step
+
+
+def _refuse(*_: Any) -> None:
+    raise WritesPages("a K8V4 step writing quantized pages does not compile")

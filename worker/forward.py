@@ -142,14 +142,19 @@ class Forward:
                   positions: mx.array | None) -> mx.array | None:
         """A decode step's logits through the compiled step, or None where it does not apply."""
         if (self.compiled is None or positions is not None or self.sharded
-                or self.on_hidden is not None or self.store.quantized):
-            # K8V4 decode reads the working set's float copies and defers page writes
-            # (worker/kv_working.py); those plans are not inputs of a compiled step
+                or self.on_hidden is not None or len(kvs) > self.compiled.max_rows):
             return None
         batch = PagedBatch(self.store, [kv.pages for kv in kvs], starts, [1] * len(starts),
                            self.dtype, tails=[kv.tail for kv in kvs], cascade=self.cascade,
                            bucket=True)
-        return self.compiled(tokens, batch) if self.compiled.fits(batch) else None
+        if not self.compiled.fits(batch):
+            # a K8V4 batch that reads quantized pages planned no working-set loads (it did not
+            # fit), so the plain step may plan the batch again
+            return None
+        out = self.compiled(tokens, batch)
+        if out is None:  # the step writes quantized pages: run this batch (its loads) plainly
+            out = self._decode(tokens, batch)
+        return out
 
     def _embeddings(self, tokens: mx.array, embeds: list[mx.array | None], n: int) -> mx.array:
         """(B, n, D) input embeddings: each row's given ones (padded), else its tokens'."""

@@ -43,6 +43,7 @@ class PagedBatch:
         n = max(lengths)
         self.store, self.dtype, self.n, self.lengths = store, dtype, n, lengths
         self.single = len(starts) == 1 and not bucket
+        self.bucket = bucket  # a compiled step's batch: nothing may be evaluated while tracing
         self.quantized = store.quantized
         length = max(starts) + n
         if bucket:
@@ -58,7 +59,7 @@ class PagedBatch:
         writes = np.take_along_axis(table, np.minimum(cols, length - 1), axis=1)
         writes[np.arange(n)[None, :] >= lengths_np[:, None]] = 0  # padding -> scratch
         self.write_rows = mx.array((writes.reshape(-1, 1) * h + heads).reshape(-1))
-        self._rows = table[:, None, :] * h + heads[None, :, None]  # (B, H, L) pool rows
+        self._table = table  # (B, L) pool slots (tables below; K8V4 decode reads its plan's)
         self.offset: Any = starts[0] if self.single else mx.array(starts)
         self.q_pos = mx.array(starts)[:, None, None, None] + mx.arange(n)[None, None, :, None]
         self.k_pos = mx.arange(length)[None, None, None, :]
@@ -67,13 +68,18 @@ class PagedBatch:
         self.tails = tails if self.quantized and tails is not None else None
         self.work: DecodePlan | None = None  # K8V4 decode batches (worker/kv_working.py)
         self.flush: tuple[mx.array, mx.array] | None = None  # K8V4: deferred page writes
+        self.decode_tail = False
         if self.tails is not None:
             tails_np = np.array(self.tails)
-            self._plan_tail(p, h, heads, starts_np, lengths_np, tails_np)
+            # decode: each row's own page is all in its tail page once this token is written there
+            self.decode_tail = n == 1 and len(set(self.tails)) == len(self.tails) and (
+                int(tails_np.min()) > 0)
             self.work = plan_decode(store, pages, writes, starts_np, tails_np, self.decode_tail,
-                                    self.shared, self.write_rows)
+                                    self.shared, self.write_rows, length)
             if self.work is None:
                 self.flush = plan_flush(store, pages, starts_np, tails_np)
+            if self.work is None or not self.work.dense:  # the window: quantized reads only
+                self._plan_tail(p, h, heads, starts_np, lengths_np, tails_np)
 
     def _plan_tail(self, p: int, h: int, heads: np.ndarray, starts: np.ndarray,
                    lengths: np.ndarray, tails: np.ndarray) -> None:
@@ -95,8 +101,12 @@ class PagedBatch:
             pos >= (starts + lengths)[:, None] // p * p)
         slots = np.where(keep, tails[:, None] * p + pos % p, 0)
         self.tail_write_rows = mx.array((slots.reshape(-1, 1) * h + heads).reshape(-1))
-        # decode: each row's own page is all in its tail page once this token is written there
-        self.decode_tail = n == 1 and len(set(tails.tolist())) == len(tails) and tails.min() > 0
+
+    @cached_property
+    def _rows(self) -> np.ndarray:
+        """Pool rows of every row's positions (B, H, L)."""
+        heads = np.arange(self.store.fmt.num_kv_heads)
+        return self._table[:, None, :] * len(heads) + heads[None, :, None]
 
     @cached_property
     def older(self) -> mx.array:

@@ -55,3 +55,20 @@ def test_no_slots_never_holds_anything() -> None:
     assert ws.acquire(_pages(1)) is None
     got = ws.acquire(_pages())
     assert got is not None and not len(got[0])
+
+
+def test_version_changes_exactly_when_a_copy_changes() -> None:
+    """Decode plans reuse the last step's tables while the version stays (worker/kv_working.py)."""
+    ws = WorkingSet(num_pages=10, slots=2)
+    assert ws.acquire(_pages(1, 2)) is not None
+    v = ws.version
+    assert ws.acquire(_pages(1, 2)) is not None and ws.version == v  # all held: no change
+    ws.forget(_pages(5, 5))  # held nowhere
+    assert ws.version == v
+    ws.forget(_pages(2))
+    assert ws.version > v
+    v = ws.version
+    assert ws.acquire(_pages(3)) is not None and ws.version > v  # loaded
+    v = ws.version
+    assert ws.acquire(_pages(4)) is not None and ws.version > v  # loaded over an evicted copy
+    ws.check()
