@@ -25,6 +25,7 @@ from mlx_lm import load
 from bench.prompts import user_messages
 from protocol.messages import SamplingParams
 from worker.attention import install
+from worker.blas import apply_blas_policy
 from worker.demo_model.evaluate import cases
 from worker.embedded import embedded_model_path
 from worker.engine import Engine, model_dtype
@@ -62,16 +63,20 @@ def main() -> None:
     ap.add_argument("--kv", default="k8v4", choices=["k8v4", "none"])
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=80)
+    ap.add_argument("--draft-compile", default="on", choices=["on", "off"],
+                    help="run the draft model's decode forwards through the compiled step")
     args = ap.parse_args()
     install()
     model, tok = load(str(embedded_model_path()))[:2]
+    apply_blas_policy(model)  # the worker's OpenBLAS threads (one here): a second one busy-waits
     if args.prompts == "eval":
         prompts = [tok.apply_chat_template(c.messages, tools=c.tools, add_generation_prompt=True,
                                            enable_thinking=c.enable_thinking) for c in cases()]
     else:
         prompts = [tok.apply_chat_template(c, add_generation_prompt=True)
                    for c in user_messages("s", 16)]
-    drafter: Any = (draft_drafter("demo-draft", tok, max_batch=8, context_length=1024, memory="64MiB")
+    drafter: Any = (draft_drafter("demo-draft", tok, max_batch=8, context_length=1024, memory="64MiB",
+                                  compile=args.draft_compile == "on")
                     if args.drafter == "draft" else NgramDrafter())
     spec = Speculator(drafter, args.num_draft_tokens)
     engines = {"plain": engine(model, tok, args.kv, None), "spec": engine(model, tok, args.kv, spec)}
@@ -97,7 +102,7 @@ def main() -> None:
             ratios.append(got["plain"][1] / got["spec"][1])
     stats = engines["spec"].stats
     fastest = {n: sum(v for (_, m), v in best.items() if m == n) for n in total}
-    print(f"{args.drafter} k={args.num_draft_tokens} kv={args.kv} prompts={args.prompts} "
+    print(f"{args.drafter} k={args.num_draft_tokens} kv={args.kv} draft-compile={args.draft_compile} prompts={args.prompts} "
           f"({len(ratios)} timed requests per engine): decode time plain/speculative: "
           f"{fastest['plain'] / fastest['spec']:.2f}x over each prompt's fastest pass, "
           f"{total['plain'] / total['spec']:.2f}x over all passes, median per prompt "

@@ -57,7 +57,8 @@ def plan_decode(store: PagedKVStore, pages: np.ndarray, writes: np.ndarray, star
                 ) -> DecodePlan | None:
     """Forget copies of the pages this batch writes; for a decode batch, plan its reads.
 
-    PAGES (B, W) are the rows' page ids (0: none), WRITES the slots the batch writes, STARTS each
+    A decode batch feeds each row one token, or (a speculative verify) n tokens that stay in
+    the row's current page short of its last slot. PAGES (B, W) are the rows' page ids (0: none), WRITES (B, n) the slots the batch writes (0: padding), STARTS each
     row's first position, TAILS its tail page, SHARED the positions every row shares.
     """
     p, h = store.fmt.page_size, store.fmt.num_kv_heads
@@ -68,15 +69,18 @@ def plan_decode(store: PagedKVStore, pages: np.ndarray, writes: np.ndarray, star
         return None
     heads = np.arange(h)
     own = starts % p
-    tail_rows = ((tails * p + own)[:, None] * h + heads).reshape(-1)
-    length = int(starts.max()) + 1
+    n = writes.shape[1]  # tokens per row (a speculative verify feeds several, in one page)
+    fed = own[:, None] + np.arange(n)
+    slot = np.where(writes != 0, tails[:, None] * p + fed, fed)  # padding: the scratch tail
+    tail_rows = (slot[:, :, None] * h + heads).reshape(-1)
+    length = int(starts.max()) + n
     block = np.arange(p * h)
     done = np.flatnonzero(own == p - 1)  # rows whose token fills their page
     complete = None
     if len(done):
         complete = (mx.array((tails[done, None] * p * h + block).reshape(-1)),
                     mx.array((pages[done, starts[done] // p][:, None] * p * h + block).reshape(-1)))
-    plan = DecodePlan(mx.array(tail_rows), mx.array(tails), int(own.max()) + 1,
+    plan = DecodePlan(mx.array(tail_rows), mx.array(tails), int(own.max()) + n,
                       None, None, None, None, write_rows, complete)
     if not work.slots:
         return plan

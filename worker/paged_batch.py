@@ -95,8 +95,11 @@ class PagedBatch:
             pos >= (starts + lengths)[:, None] // p * p)
         slots = np.where(keep, tails[:, None] * p + pos % p, 0)
         self.tail_write_rows = mx.array((slots.reshape(-1, 1) * h + heads).reshape(-1))
-        # decode: each row's own page is all in its tail page once this token is written there
-        self.decode_tail = n == 1 and len(set(tails.tolist())) == len(tails) and tails.min() > 0
+        # decode: each row's own page is all in its tail page once this token is written there;
+        # a verify batch (n > 1) qualifies while every row's positions stay short of its
+        # page's last slot (so it completes no page: a rollback never meets a requantized page)
+        self.decode_tail = len(set(tails.tolist())) == len(tails) and tails.min() > 0 and (
+            n == 1 or int((starts % p).max()) + n <= p - 1)
 
     @cached_property
     def older(self) -> mx.array:

@@ -58,9 +58,12 @@ class DraftModelDrafter:
 
     name = "draft"
 
-    def __init__(self, model: Any, store: PagedKVStore, dtype: mx.Dtype) -> None:
+    def __init__(self, model: Any, store: PagedKVStore, dtype: mx.Dtype,
+                 compile: bool | None = True) -> None:
+        """COMPILE: the draft's decode forwards run through the compiled step (its pages are
+        full precision, so it applies; None: the RAPID_MLX_COMPILE_DECODE default)."""
         self.kv = KVManager(store, prefix_cache=False)
-        self.forward = Forward(model, store, dtype)
+        self.forward = Forward(model, store, dtype, compile=compile)
         self.vocab = int(model.args.vocab_size) if hasattr(model, "args") else None
         self.rows: dict[int, DraftRow] = {}
         self.catch_up_seconds = 0.0  # spent prefilling rows' draft KV (once per row, not per step)
