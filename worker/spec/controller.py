@@ -24,6 +24,9 @@ MIN_SAMPLES = 16  # steps of each kind measured before comparing them
 SLOWER = 1.1  # speculative steps this much slower per row-token than plain ones: pause
 STRIKES = 4  # speculative steps in a row measured slower than plain before a pause
 JUDGED_AFTER = 2  # verifications of a row before its acceptance decides whether it drafts
+# a row drafts from its second decode step on: its first visible text often comes with its
+# second token (a think tag first), and the draft model's prompt catch-up would delay it
+FIRST_DRAFT_AT = 2  # tokens a row has generated before it drafts
 
 
 @dataclass
@@ -45,8 +48,10 @@ class Speculator:
     """
 
     def __init__(self, drafter: Drafter, num_draft: int = 4,
-                 max_batch: int = MAX_SPEC_BATCH, pause: bool = True) -> None:
+                 max_batch: int = MAX_SPEC_BATCH, pause: bool = True,
+                 first_draft_at: int = FIRST_DRAFT_AT) -> None:
         self.drafter = drafter
+        self.first_draft_at = first_draft_at  # tokens a row has generated before it drafts
         self.num_draft = max(0, num_draft)
         self.max_batch = max_batch
         self._rows: dict[int, RowState] = {}
@@ -129,7 +134,7 @@ class Speculator:
         exactly the asked lengths: the verify forward is built on them before anyone waits.
         """
         t0, once = time.perf_counter(), self._catch_up()
-        ks = [min(c, self.state(r).k) if self._drafts(r) else 0
+        ks = [min(c, self.state(r).k) if r.generated >= self.first_draft_at and self._drafts(r) else 0
               for r, c in zip(rows, caps, strict=True)]
         try:
             return self._propose(rows, ks)
