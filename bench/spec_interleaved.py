@@ -1,7 +1,7 @@
 """Speculative vs plain decoding in one process, interleaved prompt by prompt (noise-robust).
 
     LD_PRELOAD="$(python -m worker.blas)" python -m bench.spec_interleaved [--drafter draft|ngram]
-        [--prompts eval|stories] [-k 4] [--kv k8v4|none] [--passes 3] [--max-tokens 80]
+        [--prompts eval|stories|edit] [-k 4] [--kv k8v4|none] [--passes 3] [--max-tokens 80]
 
 On a loaded machine whole rounds of plain and speculative runs see different loads. Here two
 engines (plain, speculating) live side by side and take turns on every prompt (order alternating),
@@ -22,7 +22,7 @@ from typing import Any
 
 from mlx_lm import load
 
-from bench.prompts import user_messages
+from bench.prompts import REPEAT_INSTRUCTION, edit_messages, user_messages
 from protocol.messages import SamplingParams
 from worker.attention import install
 from worker.blas import apply_blas_policy
@@ -33,6 +33,8 @@ from worker.kv_setup import plan_kv
 from worker.spec.controller import Speculator
 from worker.spec.draft_load import draft_drafter
 from worker.spec.ngram import NgramDrafter
+
+EDIT_TOKENS = 160  # the edit prompts' paragraph length (tokens), as in bench.plan
 
 
 def engine(model: Any, tok: Any, kv: str, spec: Speculator | None) -> Engine:
@@ -58,7 +60,7 @@ def main() -> None:
     """Run the passes and print the ratios."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--drafter", default="draft", choices=["draft", "ngram"])
-    ap.add_argument("--prompts", default="eval", choices=["eval", "stories"])
+    ap.add_argument("--prompts", default="eval", choices=["eval", "stories", "edit"])
     ap.add_argument("-k", "--num-draft-tokens", type=int, default=4)
     ap.add_argument("--kv", default="k8v4", choices=["k8v4", "none"])
     ap.add_argument("--passes", type=int, default=3)
@@ -72,6 +74,9 @@ def main() -> None:
     if args.prompts == "eval":
         prompts = [tok.apply_chat_template(c.messages, tools=c.tools, add_generation_prompt=True,
                                            enable_thinking=c.enable_thinking) for c in cases()]
+    elif args.prompts == "edit":  # the serving bench's edit workload for the demo model
+        prompts = [tok.apply_chat_template(c, add_generation_prompt=True) for c in edit_messages(
+            embedded_model_path(), "e", 16, EDIT_TOKENS, REPEAT_INSTRUCTION)]
     else:
         prompts = [tok.apply_chat_template(c, add_generation_prompt=True)
                    for c in user_messages("s", 16)]
