@@ -1,7 +1,7 @@
 """Speculative vs plain decoding in one process, interleaved prompt by prompt (noise-robust).
 
     LD_PRELOAD="$(python -m worker.blas)" python -m bench.spec_interleaved [--drafter draft|ngram]
-        [--prompts eval|stories] [-k 4] [--kv k8v4|none] [--passes 3] [--max-tokens 80]
+        [--prompts eval|stories|edit] [-k 4] [--kv k8v4|none] [--passes 3] [--max-tokens 80]
 
 On a loaded machine whole rounds of plain and speculative runs see different loads. Here two
 engines (plain, speculating) live side by side and take turns on every prompt (order alternating),
@@ -22,9 +22,10 @@ from typing import Any
 
 from mlx_lm import load
 
-from bench.prompts import user_messages
+from bench.prompts import REPEAT_INSTRUCTION, edit_messages, user_messages
 from protocol.messages import SamplingParams
 from worker.attention import install
+from worker.blas import apply_blas_policy
 from worker.demo_model.evaluate import cases
 from worker.embedded import embedded_model_path
 from worker.engine import Engine, model_dtype
@@ -32,6 +33,8 @@ from worker.kv_setup import plan_kv
 from worker.spec.controller import Speculator
 from worker.spec.draft_load import draft_drafter
 from worker.spec.ngram import NgramDrafter
+
+EDIT_TOKENS = 160  # the edit prompts' paragraph length (tokens), as in bench.plan
 
 
 def engine(model: Any, tok: Any, kv: str, spec: Speculator | None) -> Engine:
@@ -57,21 +60,28 @@ def main() -> None:
     """Run the passes and print the ratios."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--drafter", default="draft", choices=["draft", "ngram"])
-    ap.add_argument("--prompts", default="eval", choices=["eval", "stories"])
+    ap.add_argument("--prompts", default="eval", choices=["eval", "stories", "edit"])
     ap.add_argument("-k", "--num-draft-tokens", type=int, default=4)
     ap.add_argument("--kv", default="k8v4", choices=["k8v4", "none"])
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=80)
+    ap.add_argument("--draft-compile", default="on", choices=["on", "off"],
+                    help="run the draft model's decode forwards through the compiled step")
     args = ap.parse_args()
     install()
     model, tok = load(str(embedded_model_path()))[:2]
+    apply_blas_policy(model)  # the worker's OpenBLAS threads (one here): a second one busy-waits
     if args.prompts == "eval":
         prompts = [tok.apply_chat_template(c.messages, tools=c.tools, add_generation_prompt=True,
                                            enable_thinking=c.enable_thinking) for c in cases()]
+    elif args.prompts == "edit":  # the serving bench's edit workload for the demo model
+        prompts = [tok.apply_chat_template(c, add_generation_prompt=True) for c in edit_messages(
+            embedded_model_path(), "e", 16, EDIT_TOKENS, REPEAT_INSTRUCTION)]
     else:
         prompts = [tok.apply_chat_template(c, add_generation_prompt=True)
                    for c in user_messages("s", 16)]
-    drafter: Any = (draft_drafter("demo-draft", tok, max_batch=8, context_length=1024, memory="64MiB")
+    drafter: Any = (draft_drafter("demo-draft", tok, max_batch=8, context_length=1024, memory="64MiB",
+                                  compile=args.draft_compile == "on")
                     if args.drafter == "draft" else NgramDrafter())
     spec = Speculator(drafter, args.num_draft_tokens)
     engines = {"plain": engine(model, tok, args.kv, None), "spec": engine(model, tok, args.kv, spec)}
@@ -97,7 +107,7 @@ def main() -> None:
             ratios.append(got["plain"][1] / got["spec"][1])
     stats = engines["spec"].stats
     fastest = {n: sum(v for (_, m), v in best.items() if m == n) for n in total}
-    print(f"{args.drafter} k={args.num_draft_tokens} kv={args.kv} prompts={args.prompts} "
+    print(f"{args.drafter} k={args.num_draft_tokens} kv={args.kv} draft-compile={args.draft_compile} prompts={args.prompts} "
           f"({len(ratios)} timed requests per engine): decode time plain/speculative: "
           f"{fastest['plain'] / fastest['spec']:.2f}x over each prompt's fastest pass, "
           f"{total['plain'] / total['spec']:.2f}x over all passes, median per prompt "

@@ -62,9 +62,11 @@ def plan_decode(store: PagedKVStore, pages: np.ndarray, writes: np.ndarray, star
                 length: int) -> DecodePlan | None:
     """Forget copies of the pages this batch writes; for a decode batch, plan its reads.
 
-    PAGES (B, W) are the rows' page ids (0: none), WRITES the slots the batch writes, STARTS each
-    row's first position, TAILS its tail page, SHARED the positions every row shares, LENGTH the
-    key positions the batch reads (a compiled step's bucket: those past a row's are masked).
+    A decode batch feeds each row one token, or (a speculative verify) n tokens that stay in
+    the row's current page short of its last slot. PAGES (B, W) are the rows' page ids (0: none),
+    WRITES (B, n) the slots the batch writes (0: padding), STARTS each row's first position, TAILS
+    its tail page, SHARED the positions every row shares, LENGTH the key positions the batch
+    reads (a compiled step's bucket: those past a row's are masked).
     """
     p, h = store.fmt.page_size, store.fmt.num_kv_heads
     work = store.work
@@ -74,7 +76,10 @@ def plan_decode(store: PagedKVStore, pages: np.ndarray, writes: np.ndarray, star
         return None
     heads = np.arange(h)
     own = starts % p
-    tail_rows = ((tails * p + own)[:, None] * h + heads).reshape(-1)
+    n = writes.shape[1]  # tokens per row (a speculative verify feeds several, in one page)
+    fed = own[:, None] + np.arange(n)
+    slot = np.where(writes != 0, tails[:, None] * p + fed, fed)  # padding: the scratch tail
+    tail_rows = (slot[:, :, None] * h + heads).reshape(-1)
     block = np.arange(p * h)
     done = np.flatnonzero(own == p - 1)  # rows whose token fills their page
     complete = None
@@ -82,7 +87,7 @@ def plan_decode(store: PagedKVStore, pages: np.ndarray, writes: np.ndarray, star
         complete = (mx.array((tails[done, None] * p * h + block).reshape(-1)),
                     mx.array((pages[done, starts[done] // p][:, None] * p * h + block).reshape(-1)))
     if not work.slots:
-        return DecodePlan(mx.array(tail_rows), mx.array(tails), int(own.max()) + 1,
+        return DecodePlan(mx.array(tail_rows), mx.array(tails), int(own.max()) + n,
                           None, None, None, None, write_rows, complete)
     # while no row enters a new page and no copy changed, the tables are the last step's
     key = (pages.shape, pages.tobytes(), tails.tobytes(), (starts // p).tobytes(), length, shared)
@@ -90,7 +95,7 @@ def plan_decode(store: PagedKVStore, pages: np.ndarray, writes: np.ndarray, star
         last: DecodePlan = work.memo[1]
         return last._replace(tail_rows=mx.array(tail_rows), write_rows=write_rows,
                              complete=complete)
-    plan = DecodePlan(mx.array(tail_rows), mx.array(tails), int(own.max()) + 1,
+    plan = DecodePlan(mx.array(tail_rows), mx.array(tails), int(own.max()) + n,
                       None, None, None, None, write_rows, complete)
     cols = np.arange(pages.shape[1])[None, :]
     current = (starts // p)[:, None]

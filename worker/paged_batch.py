@@ -71,9 +71,11 @@ class PagedBatch:
         self.decode_tail = False
         if self.tails is not None:
             tails_np = np.array(self.tails)
-            # decode: each row's own page is all in its tail page once this token is written there
-            self.decode_tail = n == 1 and len(set(self.tails)) == len(self.tails) and (
-                int(tails_np.min()) > 0)
+            # decode: each row's own page is all in its tail page once this token is written there;
+            # a verify batch (n > 1) qualifies while every row's positions stay short of its
+            # page's last slot (so it completes no page: a rollback never meets a requantized page)
+            self.decode_tail = len(set(self.tails)) == len(self.tails) and (
+                int(tails_np.min()) > 0) and (n == 1 or int((starts_np % p).max()) + n <= p - 1)
             self.work = plan_decode(store, pages, writes, starts_np, tails_np, self.decode_tail,
                                     self.shared, self.write_rows, length)
             if self.work is None:

@@ -21,9 +21,10 @@ PROMPTS = [TEXT * 2 + tail for tail in (
 def spec_engine(mdl: Any, tok: Any, k: int = 4, min_n: int = 2, pause: bool = True,
                 **kw: Any) -> Engine:
     """An engine that speculates with the n-gram drafter (K draft tokens at most; PAUSE: the
-    timing-based pause, off where a test counts drafts)."""
-    return make_engine(mdl, tok, spec=Speculator(NgramDrafter(min_n=min_n), k, pause=pause),
-                       **kw)
+    timing-based pause, off where a test counts drafts). Rows draft from their first decode
+    step on (the sampling tests judge the first decoded tokens)."""
+    return make_engine(mdl, tok, spec=Speculator(NgramDrafter(min_n=min_n), k, pause=pause,
+                                                 first_draft_at=1), **kw)
 
 
 def run(engine: Engine, prompts: dict[str, list[int]], params: SamplingParams

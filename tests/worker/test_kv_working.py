@@ -85,6 +85,26 @@ def test_decode_attention_equals_the_quantized_path(cascade: bool) -> None:
     assert mx.allclose(outs[0], outs[1], atol=2e-5).item()
 
 
+def test_verify_batches_inside_a_page_read_the_working_set_like_the_quantized_path() -> None:
+    """A speculative verify (n tokens per row, short of the page's last slot; one row padded)."""
+    outs = []
+    for work_pages in (0, 12):
+        store = _store(work_pages)
+        _history(store)
+        batch, kv = _feed(store, [1, 2], LENGTHS[1:], [2, 1], False, 9)
+        assert kv.dense == bool(work_pages)
+        mx.random.seed(11)
+        q = mx.random.normal((2, HQ, 2, D))
+        outs.append(paged_attention(q, kv, D**-0.5, batch.mask))
+    # row 2's second query is padding (its output is never read)
+    assert mx.allclose(outs[0][:, :, :1], outs[1][:, :, :1], atol=2e-5).item()
+    assert mx.allclose(outs[0][0], outs[1][0], atol=2e-5).item()
+    store = _store(12)
+    _history(store)
+    _, kv = _feed(store, [0], LENGTHS[:1], [2], False, 9)  # crosses into the next page
+    assert not kv.dense
+
+
 def test_too_small_a_working_set_reads_quantized() -> None:
     store = _store(work_pages=3)  # the batch reads 4 distinct older pages
     _history(store)

@@ -34,7 +34,7 @@ def demo() -> tuple[Any, Any, dict[str, list[int]]]:
 def spec_engine(mdl: Any, tok: Any, k: int = 4, **kw: Any) -> Engine:
     """An engine drafting with the demo's trained draft model (K tokens at most)."""
     drafter = draft_drafter("demo-draft", tok, max_batch=8, context_length=512, memory="16MiB")
-    return make_engine(mdl, tok, spec=Speculator(drafter, k, pause=False), **kw)  # exactness
+    return make_engine(mdl, tok, spec=Speculator(drafter, k, pause=False, first_draft_at=1), **kw)  # exactness
 
 
 def run(engine: Engine, prompts: dict[str, list[int]], params: SamplingParams) -> dict[str, list[int]]:
@@ -97,7 +97,7 @@ def test_sampling_with_a_draft_model_keeps_the_joint_distribution(tmp_path: Path
     plain = pairs(make_engine(mdl, tok, max_batch=8, max_waiting=6000), 5000)
     drafter = draft_drafter(str(draft_path), tok, max_batch=8, context_length=512, memory="4MiB")
     engine = make_engine(mdl, tok, max_batch=8, max_waiting=6000,
-                         spec=Speculator(drafter, 3, pause=False))  # exactness, not cost rules
+                         spec=Speculator(drafter, 3, pause=False, first_draft_at=1))  # exactness, not cost rules
     spec = pairs(engine, 5000)
     assert engine.stats.drafted_tokens > 4000
     assert 0 < engine.stats.accepted_tokens < engine.stats.drafted_tokens  # both paths taken

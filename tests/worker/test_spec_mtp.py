@@ -63,7 +63,7 @@ def loaded(m: Model) -> Any:
 def mtp_engine(m: Model, k: int = 4, **kw: Any) -> Engine:
     """An engine drafting with the model's next-n layer (no timing pause: drafts are counted)."""
     drafter = mtp_drafter(loaded(m), max_batch=8, context_length=512, memory="16MiB")
-    return make_engine(m[0], m[1], spec=Speculator(drafter, k, pause=False), **kw)
+    return make_engine(m[0], m[1], spec=Speculator(drafter, k, pause=False, first_draft_at=1), **kw)
 
 
 def drafter_of(engine: Engine) -> MTPDrafter:

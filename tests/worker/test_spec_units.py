@@ -25,6 +25,7 @@ class Row:
     sampler: RowSampler = field(default_factory=lambda: RowSampler(SamplingParams(temperature=0)))
     grammar: Any = None
     vision: Any = None
+    generated: int = 2
 
 
 def brute(tokens: list[int], k: int, max_n: int = 4, min_n: int = 2) -> list[int]:
@@ -156,3 +157,12 @@ def test_the_registry_refuses_what_it_cannot_build() -> None:
     for kind, says in (("draft", "needs a draft model"), ("mtp", "supports next-n layers"), ("x", "unknown")):
         with pytest.raises(CannotLoad, match=says):
             build_speculator(kind, loaded, **kw)  # type: ignore[arg-type]
+
+
+def test_a_row_drafts_from_its_second_decode_step() -> None:
+    """The first decode step after the prompt runs plain (its text is often the first visible)."""
+    spec = Speculator(NgramDrafter(), num_draft=4)
+    row = Row([1, 2, 3, 1, 2], generated=1)
+    assert spec.propose([row], [4]) == [([], None)]
+    row.generated = 2
+    assert spec.propose([row], [4])[0][0] == [3, 1, 2, 3]

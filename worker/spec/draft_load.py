@@ -84,7 +84,8 @@ def draft_store(model: Any, dtype: mx.Dtype, *, max_batch: int, context_length: 
 
 
 def draft_drafter(name: str, target_tokenizer: Any, *, max_batch: int, context_length: int,
-                  page_size: int = 16, memory: str = "256MiB", revision: str | None = None) -> Any:
+                  page_size: int = 16, memory: str = "256MiB", revision: str | None = None,
+                  compile: bool | None = True) -> Any:
     """A DraftModelDrafter over draft model NAME (checked against TARGET_TOKENIZER)."""
     from worker.engine import model_dtype
     from worker.spec.draft_model import DraftModelDrafter
@@ -93,4 +94,4 @@ def draft_drafter(name: str, target_tokenizer: Any, *, max_batch: int, context_l
     dtype = model_dtype(loaded.model)
     store = draft_store(loaded.model, dtype, max_batch=max_batch, context_length=context_length,
                         page_size=page_size, memory=memory)
-    return DraftModelDrafter(loaded.model, store, dtype)
+    return DraftModelDrafter(loaded.model, store, dtype, compile=compile)

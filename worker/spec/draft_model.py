@@ -58,9 +58,12 @@ class DraftModelDrafter:
 
     name = "draft"
 
-    def __init__(self, model: Any, store: PagedKVStore, dtype: mx.Dtype) -> None:
+    def __init__(self, model: Any, store: PagedKVStore, dtype: mx.Dtype,
+                 compile: bool | None = True) -> None:
+        """COMPILE: the draft's decode forwards run through the compiled step (its pages are
+        full precision, so it applies; None: the RAPID_MLX_COMPILE_DECODE default)."""
         self.kv = KVManager(store, prefix_cache=False)
-        self.forward = Forward(model, store, dtype)
+        self.forward = Forward(model, store, dtype, compile=compile)
         self.vocab = int(model.args.vocab_size) if hasattr(model, "args") else None
         self.rows: dict[int, DraftRow] = {}
         self.catch_up_seconds = 0.0  # spent prefilling rows' draft KV (once per row, not per step)
@@ -98,7 +101,11 @@ class DraftModelDrafter:
         samplers = [d.owner.sampler for d in drafts]
         want = [ks[i] for i, _ in todo]
         fed = [d.owner.tokens[d.computed:] for d in drafts]
-        logits = self._lazy_forward(fed, [d.kv for d in drafts], [d.computed for d in drafts])
+        kvs, starts = [d.kv for d in drafts], [d.computed for d in drafts]
+        if all(len(toks) == 1 for toks in fed):  # one unseen token each: a (compiled) decode step
+            logits = self.forward.decode_lazy(mx.array([toks[0] for toks in fed]), kvs, starts)
+        else:
+            logits = self._lazy_forward(fed, kvs, starts)
         for d, toks in zip(drafts, fed, strict=True):
             d.tokens, d.computed = list(d.owner.tokens), d.computed + len(toks)
         steps: list[tuple[list[int], mx.array, mx.array | None]] = []  # (rows, tokens, q)
