@@ -170,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from protocol import messages as m
     from worker.attention import install as install_paged_attention
+    from worker.compile_mode import mode_in_force
     from worker.engine import Engine, model_dtype
     from worker.fetch import EXIT_CANNOT_LOAD, CannotLoad
     from worker.fingerprint import fingerprint
@@ -222,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             spec = build_speculator(args.speculative, loaded, num_draft=args.num_draft_tokens,
                                     draft_model=args.draft_model, max_batch=args.max_batch,
-                                    context_length=context_length)
+                                    context_length=context_length,
+                                    compile_draft=mode_in_force(args.compile_decode) != "off")
         loaded.facts.speculative = spec.name if spec is not None else ""
     except KeyboardInterrupt:  # stopped while loading: nothing to report
         return _give_up(sock, args.alias, boot_id, "signal", 0)

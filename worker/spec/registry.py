@@ -13,9 +13,11 @@ KINDS = ("none", "ngram", "draft", "mtp")
 
 
 def build_speculator(kind: str, loaded: Any, *, num_draft: int, draft_model: str | None,
-                     max_batch: int, context_length: int) -> Speculator | None:
+                     max_batch: int, context_length: int,
+                     compile_draft: bool = True) -> Speculator | None:
     """The Speculator for KIND over the loaded target (None: speculation off).
 
+    COMPILE_DRAFT: a draft model's decode forwards run compiled (``--compile-decode`` not off).
     Raises CannotLoad (the worker says why and does not restart) when KIND cannot be had.
     """
     if kind in ("", "none") or num_draft <= 0:
@@ -30,7 +32,7 @@ def build_speculator(kind: str, loaded: Any, *, num_draft: int, draft_model: str
         from worker.spec.draft_load import draft_drafter
 
         drafter = draft_drafter(draft_model, loaded.tokenizer, max_batch=max_batch,
-                                context_length=context_length)
+                                context_length=context_length, compile=compile_draft)
     elif kind == "mtp":  # the checkpoint's own next-n layer (refused when it has none)
         from worker.spec.mtp_load import mtp_drafter
 
