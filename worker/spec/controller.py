@@ -23,7 +23,6 @@ PAUSE_STEPS = 64  # speculation slower than plain decoding: everyone decodes pla
 MIN_SAMPLES = 16  # steps of each kind measured before comparing them
 SLOWER = 1.1  # speculative steps this much slower per row-token than plain ones: pause
 STRIKES = 4  # speculative steps in a row measured slower than plain before a pause
-GAIN = 1.1  # a row drafts only while its drafts promise this much more tokens/s than plain
 JUDGED_AFTER = 2  # verifications of a row before its acceptance decides whether it drafts
 # a row drafts from its second decode step on: its first visible text often comes with its
 # second token (a think tag first), and the draft model's prompt catch-up would delay it
@@ -107,15 +106,14 @@ class Speculator:
         A speculative step costs V + D*k (V: verify and bookkeeping, D: the drafter's seconds per
         draft position, ~0 for n-gram lookup) and makes (1 - a^(k+1)) / (1 - a) tokens on average
         at acceptance a; a plain step costs P per token. The row drafts when some k <= its limit
-        beats 1 / P by GAIN. Rows are judged after JUDGED_AFTER verifications, costs after
-        MIN_SAMPLES.
+        beats 1 / P. Rows are judged after JUDGED_AFTER verifications, costs after MIN_SAMPLES.
         """
         (plain, n_plain), (v, n_v), (d, _) = self._cost[False], self._verify, self._draft
         if not self.pause or st.seen < JUDGED_AFTER or n_plain < MIN_SAMPLES or n_v < MIN_SAMPLES:
             return True
         a = min(st.ema, 0.99)
         best = max((1 - a ** (k + 1)) / (1 - a) / (v + d * k) for k in range(1, self.num_draft + 1))
-        return best * plain >= GAIN  # break-even drafts lose: verify steps cannot overlap
+        return best * plain >= 1.0
 
     def tick(self, rows: list[Request]) -> None:
         """One engine step passed: resting rows come closer to their next probe."""
