@@ -173,7 +173,8 @@ def _group_args(ranks: int, hostfile: str | None, port: int) -> list[str]:
               help="--speculative draft: the draft model (folder, repo id or alias)")
 @click.option("--compile-decode", type=click.Choice(["auto", "on", "off"]), default="auto",
               show_default=True,
-              help="decode steps through mx.compile: where it measured faster (up to 8 rows), "
+              help="decode steps through mx.compile: where it measured faster (up to 8 rows of "
+                   "a model of <= 32 MiB), "
                    "every decode batch it covers, or never")
 @click.option("--max-batch", default=32, show_default=True, type=int)
 @click.option("--prefill-budget", default=512, show_default=True, type=int,

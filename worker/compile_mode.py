@@ -5,10 +5,16 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from worker.compiled_decode import MAX_ROWS
-
 MODES = ("auto", "on", "off")
 ENV = "RAPID_MLX_COMPILE_DECODE"  # a test and bench override: 1 (auto) or 0 (off)
+ROWS_ENV = "RAPID_MLX_COMPILE_DECODE_MAX_ROWS"  # a test and bench override of auto's row limit
+# auto's row limit: on stories260K the compiled step was faster at 1 and 8 rows and slower at
+# 32 (bench.compile_decode)
+MAX_ROWS = 8
+# auto's weight limit: compiling pays where a step is dispatch-bound (stories260K, 1 MB: 1.41x
+# vs 1.14x plain at 1 stream; the demo model, 9 MB) and not where it reads its weights (the
+# Qwen3 bench model, 116 MB: 2-9% slower at 8 rows, equal at 1; bench/README.md, session 7)
+MAX_WEIGHT_BYTES = 32 << 20
 
 
 def mode_in_force(mode: str) -> str:
@@ -21,19 +27,30 @@ def mode_in_force(mode: str) -> str:
     return mode
 
 
-def compiled_rows(mode: str, max_batch: int) -> int:
+def compiled_rows(mode: str, max_batch: int, weight_bytes: int = 0) -> int:
     """Most rows a decode step runs compiled with (0: never).
 
-    auto: up to the rows where the compiled step measured faster (MAX_ROWS, or
-    RAPID_MLX_COMPILE_DECODE_MAX_ROWS); on: every decode batch; off: none. Either way only
-    batches the compiled step fits (``CompiledDecode.fits``) run compiled.
+    auto: up to MAX_ROWS rows (or RAPID_MLX_COMPILE_DECODE_MAX_ROWS) for a model whose weights
+    are at most MAX_WEIGHT_BYTES (the env override skips that check); on: every decode batch;
+    off: none. Either way only batches the compiled step fits (``CompiledDecode.fits``) run
+    compiled.
     """
     mode = mode_in_force(mode)
     if mode == "off":
         return 0
     if mode == "on":
         return max_batch
-    return int(os.environ.get("RAPID_MLX_COMPILE_DECODE_MAX_ROWS", MAX_ROWS))
+    rows = os.environ.get(ROWS_ENV)
+    if rows is not None:
+        return int(rows)
+    return MAX_ROWS if weight_bytes <= MAX_WEIGHT_BYTES else 0
+
+
+def rows_for(mode: str, max_batch: int, model: Any) -> int:
+    """``compiled_rows`` for MODEL (its weights' size decides auto)."""
+    from worker.blas import weight_bytes
+
+    return compiled_rows(mode, max_batch, weight_bytes(model))
 
 
 def compile_status(mode: str, compiled: Any) -> dict[str, Any]:

@@ -13,7 +13,6 @@ the new page arrays and nothing else refers to the old ones, so MLX still writes
 from __future__ import annotations
 
 import copy
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -25,20 +24,12 @@ from worker.paged_batch import PagedBatch
 
 # DecodePlan fields that are arrays the compiled step reads (loads and completions run outside)
 PLAN_ARRAYS = ("tail_rows", "tail_ids", "table", "shared_table", "rest_table", "write_rows")
-# rows up to which steps run compiled (RAPID_MLX_COMPILE_DECODE_MAX_ROWS): on stories260K the
-# compiled step was faster at 1 and 8 rows and slower at 32 (bench.compile_decode)
-MAX_ROWS = 8
 KEEP = 64  # compiled functions kept (least recently used dropped; MLX frees their traces)
 Run = Callable[[mx.array, PagedBatch], mx.array]
 
 
 class WritesPages(Exception):
     """Raised while tracing when the step would write quantized pages (not deferred writes)."""
-
-
-def compile_decode() -> bool:
-    """True when decode steps run compiled (RAPID_MLX_COMPILE_DECODE=1)."""
-    return os.environ.get("RAPID_MLX_COMPILE_DECODE", "0") == "1"
 
 
 def _pool(store: PagedKVStore) -> list[Any]:
@@ -50,11 +41,11 @@ def _pool(store: PagedKVStore) -> list[Any]:
 class CompiledDecode:
     """Decode steps through compiled functions keyed by shapes and the batch's Python values."""
 
-    def __init__(self, run: Run, store: PagedKVStore) -> None:
+    def __init__(self, run: Run, store: PagedKVStore, max_rows: int) -> None:
         self.run = run  # the model over a batch: tokens (B, 1), batch -> logits (B, V)
         self.store = store
         self.fns: dict[tuple[Any, ...], Callable[..., Any] | None] = {}  # None: never compiles
-        self.max_rows = int(os.environ.get("RAPID_MLX_COMPILE_DECODE_MAX_ROWS", MAX_ROWS))
+        self.max_rows = max_rows  # larger decode batches run the plain step (compile_mode.py)
 
     def fits(self, batch: PagedBatch) -> bool:
         """True when the compiled step covers this batch: decode, few rows, and full-precision

@@ -9,7 +9,8 @@ import mlx.core as mx
 
 from cache.paged_kv import PagedKVStore
 from worker.attention import PagedBatch, routes_attention
-from worker.compiled_decode import CompiledDecode, compile_decode
+from worker.compile_mode import MAX_ROWS, rows_for
+from worker.compiled_decode import CompiledDecode
 from worker.kv_manager import RequestPages
 from worker.vision.inputs import KEY_BASE
 
@@ -54,8 +55,9 @@ class Forward:
     """
 
     def __init__(self, model: Any, store: PagedKVStore, dtype: mx.Dtype,
-                 compile: bool | None = None) -> None:
-        """COMPILE: run decode steps through ``CompiledDecode`` (None: RAPID_MLX_COMPILE_DECODE)."""
+                 compile_rows: int | None = None) -> None:
+        """COMPILE_ROWS: decode steps of up to that many rows run through ``CompiledDecode``
+        (0: none; None: what RAPID_MLX_COMPILE_DECODE says, off when unset)."""
         self.model = model
         self.store = store
         self.dtype = dtype
@@ -66,8 +68,8 @@ class Forward:
         self.final: mx.array | None = None  # the last call's model output (sharded: evaluated)
         # an MTP drafter's hook: each call's hidden states (B, n, D), evaluated with the call
         self.on_hidden: Callable[[mx.array, list[RequestPages], list[int], list[int]], None] | None = None
-        on = compile_decode() if compile is None else compile
-        self.compiled = CompiledDecode(self._decode, store) if on else None
+        rows = rows_for("off", MAX_ROWS, model) if compile_rows is None else compile_rows
+        self.compiled = CompiledDecode(self._decode, store, rows) if rows > 0 else None
 
     def __call__(self, rows: list[list[int]], kvs: list[RequestPages], starts: list[int],
                  want_logits: bool, embeds: list[mx.array | None] | None = None,

@@ -239,7 +239,7 @@ class WorkerLoop:
             "spec_draft_tokens": s.drafted_tokens, "spec_accepted_tokens": s.accepted_tokens,
             "spec_acceptance_rate": round(s.accepted_tokens / s.drafted_tokens, 4)
             if s.drafted_tokens else None,
-            **compile_status(e.compile_decode, getattr(e._forward, "compiled", None)),
+            **compile_status(e.compile_decode, getattr(e, "compiled", None)),
         }
 
 

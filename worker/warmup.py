@@ -44,5 +44,5 @@ def warm_up(engine: Any) -> float:
     engine.kv.stats = type(engine.kv.stats)()
     seconds = time.perf_counter() - t0
     log.info("warmed up in %.0f ms (compiled decode functions: %d)", seconds * 1e3,
-             len(engine._forward.compiled.fns) if engine._forward.compiled is not None else 0)
+             len(engine.compiled.fns) if engine.compiled is not None else 0)
     return seconds

@@ -9,8 +9,7 @@ from mlx_lm import load
 
 from gateway.aliases import AliasEntry, spec_args
 from tests.worker.test_engine import make_engine
-from worker.compile_mode import compiled_rows, mode_in_force
-from worker.compiled_decode import MAX_ROWS
+from worker.compile_mode import MAX_ROWS, MAX_WEIGHT_BYTES, compiled_rows, mode_in_force, rows_for
 from worker.embedded import embedded_model_path
 
 
@@ -33,6 +32,19 @@ def test_rows_per_mode(monkeypatch: pytest.MonkeyPatch) -> None:
         compiled_rows("auto", 32)
 
 
+def test_auto_compiles_small_models_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """auto leaves weight-bound models (above MAX_WEIGHT_BYTES) plain; on and the env do not."""
+    import mlx.nn as nn
+
+    assert compiled_rows("auto", 32, MAX_WEIGHT_BYTES) == MAX_ROWS
+    assert compiled_rows("auto", 32, MAX_WEIGHT_BYTES + 1) == 0
+    assert compiled_rows("on", 32, MAX_WEIGHT_BYTES + 1) == 32
+    big = nn.Linear(4096, 4096)  # 64 MiB of float32 weights (never evaluated)
+    assert rows_for("auto", 32, big) == 0 and rows_for("auto", 32, nn.Linear(64, 64)) == MAX_ROWS
+    monkeypatch.setenv("RAPID_MLX_COMPILE_DECODE_MAX_ROWS", "4")  # benches force the rows
+    assert rows_for("auto", 32, big) == 4
+
+
 def test_alias_setting_becomes_a_worker_argument() -> None:
     assert spec_args(AliasEntry(repo="x", compile_decode="on"), {}) == ["--compile-decode", "on"]
     assert spec_args(AliasEntry(repo="x"), {}) == []
@@ -42,7 +54,7 @@ def test_alias_setting_becomes_a_worker_argument() -> None:
 def test_engine_takes_the_mode(mode: str, rows: int) -> None:
     mdl, tok = load(str(embedded_model_path()))[:2]
     engine: Any = make_engine(mdl, tok, max_batch=16, compile_decode=mode)
-    compiled = engine._forward.compiled
+    compiled = engine.compiled
     assert engine.compile_decode == mode
     assert (compiled.max_rows if compiled is not None else 0) == rows
 
@@ -59,4 +71,4 @@ def test_on_compiles_past_eight_rows_with_the_same_tokens() -> None:
     plain = _run(make_engine(mdl, tok, compile_decode="off"), prompts, greedy)
     engine: Any = make_engine(mdl, tok, compile_decode="on")
     assert _run(engine, prompts, greedy) == plain
-    assert any(key[2][0] > 8 for key in engine._forward.compiled.fns), "no step of > 8 rows compiled"
+    assert any(key[2][0] > 8 for key in engine.compiled.fns), "no step of > 8 rows compiled"

@@ -26,7 +26,7 @@ def model(request: pytest.FixtureRequest) -> tuple[Any, Any]:
 def _engine(mdl: Any, tok: Any, compiled: bool, monkeypatch: pytest.MonkeyPatch, **kw: Any) -> Any:
     monkeypatch.setenv("RAPID_MLX_COMPILE_DECODE", "1" if compiled else "0")
     engine = make_engine(mdl, tok, **kw)
-    assert (engine._forward.compiled is not None) == compiled
+    assert (engine.compiled is not None) == compiled
     return engine
 
 
@@ -41,7 +41,7 @@ def test_compiled_greedy_matches_plain_alone_and_batched(
     assert compiled.kv.store.fmt.kind == kind
     assert {"p3": _run(compiled, {"p3": prompts["p3"]}, GREEDY)["p3"]} == {"p3": plain["p3"]}
     assert _run(compiled, prompts, GREEDY) == plain
-    fns = compiled._forward.compiled.fns
+    fns = compiled.compiled.fns
     assert any(fn is not None for fn in fns.values()), "no step went through the compiled function"
 
 
@@ -78,7 +78,7 @@ def test_every_compiled_step_equals_the_plain_step(kind: str, monkeypatch: pytes
     monkeypatch.setattr(cd.CompiledDecode, "__call__", checked)
     _run(engine, {f"p{i}": tok.encode(p) for i, p in enumerate(PROMPTS[:8])}, GREEDY)
     assert len(calls) > 30 and all(calls), f"{calls.count(False)} of {len(calls)} steps differ"
-    fns = engine._forward.compiled.fns
+    fns = engine.compiled.fns
     assert 1 < len(fns) < len(calls) / 3  # functions were reused across page tables
     if kind == "k8v4":
         assert engine.kv.store.work.loads > 0  # the steps read the working set's float copies
@@ -104,6 +104,6 @@ def test_compiled_step_writes_pages_in_place(compiled: bool, kind: str,
     loads = store.work.loads
     for _ in range(10):  # pages of 8: at least one fills, and is loaded the step after
         engine.step()
-    assert not compiled or engine._forward.compiled.fns
+    assert not compiled or engine.compiled.fns
     assert kind == "none" or store.work.loads > loads
     assert [_address(a) for a in store.arrays()] == before

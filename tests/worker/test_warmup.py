@@ -22,8 +22,8 @@ def test_warm_up_compiles_and_forgets(page_size: int, monkeypatch: pytest.Monkey
     mdl, tok = load(str(embedded_model_path()))[:2]
     engine: Any = make_engine(mdl, tok, page_size=page_size)
     assert warm_up(engine) > 0
-    assert {key[2][0] for key in engine._forward.compiled.fns} == {1, 2}  # rows of its steps
-    assert len(engine._forward.compiled.fns) >= 4  # one page and several
+    assert {key[2][0] for key in engine.compiled.fns} == {1, 2}  # rows of its steps
+    assert len(engine.compiled.fns) >= 4  # one page and several
     assert engine.stats.steps == 0 and engine.stats.generated_tokens == 0
     assert engine.kv.stats.queries == 0 and engine.kv.radix.num_pages == 0
     assert engine.kv.pool.num_used == 0 and not engine.running and not engine.waiting
@@ -40,5 +40,5 @@ def test_warm_up_fits_a_short_context() -> None:
                    group_size=32, max_batch=4, context_length=12)
     engine: Any = Engine(mdl, tok, plan.store, context_length=12, max_batch=4)
     warm_up(engine)
-    assert {key[2][0] for key in engine._forward.compiled.fns} == {1, 2}
+    assert {key[2][0] for key in engine.compiled.fns} == {1, 2}
     assert engine.stats.steps == 0 and not engine.running

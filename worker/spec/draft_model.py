@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
 
+from worker.compile_mode import MAX_ROWS, rows_for
 from worker.forward import Forward
 from worker.kv_manager import KVManager, RequestPages
 from worker.sampling import RowSampler, draw, prepare
@@ -60,10 +61,12 @@ class DraftModelDrafter:
 
     def __init__(self, model: Any, store: PagedKVStore, dtype: mx.Dtype,
                  compile: bool | None = True) -> None:
-        """COMPILE: the draft's decode forwards run through the compiled step (its pages are
-        full precision, so it applies; None: the RAPID_MLX_COMPILE_DECODE default)."""
+        """COMPILE: the draft's decode forwards run through the compiled step as ``auto`` would
+        (its pages are full precision, so it applies when its weights are small; False: never;
+        None: the RAPID_MLX_COMPILE_DECODE default)."""
         self.kv = KVManager(store, prefix_cache=False)
-        self.forward = Forward(model, store, dtype, compile=compile)
+        rows = None if compile is None else rows_for("auto" if compile else "off", MAX_ROWS, model)
+        self.forward = Forward(model, store, dtype, compile_rows=rows)
         self.vocab = int(model.args.vocab_size) if hasattr(model, "args") else None
         self.rows: dict[int, DraftRow] = {}
         self.catch_up_seconds = 0.0  # spent prefilling rows' draft KV (once per row, not per step)
