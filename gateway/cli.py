@@ -174,7 +174,7 @@ def _group_args(ranks: int, hostfile: str | None, port: int) -> list[str]:
 @click.option("--compile-decode", type=click.Choice(["auto", "on", "off"]), default="auto",
               show_default=True,
               help="decode steps through mx.compile: where it measured faster (up to 8 rows of "
-                   "a model of <= 32 MiB), "
+                   "a model of <= 32 MiB, 1 row above), "
                    "every decode batch it covers, or never")
 @click.option("--max-batch", default=32, show_default=True, type=int)
 @click.option("--prefill-budget", default=512, show_default=True, type=int,

@@ -12,7 +12,7 @@ import mlx.core as mx
 from cache.paged_kv import PagedKVStore
 from protocol.messages import RequestOutput, SamplingParams
 from worker import emit, engine_inputs
-from worker.compile_mode import MAX_WEIGHT_BYTES, mode_in_force, rows_for
+from worker.compile_mode import MAX_ROWS, MAX_WEIGHT_BYTES, mode_in_force, rows_for
 from worker.engine_inputs import given as _given
 from worker.engine_inputs import group_chunks as _group_chunks
 from worker.failures import EngineBroken, discard, error_output, verify
@@ -49,9 +49,9 @@ class Engine:
         rows = rows_for(self.compile_decode, max_batch, model)
         self._forward = Forward(model, store, self.dtype, compile_rows=rows)
         self.compiled = self._forward.compiled  # None when no decode step runs compiled
-        if self.compiled is None and self.compile_decode == "auto":
-            log.info("--compile-decode auto: weights above %d MiB, decode steps run plain",
-                     MAX_WEIGHT_BYTES >> 20)
+        if self.compile_decode == "auto" and 0 < rows < max_batch:
+            log.info("--compile-decode auto: decode steps of up to %d rows run compiled (%d for "
+                     "weights of at most %d MiB)", rows, MAX_ROWS, MAX_WEIGHT_BYTES >> 20)
         if store.quantized:
             calibrate_centers(model, tokenizer, store)
         self.kv_note = ""

@@ -9,7 +9,14 @@ from mlx_lm import load
 
 from gateway.aliases import AliasEntry, spec_args
 from tests.worker.test_engine import make_engine
-from worker.compile_mode import MAX_ROWS, MAX_WEIGHT_BYTES, compiled_rows, mode_in_force, rows_for
+from worker.compile_mode import (
+    LARGE_MAX_ROWS,
+    MAX_ROWS,
+    MAX_WEIGHT_BYTES,
+    compiled_rows,
+    mode_in_force,
+    rows_for,
+)
 from worker.embedded import embedded_model_path
 
 
@@ -33,14 +40,14 @@ def test_rows_per_mode(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_auto_compiles_small_models_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """auto leaves weight-bound models (above MAX_WEIGHT_BYTES) plain; on and the env do not."""
+    """auto compiles only 1-row steps of weight-bound models (above MAX_WEIGHT_BYTES)."""
     import mlx.nn as nn
 
     assert compiled_rows("auto", 32, MAX_WEIGHT_BYTES) == MAX_ROWS
-    assert compiled_rows("auto", 32, MAX_WEIGHT_BYTES + 1) == 0
+    assert compiled_rows("auto", 32, MAX_WEIGHT_BYTES + 1) == LARGE_MAX_ROWS == 1
     assert compiled_rows("on", 32, MAX_WEIGHT_BYTES + 1) == 32
     big = nn.Linear(4096, 4096)  # 64 MiB of float32 weights (never evaluated)
-    assert rows_for("auto", 32, big) == 0 and rows_for("auto", 32, nn.Linear(64, 64)) == MAX_ROWS
+    assert rows_for("auto", 32, big) == 1 and rows_for("auto", 32, nn.Linear(64, 64)) == MAX_ROWS
     monkeypatch.setenv("RAPID_MLX_COMPILE_DECODE_MAX_ROWS", "4")  # benches force the rows
     assert rows_for("auto", 32, big) == 4
 
