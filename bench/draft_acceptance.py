@@ -19,6 +19,7 @@ from mlx_lm import load
 
 from protocol.messages import SamplingParams
 from worker.attention import install
+from worker.blas import apply_blas_policy
 from worker.demo_model.evaluate import cases
 from worker.embedded import embedded_model_path
 from worker.engine import Engine, model_dtype
@@ -54,6 +55,7 @@ def main() -> None:
     args = ap.parse_args()
     install()
     model, tok = load(str(embedded_model_path()))[:2]
+    apply_blas_policy(model)  # the worker's OpenBLAS threads (one here)
     prompts = [tok.apply_chat_template(c.messages, tools=c.tools, add_generation_prompt=True,
                                        enable_thinking=c.enable_thinking) for c in cases()]
     params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0)

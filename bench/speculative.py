@@ -21,6 +21,7 @@ from mlx_lm import load
 
 from protocol.messages import SamplingParams
 from worker.attention import install
+from worker.blas import apply_blas_policy
 from worker.engine import Engine, model_dtype
 from worker.kv_setup import plan_kv
 from worker.spec.registry import build_speculator
@@ -106,6 +107,7 @@ def main() -> None:
     install()
     path = model_path(args.model)
     mdl, tok = load(path)[:2]
+    apply_blas_policy(mdl)  # the worker's OpenBLAS threads (one here)
     loaded = _Loaded(path, mdl, tok)
     one_round(mdl, tok, args, False, loaded)  # warm-up (compiles, caches)
     plain, spec, rates = [], [], []
