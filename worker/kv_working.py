@@ -158,3 +158,12 @@ def flush_tail(store: PagedKVStore, layer: int, flush: tuple[mx.array, mx.array]
 def _deferred(store: PagedKVStore, keys: mx.array) -> bool:
     """Decode steps defer quantized writes when centering keeps the keys' dtype (the tail's)."""
     return keys.dtype == store.fmt.dtype
+
+
+def working_set_status(store: PagedKVStore) -> dict[str, int]:
+    """The K8V4 working set in the worker status: float-copy slots, slots in use, page loads
+    so far, and batches refused (they read the quantized pages instead)."""
+    work = store.work
+    return {"kv_working_set_pages": store.work_pages,
+            "kv_working_set_pages_used": int((work.page_of >= 0).sum()),
+            "kv_working_set_loads": work.loads, "kv_working_set_refused": work.refused}

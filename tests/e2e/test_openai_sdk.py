@@ -123,3 +123,15 @@ def test_metrics_count_engine_queue_time(server: Server) -> None:
                if s.labels.get("model_name") == "default"}
     assert samples["rapid_mlx_request_queue_time_seconds_count"] >= 1
     assert samples["rapid_mlx_generation_tokens_total"] >= 1
+
+
+def test_workers_show_the_k8v4_working_set(server: Server) -> None:
+    """The default K8V4 pages keep float copies of running rows' full pages; /v1/workers counts."""
+    client = openai.OpenAI(base_url=server.url, api_key="x")
+    text = "Tell me a long story about a cat and a dog who go to the sea together. " * 6
+    client.chat.completions.create(model="default", max_tokens=8,
+                                   messages=[{"role": "user", "content": text}])
+    live = server.worker("default")["live"]
+    assert live["kv_format"] == "k8v4"
+    assert live["kv_working_set_pages"] > 0 and live["kv_working_set_loads"] > 0
+    assert live["kv_working_set_refused"] == 0

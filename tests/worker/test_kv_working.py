@@ -15,6 +15,7 @@ from worker.attention import install, paged_attention
 from worker.embedded import embedded_model_path
 from worker.engine import Engine, model_dtype
 from worker.kv_setup import plan_kv
+from worker.kv_working import working_set_status
 from worker.paged_batch import LayerKV, PagedBatch
 
 P, H, HQ, D = 4, 2, 4, 32
@@ -110,6 +111,8 @@ def test_too_small_a_working_set_reads_quantized() -> None:
     _history(store)
     _, kv = _feed(store, [0, 1, 2], LENGTHS, [1, 1, 1], False, 9)
     assert not kv.dense and kv.window_k is not None
+    status = working_set_status(store)  # what /v1/workers shows
+    assert status["kv_working_set_pages"] == 3 and status["kv_working_set_refused"] >= 1
 
 
 def _engine(model: Any, tok: Any, work_pages: int | None, **kw: Any) -> Engine:
@@ -134,6 +137,9 @@ def test_greedy_tokens_are_the_same_with_and_without_the_working_set() -> None:
     assert full.kv.store.work_pages > 0
     assert _run(full, prompts, GREEDY) == quantized
     assert work.loads > 0 and work.refused == 0
+    status = working_set_status(full.kv.store)
+    assert status["kv_working_set_loads"] == work.loads and status["kv_working_set_refused"] == 0
+    assert 0 <= status["kv_working_set_pages_used"] <= status["kv_working_set_pages"]
     # a working set smaller than the batch's pages: evictions, and steps that read quantized
     slots = work.loads // 2
     small = _engine(mdl, tok, slots)
