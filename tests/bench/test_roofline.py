@@ -12,7 +12,9 @@ from mlx_lm.models import qwen3
 from bench.roofline import (
     SIDES,
     above,
+    blas_floor,
     floor_step,
+    floors,
     plain_attention,
     report,
     roof_ms,
@@ -74,3 +76,22 @@ def test_report_renders_every_cell() -> None:
     text = report({"machine": {"copy_gbs": 10.0, "read_gbs": 8.0, "gflops": 50.0, "op_us": 4.0},
                    "blas_threads": 1, "cells": [cell, {**cell, "rows": 1}]})
     assert "| m | 8 | 1.5x |" in text and "| m | 1 | 1.3x |" in text
+
+
+def test_blas_floor_computes_the_products() -> None:
+    model = tiny(True)
+    for rows in (1, 3):
+        ys = blas_floor(model, rows)()
+        mats = weight_matrices(model)
+        rng = np.random.default_rng(0)
+        for m, y in zip(mats, ys, strict=True):
+            w = np.array(m.weight)
+            x = rng.standard_normal((rows, w.shape[1]), dtype=np.float32)
+            assert np.allclose(y, w @ x.T, atol=1e-4)
+
+
+def test_machine_floor_takes_the_cheaper_products() -> None:
+    cell = {"matmuls": {"wall": 20.0}, "+attention": {"wall": 22.0}, "blas": {"wall": 11.0}}
+    assert floors(cell, "wall") == (22.0, 13.0)
+    cell["blas"]["wall"] = 30.0
+    assert floors(cell, "wall") == (22.0, 22.0)
