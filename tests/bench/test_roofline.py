@@ -15,6 +15,7 @@ from bench.roofline import (
     blas_floor,
     floor_step,
     floors,
+    model_step,
     plain_attention,
     report,
     roof_ms,
@@ -59,6 +60,10 @@ def test_plain_attention_matches_the_fused_kernel_with_grouped_heads() -> None:
 @pytest.mark.parametrize("attention", ["", "plain", "sdpa"])
 def test_floor_step_runs(attention: str) -> None:
     floor_step(tiny(True), rows=2, context=5, attention=attention)()
+
+
+def test_model_step_decodes_every_row() -> None:
+    model_step(tiny(True), rows=3)()
 
 
 def test_verdicts_and_fractions() -> None:
