@@ -19,6 +19,7 @@ from bench.roofline import (
     plain_attention,
     report,
     roof_ms,
+    run_side,
     step_bytes_flops,
     verdict,
     weight_matrices,
@@ -100,3 +101,10 @@ def test_machine_floor_takes_the_cheaper_products() -> None:
     assert floors(cell, "wall") == (22.0, 13.0)
     cell["blas"]["wall"] = 30.0
     assert floors(cell, "wall") == (22.0, 22.0)
+
+
+def test_blas_side_stands_aside_for_other_dtypes() -> None:
+    model = tiny(True)
+    model.set_dtype(mx.float16)
+    assert run_side("blas", model, None, rows=1, context=4, steps=1) == {
+        "wall": float("inf"), "cpu": float("inf")}
