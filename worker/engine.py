@@ -33,6 +33,9 @@ __all__ = ["Engine", "EngineBroken", "EngineStats", "KVTooSmall", "QueueFull", "
 log = logging.getLogger("rapid_mlx.worker")
 
 MAX_FAILED_STEPS = 16  # steps failing in a row with no good one between: the engine is broken
+# a row's first tokens leave an overlapped step before its forward is handed to MLX (time to
+# the first visible text: the demo model's is its third token, after "<think>" and "\n")
+EARLY_TOKENS = 4
 
 
 class Engine:
@@ -314,18 +317,20 @@ class Engine:
             self._inflight = previous = None
             logits = self._masked(rows, logits)
         tokens, logprobs = sample(logits, [r.sampler for r in rows])
-        if previous is not None:
-            # the previous step's tokens are read back (a compiled step has waited for its page
-            # writes already) and go out before this one is handed to MLX: mx.async_eval returns
-            # only when few of its tasks are left, a whole step later
+        if previous is not None and self._first_tokens(previous):
+            # a row's first tokens are read back (a compiled step has waited for their page
+            # writes already) and go out before this step is handed to MLX: mx.async_eval
+            # returns only when few of its tasks are left, a whole step later
             outputs += self._deliver(previous)
-            self._inflight = None
+            self._inflight = previous = None
             outputs = self._news = self._send_early(outputs)
         mx.async_eval(tokens, *([logprobs] if logprobs is not None else []),  # type: ignore[no-untyped-call]
                       *self.kv.store.arrays())
         for r in rows:
             r.computed += 1  # this step's input is at r.computed (the pending token, if any)
         self._inflight = Inflight(rows, tokens, logprobs)
+        # later tokens are delivered while this step computes (the host's work overlaps it)
+        outputs += self._deliver(previous) if previous else []
         self._retire()
         self.stats.steps += 1
         self.stats.overlapped_steps += 1
@@ -333,6 +338,11 @@ class Engine:
         self.stats.decode_seconds += time.perf_counter() - t0
         self.stats.last_step_at = time.time()
         return outputs
+
+    def _first_tokens(self, batch: Inflight) -> bool:
+        """True when BATCH holds one of a row's first EARLY_TOKENS tokens and a sender waits."""
+        return self.on_outputs is not None and any(
+            r.generated < EARLY_TOKENS for r in batch.rows if r.finish_reason is None)
 
     @staticmethod
     def _next_inputs(rows: list[Request], previous: Inflight | None) -> mx.array:
