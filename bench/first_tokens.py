@@ -2,6 +2,7 @@
 
     LD_PRELOAD="$(python -m worker.blas)" python -m bench.first_tokens [--rounds 7]
         [--kv k8v4|none] [--tokens 6] [--compile-decode auto|off] [--steps] [--at-return]
+    ... python -m bench.first_tokens --prefill [--rounds 25]
 
 Builds the engine the worker builds for the demo model (same KV plan defaults, the boot
 warm-up), then sends the serving bench's short chats one at a time (greedy) and, per request,
@@ -12,7 +13,9 @@ tokens, and of each token's gap to the one before; ``--steps`` also prints one r
 ``--at-return`` alternates requests between the two ways tokens leave: mid-step (``on_outputs``,
 as the worker loop has it) and at the step's return only (as before ``on_outputs`` existed), and
 reports both. Run from another checkout (``PYTHONPATH=DIR python PATH/first_tokens.py``) it
-measures that checkout's engine.
+measures that checkout's engine. ``--prefill`` instead times the prefill step alone (a request of
+one token, prefix cache off) with K8V4 pages, with full-precision pages, and mlx-lm's own forward
+over the same prompt (a fresh ``KVCache``, argmax read back), in turns.
 """
 
 from __future__ import annotations
@@ -75,8 +78,40 @@ def one(engine: Engine, ids: list[int], tokens: int, tag: str, early: bool = Tru
         if len(times) >= tokens:
             break
     engine.abort([tag])
-    engine._inflight = None  # unread tokens of the aborted row
     return times[:tokens], steps
+
+
+def prefill(rounds: int) -> None:
+    """Median seconds of the prefill step: K8V4 and full-precision engines, mlx-lm's forward."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache
+
+    loaded = load_model(str(embedded_model_path()), None)
+    apply_blas_policy(loaded.model)
+    install()
+    model, tok, ctx = loaded.model, loaded.tokenizer, loaded.facts.context_length
+    engines = {}
+    for kv in ("k8v4", "none"):
+        plan = plan_kv(model, model_dtype(model), kind=kv, memory="0.1", page_size=16,
+                       group_size=32, max_batch=32, context_length=ctx)
+        engines[kv] = Engine(model, tok, plan.store, context_length=ctx, prefix_cache=False)
+    ids = tok.apply_chat_template(user_messages("ft", 1)[0], add_generation_prompt=True)
+    times: dict[str, list[float]] = {"k8v4": [], "none": [], "mlx-lm forward": []}
+    for i in range(rounds + 3):
+        for kv, e in engines.items():
+            e.add(f"p{i}", ids, SamplingParams(max_tokens=1, temperature=0.0))
+            t = time.perf_counter()
+            e.step()
+            times[kv].append(time.perf_counter() - t)
+        cache = make_prompt_cache(model)
+        t = time.perf_counter()
+        y = mx.argmax(model(mx.array(ids)[None], cache=cache)[:, -1], axis=-1)
+        mx.eval(y, [c.state for c in cache])
+        y.item()
+        times["mlx-lm forward"].append(time.perf_counter() - t)
+    print(f"demo model, prefill of a {len(ids)}-token prompt, {rounds} rounds (median, min):")
+    for name, ts in times.items():
+        print(f"  {name:15s} {1e3 * statistics.median(ts[3:]):6.2f} ms  {1e3 * min(ts[3:]):6.2f} ms")
 
 
 def main() -> None:
@@ -89,7 +124,12 @@ def main() -> None:
     ap.add_argument("--steps", action="store_true", help="print the steps of the last request")
     ap.add_argument("--at-return", action="store_true",
                     help="alternate requests: tokens out mid-step vs at the step's return")
+    ap.add_argument("--prefill", action="store_true",
+                    help="time the prefill step: K8V4, full precision, mlx-lm's forward")
     args = ap.parse_args()
+    if args.prefill:
+        prefill(args.rounds)
+        return
     engine, tok = build(args.kv, args.compile_decode)
     modes = [True, False] if args.at_return else [True]
     chats = user_messages("ft", args.rounds * len(modes) + 1)
