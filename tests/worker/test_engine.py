@@ -176,8 +176,12 @@ def test_overlapped_decode_steps_deliver_the_same_tokens(model: tuple[Any, Any],
                 got[out.request_id].append((out.token_ids, out.text, out.finish_reason,
                                             [(lp.token_id, round(lp.logprob, 4)) for lp in out.logprobs]))
 
+        def send(outputs: list[Any], sent: list[int] = sent) -> None:
+            sent.append(len(outputs))
+            take(outputs)
+
         if early:  # the worker loop's sender: outputs leave mid-step, never twice
-            engine.on_outputs = lambda outputs, s=sent: s.append(len(outputs)) or take(outputs)
+            engine.on_outputs = send
         while engine.has_work:
             take(engine.step())
         assert bool(overlapped) == overlap
