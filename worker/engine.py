@@ -12,7 +12,7 @@ import mlx.core as mx
 
 from cache.paged_kv import PagedKVStore
 from protocol.messages import RequestOutput, SamplingParams
-from worker import emit, engine_inputs, kv_working
+from worker import emit, engine_inputs
 from worker.compile_mode import compiled_rows, mode_in_force
 from worker.engine_inputs import given as _given
 from worker.engine_inputs import group_chunks as _group_chunks
@@ -239,8 +239,7 @@ class Engine:
                                 [r.kv for r, _ in group], [r.computed for r, _ in group],
                                 any(samplers), **_given(
                                     embeds=embeds,
-                                    positions=self._rope([(r, r.computed, n) for r, n in group]),
-                                    then=self._preloader(group)))
+                                    positions=self._rope([(r, r.computed, n) for r, n in group])))
             if out is not None:
                 keep = [i for i, wants in enumerate(samplers) if wants]
                 logits.append(out[mx.array(keep)] if len(keep) < len(group) else out)
@@ -267,17 +266,6 @@ class Engine:
         self.stats.decode_rows += len(decodes)
         self.stats.last_step_at = time.time()
         return outputs
-
-    def _preloader(self, group: list[tuple[Request, int]]) -> Any:
-        """K8V4: loads of the full pages the first decode step of rows finishing their prompt
-        in GROUP will read, to run with the prefill (worker/kv_working.py ``preload``)."""
-        store = self.kv.store
-        if (not store.quantized or not store.work.slots or self.kv.tails is None
-                or getattr(self._forward, "sharded", False)):  # tensor parallel: not tried
-            return None
-        p = self.kv.page_size
-        pages = [pg for r, n in group if r.computed + n == r.need for pg in r.kv.pages[: r.need // p]]
-        return (lambda: kv_working.preload(store, pages)) if pages else None
 
     def _embeds(self, group: list[tuple[Request, int]]) -> list[mx.array | None] | None:
         """Each row's input embeddings for its chunk when its prompt holds images there."""

@@ -71,14 +71,12 @@ class Forward:
 
     def __call__(self, rows: list[list[int]], kvs: list[RequestPages], starts: list[int],
                  want_logits: bool, embeds: list[mx.array | None] | None = None,
-                 positions: mx.array | None = None,
-                 then: Callable[[], None] | None = None) -> mx.array | None:
+                 positions: mx.array | None = None) -> mx.array | None:
         """Feed each row's tokens at its start; return each row's last logits (B, V) if wanted.
 
         EMBEDS (a vision model's rows with images) gives a row's input embeddings (n, D) in
         place of its tokens' (a cache-key id there is not a token). POSITIONS (3, B, n) are the
-        rotary positions of an M-RoPE model. THEN runs after the call is built, before it is
-        evaluated (more lazy work to evaluate with it).
+        rotary positions of an M-RoPE model.
         """
         if self.tap is not None:
             self.tap.call(rows, kvs, starts, want_logits, embeds, positions)
@@ -97,8 +95,6 @@ class Forward:
             out = self._build(tokens, kvs, starts, lengths, want_logits, inputs, positions)
         keep = [x for x in (out, self.final if self.sharded or self.on_hidden else None)
                 if x is not None]
-        if then is not None:
-            then()
         mx.eval(*keep, self.store.arrays())
         return out
 

@@ -123,28 +123,6 @@ def plan_decode(store: PagedKVStore, pages: np.ndarray, writes: np.ndarray, star
     return plan._replace(load=load)
 
 
-def preload(store: PagedKVStore, pages: list[int]) -> None:
-    """Give the full PAGES working-set copies now (their loads join the pending graph).
-
-    A prompt's prefill calls this for the pages its first decode step will read, before the
-    prefill is evaluated: the loads run in that evaluation instead of a separate one at the
-    start of the decode step. Same ``load_work`` as a decode plan's, so the same floats.
-    """
-    work = store.work
-    if not work.slots or not pages:
-        return
-    got = work.acquire(np.unique(np.array(pages, dtype=np.int64)))
-    if got is None or not len(got[0]):
-        return
-    p, h = store.fmt.page_size, store.fmt.num_kv_heads
-    block = np.arange(p * h)
-    loaded, at = got
-    rows = mx.array((loaded[:, None] * p * h + block).reshape(-1))
-    work_rows = mx.array(((store.tail_pages + at)[:, None] * p * h + block).reshape(-1))
-    for layer in range(len(store.k)):
-        store.load_work(layer, rows, work_rows)
-
-
 def write_decode(store: PagedKVStore, layer: int, plan: DecodePlan, keys: mx.array,
                  values: mx.array, dtype: mx.Dtype) -> tuple[mx.array, mx.array] | None:
     """Write one layer's new keys/values (B*H, D) in the tail; load pages into the working set.

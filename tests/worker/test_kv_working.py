@@ -173,32 +173,3 @@ def test_deferred_page_writes_give_token_by_token_bits(work_pages: int) -> None:
         assert mx.array_equal(arrays[0][rows], w).item()
         assert mx.array_equal(arrays[1][rows], s.astype(mx.float16)).item()
         assert mx.array_equal(arrays[2][rows], b.astype(mx.float16)).item()
-
-
-def test_a_prompt_loads_its_full_pages_with_its_prefill(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The first decode step after a prefill finds the prompt's full pages in the working set
-    (loaded in the prefill's evaluation), and the tokens are those of loading them in the step."""
-    mdl, tok = load(str(embedded_model_path()))[:2]
-    prompt = tok.encode(" ".join(PROMPTS[:4]))
-    plain = _engine(mdl, tok, None)
-    monkeypatch.setattr(plain, "_preloader", lambda group: None)  # loads in the decode step
-    want = _run(plain, {"a": prompt}, GREEDY)["a"]
-    engine = _engine(mdl, tok, None)
-    engine.add("a", prompt, GREEDY)
-    got = [t for out in engine.step() for t in out.token_ids]  # the prefill (and token 1)
-    work, p = engine.kv.store.work, engine.kv.page_size
-    full = engine.running[0].kv.pages[: len(prompt) // p]
-    assert len(full) >= 2 and work.loads == len(full) and (work.slot_of[full] >= 0).all()
-    loads: list[Any] = []
-    original = engine.kv.store.load_work
-
-    def load_work(*args: Any) -> None:
-        loads.append(args)
-        original(*args)
-
-    monkeypatch.setattr(engine.kv.store, "load_work", load_work)
-    got += [t for out in engine.step() for t in out.token_ids]  # the first decode step
-    assert not loads  # nothing left to load
-    while engine.has_work:
-        got += [t for out in engine.step() for t in out.token_ids]
-    assert got == want

@@ -57,12 +57,12 @@ class _FailOnce:
         owners = {id(r.kv): r.id for r in self.engine.running}
         return {owners[id(kv)] for kv in kvs}
 
-    def __call__(self, rows: Any, kvs: list[Any], *args: Any, **kw: Any) -> Any:
+    def __call__(self, rows: Any, kvs: list[Any], *args: Any) -> Any:
         ids = self._ids(kvs)
         if self.method == "__call__" and self.victim in ids and not self.failed_with:
             self.failed_with = ids
             raise RuntimeError("injected forward failure")
-        return self.inner(rows, kvs, *args, **kw)
+        return self.inner(rows, kvs, *args)
 
     def decode_lazy(self, tokens: Any, kvs: list[Any], starts: list[int]) -> Any:
         ids = self._ids(kvs)
