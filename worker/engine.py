@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import mlx.core as mx
@@ -32,6 +33,9 @@ __all__ = ["Engine", "EngineBroken", "EngineStats", "KVTooSmall", "QueueFull", "
 log = logging.getLogger("rapid_mlx.worker")
 
 MAX_FAILED_STEPS = 16  # steps failing in a row with no good one between: the engine is broken
+# a row's first tokens leave an overlapped step before its forward is handed to MLX (time to
+# the first visible text: the demo model's is its third token, after "<think>" and "\n")
+EARLY_TOKENS = 4
 
 
 class Engine:
@@ -71,6 +75,10 @@ class Engine:
         self._inflight: Inflight | None = None
         self._touched: list[Request] = []  # rows the current step has put at risk
         self._news: list[RequestOutput] = []  # outputs the current step has already made
+        # the worker loop's sender: tokens read back before the step's end go out at once
+        # (before the next forward is handed to MLX) instead of with the step's return value
+        self.on_outputs: Callable[[list[RequestOutput]], None] | None = None
+        self._sent: list[RequestOutput] = []  # outputs the current step sent through on_outputs
         self.failed_steps = 0  # in a row
         self._prefill_s = 0.0  # the current step's prefill seconds
 
@@ -127,7 +135,7 @@ class Engine:
         An exception fails the rows the step had put at risk (a forward batch fails together)
         and returns their pages; raises EngineBroken only when the books do not balance after.
         """
-        self._touched, self._news, self._prefill_s = [], [], 0.0
+        self._touched, self._news, self._sent, self._prefill_s = [], [], [], 0.0
         t0, self.verified_rows = time.perf_counter(), 0
         flushed, overlapped = 0, False
         try:
@@ -136,7 +144,7 @@ class Engine:
             if not self._speculating() and self._reserve_overlapped():
                 outputs, overlapped = self._overlapped_step(), True
             else:
-                self._news = self._flush()
+                self._news = self._send_early(self._flush())  # before a prefill delays them
                 flushed, t0 = len(self._news), time.perf_counter()  # the last step's tokens
                 outputs = self._news + self._synchronous_step()
                 self.stats.sync_seconds += time.perf_counter() - t0
@@ -144,8 +152,17 @@ class Engine:
             return self._recover(exc)
         self.failed_steps = 0
         if self.spec is not None and (overlapped or self.verified_rows):
-            self._time_step(outputs[flushed:], time.perf_counter() - t0 - self._prefill_s)
+            made = self._sent + outputs if overlapped else outputs[flushed:]
+            self._time_step(made, time.perf_counter() - t0 - self._prefill_s)
         return outputs
+
+    def _send_early(self, outputs: list[RequestOutput]) -> list[RequestOutput]:
+        """Hand OUTPUTS to ``on_outputs`` now and return none of them (without one: all)."""
+        if self.on_outputs is None or not outputs:
+            return outputs
+        self.on_outputs(outputs)
+        self._sent += outputs
+        return []
 
     def _time_step(self, outputs: list[RequestOutput], seconds: float) -> None:
         """Tell the speculator what this decode step made (it pauses drafts that cost)."""
@@ -298,15 +315,23 @@ class Engine:
         if any(r.grammar is not None for r in rows):
             # the masks need the previous tokens: read them back while this forward runs
             mx.async_eval(logits, *self.kv.store.arrays())  # type: ignore[no-untyped-call]
-            outputs = self._news = self._deliver(previous) if previous else []
+            outputs = self._news = self._send_early(self._deliver(previous) if previous else [])
             self._inflight = previous = None
             logits = self._masked(rows, logits)
         tokens, logprobs = sample(logits, [r.sampler for r in rows])
+        if previous is not None and self._first_tokens(previous):
+            # a row's first tokens are read back (a compiled step has waited for their page
+            # writes already) and go out before this step is handed to MLX: mx.async_eval
+            # returns only when few of its tasks are left, a whole step later
+            outputs += self._deliver(previous)
+            self._inflight = previous = None
+            outputs = self._news = self._send_early(outputs)
         mx.async_eval(tokens, *([logprobs] if logprobs is not None else []),  # type: ignore[no-untyped-call]
                       *self.kv.store.arrays())
         for r in rows:
             r.computed += 1  # this step's input is at r.computed (the pending token, if any)
         self._inflight = Inflight(rows, tokens, logprobs)
+        # later tokens are delivered while this step computes (the host's work overlaps it)
         outputs += self._deliver(previous) if previous else []
         self._retire()
         self.stats.steps += 1
@@ -315,6 +340,11 @@ class Engine:
         self.stats.decode_seconds += time.perf_counter() - t0
         self.stats.last_step_at = time.time()
         return outputs
+
+    def _first_tokens(self, batch: Inflight) -> bool:
+        """True when BATCH holds one of a row's first EARLY_TOKENS tokens and a sender waits."""
+        return self.on_outputs is not None and any(
+            r.generated < EARLY_TOKENS for r in batch.rows if r.finish_reason is None)
 
     @staticmethod
     def _next_inputs(rows: list[Request], previous: Inflight | None) -> mx.array:

@@ -51,6 +51,7 @@ class WorkerLoop:
         self.intake = Intake(loaded.tokenizer, vocab_size(loaded), engine.context_length,
                              chars_per_token, grammar_compiler(loaded, engine),
                              vision_of(loaded))
+        engine.on_outputs = self._send_outputs  # tokens go out as soon as they are read back
         self._poller = zmq.Poller()
         self._poller.register(sock, zmq.POLLIN)
         self._poller.register(self.intake.fd, zmq.POLLIN)
@@ -77,11 +78,7 @@ class WorkerLoop:
                 # jobs waiting in intake would wait forever: let the supervisor restart us
                 if self.intake.pending and not self.intake.alive:
                     raise RuntimeError("the intake thread died")
-                outputs = self._pending + (self.engine.step() if self.engine.has_work else [])
-                self._pending = []
-                if outputs:
-                    self._send(m.StepOutputs(boot_id=self.boot_id, step=self.engine.stats.steps,
-                                             outputs=outputs))
+                self._send_outputs(self.engine.step() if self.engine.has_work else [])
                 self._maybe_heartbeat()
                 idle = not (self.engine.has_work or self.intake.pending or self._pending)
                 if self.sigterm.finished(idle):
@@ -93,6 +90,13 @@ class WorkerLoop:
 
     def _send(self, msg: Any) -> None:
         self.sock.send(m.encode(msg), copy=False)
+
+    def _send_outputs(self, outputs: list[m.RequestOutput]) -> None:
+        """Send the outputs waiting here and OUTPUTS (the engine calls it mid-step too)."""
+        outputs, self._pending = self._pending + outputs, []
+        if outputs:
+            self._send(m.StepOutputs(boot_id=self.boot_id, step=self.engine.stats.steps,
+                                     outputs=outputs))
 
     def _drain(self, timeout_ms: int) -> bool:
         """Wait up to TIMEOUT_MS for a job or a prepared prompt; handle every job waiting.

@@ -160,7 +160,7 @@ def test_overlapped_decode_steps_deliver_the_same_tokens(model: tuple[Any, Any],
              SamplingParams(max_tokens=24, temperature=0.0, logprobs=True, top_logprobs=2),
              SamplingParams(max_tokens=24, temperature=0.7, top_p=0.9, seed=11)]
     results = []
-    for overlap in (False, True):
+    for overlap, early in ((False, False), (True, False), (True, True)):
         engine = make_engine(mdl, tok, overlap=overlap)
         overlapped: list[int] = []
         original = engine._overlapped_step
@@ -169,11 +169,23 @@ def test_overlapped_decode_steps_deliver_the_same_tokens(model: tuple[Any, Any],
         for (rid, ids), params in zip(prompts.items(), kinds, strict=True):
             engine.add(rid, ids, params)
         got: dict[str, list[Any]] = {rid: [] for rid in prompts}
-        while engine.has_work:
-            for out in engine.step():
+        sent: list[int] = []
+
+        def take(outputs: list[Any], got: dict[str, list[Any]] = got) -> None:
+            for out in outputs:
                 got[out.request_id].append((out.token_ids, out.text, out.finish_reason,
                                             [(lp.token_id, round(lp.logprob, 4)) for lp in out.logprobs]))
+
+        def send(outputs: list[Any], sent: list[int] = sent) -> None:
+            sent.append(len(outputs))
+            take(outputs)
+
+        if early:  # the worker loop's sender: outputs leave mid-step, never twice
+            engine.on_outputs = send
+        while engine.has_work:
+            take(engine.step())
         assert bool(overlapped) == overlap
         assert engine.stats.overlapped_steps == len(overlapped)  # reported in /v1/workers
+        assert bool(sent) == early  # overlapped steps send the previous step's tokens at once
         results.append(got)
-    assert results[0] == results[1]
+    assert results[0] == results[1] == results[2]
