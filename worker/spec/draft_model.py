@@ -183,6 +183,12 @@ class DraftModelDrafter:
         lengths = [len(r) for r in rows]
         n = max(lengths)
         tokens = mx.array([r + [0] * (n - len(r)) for r in rows])
+        # a few tokens per row (after a fully accepted draft: its last proposal and the bonus
+        # token): through the compiled verify when it applies, the last fed position's logits
+        every = self.forward.compiled_every(tokens, kvs, starts, lengths, None)
+        if every is not None:
+            last = mx.array(lengths) - 1
+            return mx.take_along_axis(every, last[:, None, None], axis=1)[:, 0, :]
         out = self.forward._build(tokens, kvs, starts, lengths, True)
         assert out is not None
         return out

@@ -1,0 +1,55 @@
+"""The compiled verify forward: each call's logits equal the plain verify's, outputs unchanged."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import mlx.core as mx
+import pytest
+from mlx_lm import load
+
+from protocol.messages import SamplingParams
+from tests.worker.test_engine import PROMPTS, _run, make_engine
+from worker.embedded import embedded_model_path
+from worker.spec.compiled_verify import CompiledVerify
+from worker.spec.controller import Speculator
+from worker.spec.draft_load import draft_drafter
+
+GREEDY = SamplingParams(max_tokens=40, temperature=0.0)
+
+
+@pytest.mark.parametrize("kind", ["none", "k8v4"])
+def test_every_compiled_verify_equals_the_plain_verify(kind: str, monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    """The demo's draft drafts for 8 rows at once (the target's verify forwards and the draft's
+    few-token catch-ups both go through CompiledVerify); every call's logits are the plain
+    forward's on the same batch within float rounding, and greedy output equals plain decoding."""
+    import worker.attention as attention
+
+    monkeypatch.setattr(attention, "NUMPY_AT", 1)  # no numpy exp2 detour in a trace
+    monkeypatch.setenv("RAPID_MLX_COMPILE_DECODE", "1")
+    mdl, tok = load(str(embedded_model_path()))[:2]
+    prompts = {f"p{i}": tok.encode(p) for i, p in enumerate(PROMPTS[:8])}
+    plain = _run(make_engine(mdl, tok, kind=kind, page_size=16), prompts, GREEDY)
+    calls: list[bool] = []
+    original = CompiledVerify.__call__
+
+    def checked(self: Any, tokens: mx.array, batch: Any) -> mx.array:
+        want = self.run(tokens, copy.copy(batch))  # the plain forward first (same page writes)
+        mx.eval(want, self.store.arrays())
+        out = original(self, tokens, batch)
+        assert out is not None
+        calls.append(bool(mx.allclose(out, want, rtol=0, atol=1e-4).item()))
+        return out
+
+    monkeypatch.setattr(CompiledVerify, "__call__", checked)
+    drafter = draft_drafter("demo-draft", tok, max_batch=8, context_length=512, memory="16MiB")
+    spec = Speculator(drafter, 4, pause=False, first_draft_at=1)
+    engine = make_engine(mdl, tok, kind=kind, page_size=16, spec=spec)
+    assert _run(engine, prompts, GREEDY) == plain
+    assert engine.stats.accepted_tokens > 0
+    assert len(calls) > 10 and all(calls), f"{calls.count(False)} of {len(calls)} calls differ"
+    target = engine._forward.compiled_verify
+    assert target is not None and any(fn is not None for fn in target.fns.values())
+
