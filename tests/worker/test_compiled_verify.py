@@ -53,3 +53,31 @@ def test_every_compiled_verify_equals_the_plain_verify(kind: str, monkeypatch: p
     target = engine._forward.compiled_verify
     assert target is not None and any(fn is not None for fn in target.fns.values())
 
+
+def test_fused_draft_steps_propose_what_single_steps_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The draft's k greedy steps in one compiled call give the tokens of k single steps, and
+    its KV afterwards serves the next proposal alike (page writes kept, in place)."""
+    monkeypatch.setenv("RAPID_MLX_COMPILE_DECODE", "1")
+    mdl, tok = load(str(embedded_model_path()))[:2]
+    engine = make_engine(mdl, tok, page_size=16)
+    prompts = {f"p{i}": tok.encode(p) for i, p in enumerate(PROMPTS[:3])}
+    for rid, ids in prompts.items():
+        engine.add(rid, ids, SamplingParams(max_tokens=200, temperature=0.0))
+    for _ in range(6):
+        engine.step()
+    engine._flush()
+    rows = list(engine.running)
+    got = {}
+    for fused in (True, False):
+        drafter = draft_drafter("demo-draft", tok, max_batch=8, context_length=512, memory="16MiB")
+        assert drafter.fused is not None
+        if not fused:
+            drafter.fused = None
+        first = drafter.propose(rows, [4] * len(rows))
+        for r in rows:  # none kept: the next proposal starts where this one did
+            drafter.verified(r, 0, 4)
+        got[fused] = (first, drafter.propose(rows, [4] * len(rows)))
+        if fused:
+            assert drafter.fused is not None and drafter.fused.fns
+    assert got[True] == got[False]
+    assert all(len(p) == 4 for p in got[True][0])

@@ -17,6 +17,7 @@ import mlx.core as mx
 from worker.forward import Forward
 from worker.kv_manager import KVManager, RequestPages
 from worker.sampling import RowSampler, draw, prepare
+from worker.spec.fused_draft import FusedDraft
 
 if TYPE_CHECKING:
     from cache.paged_kv import PagedKVStore
@@ -64,6 +65,9 @@ class DraftModelDrafter:
         full precision, so it applies; None: the RAPID_MLX_COMPILE_DECODE default)."""
         self.kv = KVManager(store, prefix_cache=False)
         self.forward = Forward(model, store, dtype, compile=compile)
+        # a greedy proposal's later steps in one compiled call (with compiled forwards)
+        self.fused = (FusedDraft(self.forward._decode, store, self.forward.cascade, dtype)
+                      if self.forward.compiled is not None and not store.quantized else None)
         self.vocab = int(model.args.vocab_size) if hasattr(model, "args") else None
         self.rows: dict[int, DraftRow] = {}
         self.catch_up_seconds = 0.0  # spent prefilling rows' draft KV (once per row, not per step)
@@ -114,7 +118,16 @@ class DraftModelDrafter:
         mx.async_eval(tokens, *([q] if q is not None else []),  # type: ignore[no-untyped-call]
                       *self.kv.store.arrays())
         steps.append((at, tokens, q))
-        for n in range(1, max(want)):
+        if self._fusable(drafts, samplers, want):  # the other k - 1 steps: one compiled call
+            rest = max(want) - 1
+            assert self.fused is not None
+            more = self.fused(tokens, [d.kv.pages for d in drafts], [d.computed for d in drafts], rest)
+            mx.async_eval(more, *self.kv.store.arrays())  # type: ignore[no-untyped-call]
+            for d in drafts:
+                d.computed += rest
+            for n in range(rest):
+                steps.append((at, more[:, n], None))
+        for n in range(len(steps), max(want)):
             keep = [j for j, b in enumerate(at) if want[b] > n]
             at = [at[j] for j in keep]
             inputs = tokens if len(keep) == len(tokens) else tokens[mx.array(keep)]
@@ -155,6 +168,14 @@ class DraftModelDrafter:
             self.kv.release(d, cache=False)
 
     # ---- helpers --------------------------------------------------------------------------
+
+    def _fusable(self, drafts: list[DraftRow], samplers: list[RowSampler], want: list[int]) -> bool:
+        """True when the proposal's later steps run fused: greedy rows all wanting the same k > 1,
+        few enough rows for the compiled step."""
+        compiled = self.forward.compiled
+        return (self.fused is not None and compiled is not None and len(drafts) <= compiled.max_rows
+                and min(want) == max(want) > 1 and all(s.greedy for s in samplers))
+
 
     def _ready(self, row: Request, k: int) -> DraftRow | None:
         """The row's draft state caught up to all but its last few tokens, pages for k more."""
