@@ -106,6 +106,8 @@ class DraftModelDrafter:
         want = [ks[i] for i, _ in todo]
         fed = [d.owner.tokens[d.computed:] for d in drafts]
         kvs, starts = [d.kv for d in drafts], [d.computed for d in drafts]
+        if all(len(toks) == 1 for toks in fed) and self._fusable(drafts, samplers, want):
+            return self._fused_proposal(rows, todo, fed, want[0])
         if all(len(toks) == 1 for toks in fed):  # one unseen token each: a (compiled) decode step
             logits = self.forward.decode_lazy(mx.array([toks[0] for toks in fed]), kvs, starts)
         else:
@@ -168,6 +170,21 @@ class DraftModelDrafter:
             self.kv.release(d, cache=False)
 
     # ---- helpers --------------------------------------------------------------------------
+
+    def _fused_proposal(self, rows: list[Request], todo: list[tuple[int, DraftRow]],
+                        fed: list[list[int]], k: int) -> list[tuple[mx.array | None, mx.array | None]]:
+        """Every row fed its one unseen token, then k - 1 proposals: all k steps in one call."""
+        out: list[tuple[mx.array | None, mx.array | None]] = [(None, None) for _ in rows]
+        drafts = [d for _, d in todo]
+        assert self.fused is not None
+        proposed = self.fused(mx.array([toks[0] for toks in fed]), [d.kv.pages for d in drafts],
+                              [d.computed for d in drafts], k)
+        mx.async_eval(proposed, *self.kv.store.arrays())  # type: ignore[no-untyped-call]
+        for b, (i, d) in enumerate(todo):
+            d.tokens, d.computed = list(d.owner.tokens), d.computed + k
+            d.pending = proposed[b]  # the first k-1 are in the draft KV (read back at verification)
+            out[i] = (proposed[b], None)
+        return out
 
     def _fusable(self, drafts: list[DraftRow], samplers: list[RowSampler], want: list[int]) -> bool:
         """True when the proposal's later steps run fused: greedy rows all wanting the same k > 1,
