@@ -166,10 +166,12 @@ class Forward:
         """A verify batch's logits (B, n, V) through the compiled verify, or None where it does
         not apply (the rows limit is the decode step's)."""
         fn = self.compiled_verify
-        if (fn is None or self.compiled is None or positions is not None or self.sharded
-                or self.on_hidden is not None or len(kvs) > self.compiled.max_rows):
+        if fn is None or self.compiled is None or positions is not None or self.sharded \
+                or self.on_hidden is not None:
             return None
         fn.max_rows = self.compiled.max_rows
+        if not fn.takes(len(kvs)):
+            return None
         batch = PagedBatch(self.store, [kv.pages for kv in kvs], starts, lengths, self.dtype,
                            tails=[kv.tail for kv in kvs], cascade=self.cascade, bucket=True)
         if not fn.fits(batch):

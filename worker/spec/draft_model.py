@@ -189,8 +189,10 @@ class DraftModelDrafter:
     def _fusable(self, drafts: list[DraftRow], samplers: list[RowSampler], want: list[int]) -> bool:
         """True when the proposal's later steps run fused: greedy rows all wanting the same k > 1,
         few enough rows for the compiled step."""
-        compiled = self.forward.compiled
-        return (self.fused is not None and compiled is not None and len(drafts) <= compiled.max_rows
+        compiled, verify = self.forward.compiled, self.forward.compiled_verify
+        if compiled is not None and verify is not None:
+            verify.max_rows = compiled.max_rows
+        return (self.fused is not None and verify is not None and verify.takes(len(drafts))
                 and min(want) == max(want) > 1 and all(s.greedy for s in samplers))
 
 
