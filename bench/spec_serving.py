@@ -139,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
                     / max(1e-9, sum(r["decode_s"] for r in res)),
                     "tokens": sum(r["tokens"] for r in res)})
             print(f"round {rnd}: " + "  ".join(
-                f"{s.name} {rows[s.name][-1]['tok_s']:.1f} tok/s" for s in servers), flush=True)
+                f"{s.name} {rows[s.name][-1]['tok_s']:.1f} tok/s (decode {rows[s.name][-1]['decode_tps']:.1f}, "
+                f"chunks {sum(r['chunks'] for r in got[s.name])})" for s in servers), flush=True)
         status = {s.name: s.worker_status() for s in servers}
     print(f"\n{a.model}, prompts {a.prompts}, {a.rounds} rounds x {a.requests} requests, "
           f"max_tokens {a.max_tokens}, one stream; medians over rounds")
@@ -150,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         r = rows[s.name]
         med = {k: statistics.median(x[k] for x in r) for k in r[0]}
         ratio = statistics.median(x["tok_s"] / b["tok_s"] for x, b in zip(r, base, strict=True))
-        dratio = statistics.median(x["decode_tps"] / b["decode_tps"] for x, b in zip(r, base, strict=True))
+        dratio = statistics.median([x["decode_tps"] / b["decode_tps"]
+                                    for x, b in zip(r, base, strict=True) if b["decode_tps"]] or [0.0])
         print(f"| {s.name} | {med['tokens']:.0f} | {med['tok_s']:.1f} | {ratio:.2f}x "
               f"| {med['ttft_ms']:.1f} | {med['decode_tps']:.1f} | {dratio:.2f}x |")
     for name, st in status.items():
