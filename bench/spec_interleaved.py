@@ -2,13 +2,18 @@
 
     LD_PRELOAD="$(python -m worker.blas)" python -m bench.spec_interleaved [--drafter draft|ngram]
         [--prompts eval|stories|edit] [-k 4] [--kv k8v4|none] [--passes 3] [--max-tokens 80]
+        [--clock decode|request] [--spec-engines new,old,nofuse,new-nopause] [--no-pause]
 
 On a loaded machine whole rounds of plain and speculative runs see different loads. Here two
 engines (plain, speculating) live side by side and take turns on every prompt (order alternating),
 so a burst of load hits both alike; each prompt runs PASSES times per engine. Reported: the
 decode-time ratio plain/speculative (time after each request's first token) over the sum of each
 prompt's fastest pass, the same over all passes, the median per-prompt ratio, the acceptance and
-the speculator's pauses. Prompts: the demo model's 33 evaluation cases (its own prompts, what the
+the speculator's pauses. ``--clock request`` times whole requests (prefill and first token too,
+as the serving bench's tokens/s does). ``--spec-engines`` runs several speculating engines in the
+same turns: ``new`` (compiled verify, fused draft steps), ``old`` (neither, as in session 7),
+``nofuse`` (compiled verify only), each optionally ``-nopause`` (cost rules off).
+Prompts: the demo model's 33 evaluation cases (its own prompts, what the
 draft model was trained for) or short story requests (bench.prompts.user_messages). Greedy outputs
 are checked token-identical.
 """
@@ -44,8 +49,10 @@ def engine(model: Any, tok: Any, kv: str, spec: Speculator | None) -> Engine:
     return Engine(model, tok, plan.store, context_length=1024, spec=spec)
 
 
-def decode(e: Engine, ids: list[int], params: SamplingParams, tag: str) -> tuple[list[int], float]:
-    """One request alone: its tokens and the seconds after its first token."""
+def decode(e: Engine, ids: list[int], params: SamplingParams, tag: str,
+           whole: bool = False) -> tuple[list[int], float]:
+    """One request alone: its tokens and the seconds after its first token (WHOLE: after add)."""
+    t0 = time.perf_counter()
     e.add(tag, ids, params)
     out: list[int] = []
     first = None
@@ -53,7 +60,8 @@ def decode(e: Engine, ids: list[int], params: SamplingParams, tag: str) -> tuple
         for o in e.step():
             first = time.perf_counter() if first is None else first
             out += o.token_ids
-    return out, time.perf_counter() - first if first is not None else 0.0
+    start = t0 if whole else first
+    return out, time.perf_counter() - start if start is not None else 0.0
 
 
 def main() -> None:
@@ -65,6 +73,15 @@ def main() -> None:
     ap.add_argument("--kv", default="k8v4", choices=["k8v4", "none"])
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=80)
+    ap.add_argument("--clock", default="decode", choices=["decode", "request"],
+                    help="time after each request's first token (decode) or the whole request "
+                         "(request: prefill and first token too, as the serving bench's tokens/s)")
+    ap.add_argument("--spec-engines", default="new",
+                    help="comma list of speculating engines taking turns with plain: new (compiled "
+                         "verify and fused draft steps), old (neither: as in session 7), nofuse "
+                         "(compiled verify only); a -nopause suffix turns that engine's cost rules off")
+    ap.add_argument("--no-pause", action="store_true",
+                    help="the speculator never pauses drafting (its cost rules off)")
     ap.add_argument("--draft-compile", default="on", choices=["on", "off"],
                     help="run the draft model's decode forwards through the compiled step")
     args = ap.parse_args()
@@ -80,41 +97,66 @@ def main() -> None:
     else:
         prompts = [tok.apply_chat_template(c, add_generation_prompt=True)
                    for c in user_messages("s", 16)]
-    drafter: Any = (draft_drafter("demo-draft", tok, max_batch=8, context_length=1024, memory="64MiB",
-                                  compile=args.draft_compile == "on")
-                    if args.drafter == "draft" else NgramDrafter())
-    spec = Speculator(drafter, args.num_draft_tokens)
-    engines = {"plain": engine(model, tok, args.kv, None), "spec": engine(model, tok, args.kv, spec)}
+    def speculator(pause: bool) -> Speculator:
+        drafter: Any = (draft_drafter("demo-draft", tok, max_batch=8, context_length=1024,
+                                      memory="64MiB", compile=args.draft_compile == "on")
+                        if args.drafter == "draft" else NgramDrafter())
+        return Speculator(drafter, args.num_draft_tokens, pause=pause and not args.no_pause)
+
+    engines = {"plain": engine(model, tok, args.kv, None)}
+    for v in args.spec_engines.split(","):
+        e = engines[f"spec-{v}"] = engine(model, tok, args.kv, speculator(not v.endswith("-nopause")))
+        v = v.removesuffix("-nopause")
+        assert e.spec is not None
+        fwd = getattr(e.spec.drafter, "forward", None)
+        if v == "old":  # the target's verify forwards and the draft's catch-ups run plainly
+            e._forward.compiled_verify = None
+            if fwd is not None:
+                fwd.compiled_verify = None
+        if v in ("old", "nofuse") and hasattr(e.spec.drafter, "fused"):
+            e.spec.drafter.fused = None  # the draft's steps one compiled call each
     params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0)
     for i, ids in enumerate(prompts[:3]):  # warm-up
         for name, e in engines.items():
             decode(e, ids, params, f"warm{i}{name}")
+    names = list(engines)
     best: dict[tuple[int, str], float] = {}
-    total = {"plain": 0.0, "spec": 0.0}
-    ratios = []
+    total = dict.fromkeys(names, 0.0)
+    ratios: dict[str, list[float]] = {n: [] for n in names[1:]}
+    lengths: list[int] = []
     for p in range(args.passes):
         for i, ids in enumerate(prompts):
-            order = ["plain", "spec"] if (i + p) % 2 == 0 else ["spec", "plain"]
+            shift = (i + p) % len(names)
+            order = names[shift:] + names[:shift]
+            order = order if (i + p) % 2 == 0 else order[::-1]
             got: dict[str, tuple[list[int], float]] = {}
             for name in order:
-                got[name] = decode(engines[name], ids, params, f"{p}-{i}-{name}")
-            assert got["plain"][0] == got["spec"][0], f"prompt {i}: speculative output differs"
+                got[name] = decode(engines[name], ids, params, f"{p}-{i}-{name}",
+                                   whole=args.clock == "request")
+            for name in names[1:]:
+                assert got["plain"][0] == got[name][0], f"prompt {i}: {name}'s output differs"
             if len(got["plain"][0]) < 8:
                 continue  # too short to time decoding
             for name, (_, secs) in got.items():
                 best[(i, name)] = min(best.get((i, name), float("inf")), secs)
                 total[name] += secs
-            ratios.append(got["plain"][1] / got["spec"][1])
-    stats = engines["spec"].stats
+            for name in names[1:]:
+                ratios[name].append(got["plain"][1] / got[name][1])
+            lengths.append(len(got["plain"][0]))
     fastest = {n: sum(v for (_, m), v in best.items() if m == n) for n in total}
-    print(f"{args.drafter} k={args.num_draft_tokens} kv={args.kv} draft-compile={args.draft_compile} prompts={args.prompts} "
-          f"({len(ratios)} timed requests per engine): decode time plain/speculative: "
-          f"{fastest['plain'] / fastest['spec']:.2f}x over each prompt's fastest pass, "
-          f"{total['plain'] / total['spec']:.2f}x over all passes, median per prompt "
-          f"{statistics.median(ratios):.2f}x; acceptance "
-          f"{stats.accepted_tokens / max(1, stats.drafted_tokens):.2f} "
-          f"({stats.drafted_tokens} drafted), pauses {spec.pauses}")
-
+    print(f"{args.drafter} k={args.num_draft_tokens} kv={args.kv} draft-compile={args.draft_compile} "
+          f"prompts={args.prompts} max_tokens={args.max_tokens} clock={args.clock} "
+          f"({len(lengths)} timed requests per engine; answers {min(lengths)}-{max(lengths)} "
+          f"tokens, median {statistics.median(lengths):.0f})")
+    for name in names[1:]:
+        e = engines[name]
+        assert e.spec is not None
+        print(f"  {name}: plain/speculative time {fastest['plain'] / fastest[name]:.2f}x over each "
+              f"prompt's fastest pass, {total['plain'] / total[name]:.2f}x over all passes, median "
+              f"per prompt {statistics.median(ratios[name]):.2f}x; acceptance "
+              f"{e.stats.accepted_tokens / max(1, e.stats.drafted_tokens):.2f} "
+              f"({e.stats.drafted_tokens} drafted), pauses {e.spec.pauses}"
+              f"{' (off)' if args.no_pause else ''}")
 
 if __name__ == "__main__":
     main()

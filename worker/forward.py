@@ -12,6 +12,7 @@ from worker.attention import PagedBatch, routes_attention
 from worker.compile_mode import MAX_ROWS, rows_for
 from worker.compiled_decode import CompiledDecode
 from worker.kv_manager import RequestPages
+from worker.spec.compiled_verify import CompiledVerify
 from worker.vision.inputs import KEY_BASE
 
 # Architectures whose Model.__call__ is exactly `head(model(inputs, cache))`: for these the head
@@ -70,6 +71,8 @@ class Forward:
         self.on_hidden: Callable[[mx.array, list[RequestPages], list[int], list[int]], None] | None = None
         rows = rows_for("off", MAX_ROWS, model) if compile_rows is None else compile_rows
         self.compiled = CompiledDecode(self._decode, store, rows) if rows > 0 else None
+        # speculation's verify forwards (several positions per row) compile like decode steps
+        self.compiled_verify = CompiledVerify(self._every, store, rows) if rows > 0 else None
 
     def __call__(self, rows: list[list[int]], kvs: list[RequestPages], starts: list[int],
                  want_logits: bool, embeds: list[mx.array | None] | None = None,
@@ -134,7 +137,9 @@ class Forward:
             tokens = mx.stack([mx.pad(mx.array(r, dtype=mx.uint32), (0, n - len(r)))
                                if isinstance(r, list) else mx.pad(r.astype(mx.uint32), (0, n - len(r)))
                                for r in rows])
-        out = self._build(tokens, kvs, starts, lengths, True, None, positions, every=True)
+        out = self.compiled_every(tokens, kvs, starts, lengths, positions)
+        if out is None:
+            out = self._build(tokens, kvs, starts, lengths, True, None, positions, every=True)
         assert out is not None
         mx.async_eval(out, *([self.final] if self.on_hidden and self.final is not None else []),  # type: ignore[no-untyped-call]
                       *self.store.arrays())
@@ -156,6 +161,24 @@ class Forward:
         out = self.compiled(tokens, batch)
         if out is None:  # the step writes quantized pages: run this batch (its loads) plainly
             out = self._decode(tokens, batch)
+        return out
+
+    def compiled_every(self, tokens: mx.array, kvs: list[RequestPages], starts: list[int],
+                       lengths: list[int], positions: mx.array | None) -> mx.array | None:
+        """A verify batch's logits (B, n, V) through the compiled verify, or None where it does
+        not apply (the rows limit is the decode step's)."""
+        fn = self.compiled_verify
+        if fn is None or positions is not None or self.sharded or self.on_hidden is not None:
+            return None
+        if not fn.takes(len(kvs)):
+            return None
+        batch = PagedBatch(self.store, [kv.pages for kv in kvs], starts, lengths, self.dtype,
+                           tails=[kv.tail for kv in kvs], cascade=self.cascade, bucket=True)
+        if not fn.fits(batch):
+            return None
+        out = fn(tokens, batch)
+        if out is None:  # the batch writes quantized pages: run it plainly
+            out = self._run(tokens, batch, True, every=True)
         return out
 
     def _embeddings(self, tokens: mx.array, embeds: list[mx.array | None], n: int) -> mx.array:
@@ -180,6 +203,12 @@ class Forward:
     def _decode(self, tokens: mx.array, batch: PagedBatch) -> mx.array:
         """The model over one decode batch: logits (B, V) (what the compiled step traces)."""
         out = self._run(tokens, batch, True)
+        assert out is not None
+        return out
+
+    def _every(self, tokens: mx.array, batch: PagedBatch) -> mx.array:
+        """The model over one verify batch: logits at every position (B, n, V) (compiled verify)."""
+        out = self._run(tokens, batch, True, every=True)
         assert out is not None
         return out
 

@@ -89,7 +89,9 @@ class Speculator:
         """True when this step should speculate (then it runs synchronously)."""
         if not self.num_draft or not rows or len(rows) > self.max_batch or self.paused:
             return False
-        return any(self._drafts(r) and hopeful(self.drafter, r) for r in rows)
+        # a row too young to draft decodes in overlapped steps like plain ones
+        return any(r.generated >= self.first_draft_at and self._drafts(r)
+                   and hopeful(self.drafter, r) for r in rows)
 
     def _drafts(self, r: Request) -> bool:
         """True when r drafts this step: eligible, not resting, and worth it at measured costs."""

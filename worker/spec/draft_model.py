@@ -18,6 +18,7 @@ from worker.compile_mode import MAX_ROWS, rows_for
 from worker.forward import Forward
 from worker.kv_manager import KVManager, RequestPages
 from worker.sampling import RowSampler, draw, prepare
+from worker.spec.fused_draft import FusedDraft
 
 if TYPE_CHECKING:
     from cache.paged_kv import PagedKVStore
@@ -67,6 +68,9 @@ class DraftModelDrafter:
         self.kv = KVManager(store, prefix_cache=False)
         rows = None if compile is None else rows_for("auto" if compile else "off", MAX_ROWS, model)
         self.forward = Forward(model, store, dtype, compile_rows=rows)
+        # a greedy proposal's later steps in one compiled call (with compiled forwards)
+        self.fused = (FusedDraft(self.forward._decode, store, self.forward.cascade, dtype)
+                      if self.forward.compiled is not None and not store.quantized else None)
         self.vocab = int(model.args.vocab_size) if hasattr(model, "args") else None
         self.rows: dict[int, DraftRow] = {}
         self.catch_up_seconds = 0.0  # spent prefilling rows' draft KV (once per row, not per step)
@@ -105,6 +109,8 @@ class DraftModelDrafter:
         want = [ks[i] for i, _ in todo]
         fed = [d.owner.tokens[d.computed:] for d in drafts]
         kvs, starts = [d.kv for d in drafts], [d.computed for d in drafts]
+        if all(len(toks) == 1 for toks in fed) and self._fusable(drafts, samplers, want):
+            return self._fused_proposal(rows, todo, fed, want[0])
         if all(len(toks) == 1 for toks in fed):  # one unseen token each: a (compiled) decode step
             logits = self.forward.decode_lazy(mx.array([toks[0] for toks in fed]), kvs, starts)
         else:
@@ -117,7 +123,16 @@ class DraftModelDrafter:
         mx.async_eval(tokens, *([q] if q is not None else []),  # type: ignore[no-untyped-call]
                       *self.kv.store.arrays())
         steps.append((at, tokens, q))
-        for n in range(1, max(want)):
+        if self._fusable(drafts, samplers, want):  # the other k - 1 steps: one compiled call
+            rest = max(want) - 1
+            assert self.fused is not None
+            more = self.fused(tokens, [d.kv.pages for d in drafts], [d.computed for d in drafts], rest)
+            mx.async_eval(more, *self.kv.store.arrays())  # type: ignore[no-untyped-call]
+            for d in drafts:
+                d.computed += rest
+            for n in range(rest):
+                steps.append((at, more[:, n], None))
+        for n in range(len(steps), max(want)):
             keep = [j for j, b in enumerate(at) if want[b] > n]
             at = [at[j] for j in keep]
             inputs = tokens if len(keep) == len(tokens) else tokens[mx.array(keep)]
@@ -159,6 +174,31 @@ class DraftModelDrafter:
 
     # ---- helpers --------------------------------------------------------------------------
 
+    def _fused_proposal(self, rows: list[Request], todo: list[tuple[int, DraftRow]],
+                        fed: list[list[int]], k: int) -> list[tuple[mx.array | None, mx.array | None]]:
+        """Every row fed its one unseen token, then k - 1 proposals: all k steps in one call."""
+        out: list[tuple[mx.array | None, mx.array | None]] = [(None, None) for _ in rows]
+        drafts = [d for _, d in todo]
+        assert self.fused is not None
+        proposed = self.fused(mx.array([toks[0] for toks in fed]), [d.kv.pages for d in drafts],
+                              [d.computed for d in drafts], k)
+        mx.async_eval(proposed, *self.kv.store.arrays())  # type: ignore[no-untyped-call]
+        for b, (i, d) in enumerate(todo):
+            d.tokens, d.computed = list(d.owner.tokens), d.computed + k
+            d.pending = proposed[b]  # the first k-1 are in the draft KV (read back at verification)
+            out[i] = (proposed[b], None)
+        return out
+
+    def _fusable(self, drafts: list[DraftRow], samplers: list[RowSampler], want: list[int]) -> bool:
+        """True when the proposal's later steps run fused: greedy rows all wanting the same k > 1,
+        few enough rows for the compiled step."""
+        compiled, verify = self.forward.compiled, self.forward.compiled_verify
+        if compiled is not None and verify is not None:
+            verify.max_rows = compiled.max_rows
+        return (self.fused is not None and verify is not None and verify.takes(len(drafts))
+                and min(want) == max(want) > 1 and all(s.greedy for s in samplers))
+
+
     def _ready(self, row: Request, k: int) -> DraftRow | None:
         """The row's draft state caught up to all but its last few tokens, pages for k more."""
         d = self.rows.get(id(row))
@@ -186,6 +226,12 @@ class DraftModelDrafter:
         lengths = [len(r) for r in rows]
         n = max(lengths)
         tokens = mx.array([r + [0] * (n - len(r)) for r in rows])
+        # a few tokens per row (after a fully accepted draft: its last proposal and the bonus
+        # token): through the compiled verify when it applies, the last fed position's logits
+        every = self.forward.compiled_every(tokens, kvs, starts, lengths, None)
+        if every is not None:
+            last = mx.array(lengths) - 1
+            return mx.take_along_axis(every, last[:, None, None], axis=1)[:, 0, :]
         out = self.forward._build(tokens, kvs, starts, lengths, True)
         assert out is not None
         return out
