@@ -192,12 +192,9 @@ class DraftModelDrafter:
     def _fusable(self, drafts: list[DraftRow], samplers: list[RowSampler], want: list[int]) -> bool:
         """True when the proposal's later steps run fused: greedy rows all wanting the same k > 1,
         few enough rows for the compiled step."""
-        compiled, verify = self.forward.compiled, self.forward.compiled_verify
-        if compiled is not None and verify is not None:
-            verify.max_rows = compiled.max_rows
+        verify = self.forward.compiled_verify  # the fused steps take its row limit
         return (self.fused is not None and verify is not None and verify.takes(len(drafts))
                 and min(want) == max(want) > 1 and all(s.greedy for s in samplers))
-
 
     def _ready(self, row: Request, k: int) -> DraftRow | None:
         """The row's draft state caught up to all but its last few tokens, pages for k more."""
