@@ -89,13 +89,13 @@ class Speculator:
         """True when this step should speculate (then it runs synchronously)."""
         if not self.num_draft or not rows or len(rows) > self.max_batch or self.paused:
             return False
-        # a row too young to draft decodes in overlapped steps like plain ones
-        return any(r.generated >= self.first_draft_at and self._drafts(r)
-                   and hopeful(self.drafter, r) for r in rows)
+        # a row too young to draft decodes in overlapped steps like plain ones (``_drafts``)
+        return any(self._drafts(r) and hopeful(self.drafter, r) for r in rows)
 
     def _drafts(self, r: Request) -> bool:
-        """True when r drafts this step: eligible, not resting, and worth it at measured costs."""
-        if not self.eligible(r):
+        """True when r drafts this step: old enough, eligible, not resting, and worth it at
+        measured costs."""
+        if r.generated < self.first_draft_at or not self.eligible(r):
             return False
         st = self.state(r)
         if not st.rest and not self.worth(st):
@@ -136,7 +136,7 @@ class Speculator:
         exactly the asked lengths: the verify forward is built on them before anyone waits.
         """
         t0, once = time.perf_counter(), self._catch_up()
-        ks = [min(c, self.state(r).k) if r.generated >= self.first_draft_at and self._drafts(r) else 0
+        ks = [min(c, self.state(r).k) if self._drafts(r) else 0
               for r, c in zip(rows, caps, strict=True)]
         try:
             return self._propose(rows, ks)
