@@ -16,7 +16,7 @@ from worker import emit, engine_inputs
 from worker.compile_mode import MAX_ROWS, MAX_WEIGHT_BYTES, mode_in_force, rows_for
 from worker.engine_inputs import given as _given
 from worker.engine_inputs import group_chunks as _group_chunks
-from worker.failures import EngineBroken, discard, error_output, verify
+from worker.failures import EngineBroken, SendFailed, discard, error_output, verify
 from worker.forward import Forward
 from worker.grammar import masks
 from worker.kv_calibrate import calibrate_centers
@@ -133,7 +133,8 @@ class Engine:
         to MLX before step t's tokens are read back and delivered (one step later).
 
         An exception fails the rows the step had put at risk (a forward batch fails together)
-        and returns their pages; raises EngineBroken only when the books do not balance after.
+        and returns their pages; raises EngineBroken only when the books do not balance after,
+        and SendFailed when ``on_outputs`` (the loop's socket) fails mid-step.
         """
         self._touched, self._news, self._sent, self._prefill_s = [], [], [], 0.0
         t0, self.verified_rows = time.perf_counter(), 0
@@ -148,6 +149,8 @@ class Engine:
                 flushed, t0 = len(self._news), time.perf_counter()  # the last step's tokens
                 outputs = self._news + self._synchronous_step()
                 self.stats.sync_seconds += time.perf_counter() - t0
+        except SendFailed:
+            raise  # as a send error after the step would: the loop leaves, the rows are not at fault
         except Exception as exc:
             return self._recover(exc)
         self.failed_steps = 0
@@ -160,7 +163,10 @@ class Engine:
         """Hand OUTPUTS to ``on_outputs`` now and return none of them (without one: all)."""
         if self.on_outputs is None or not outputs:
             return outputs
-        self.on_outputs(outputs)
+        try:
+            self.on_outputs(outputs)
+        except Exception as exc:
+            raise SendFailed(f"sending outputs mid-step failed: {exc!r}") from exc
         self._sent += outputs
         return []
 

@@ -16,6 +16,10 @@ class EngineBroken(RuntimeError):
     """The engine's state cannot be trusted after a failure: the worker must exit."""
 
 
+class SendFailed(RuntimeError):
+    """The loop's sender failed mid-step: a socket error, not the rows'; it leaves the loop."""
+
+
 def error_output(r: Request, message: str = STEP_FAILED,
                  code: str = "internal_error") -> RequestOutput:
     """The terminal error output of a request the engine gave up on."""

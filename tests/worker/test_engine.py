@@ -14,6 +14,7 @@ from tests.conftest import shared_model
 from worker.attention import install
 from worker.embedded import embedded_model_path
 from worker.engine import Engine, QueueFull, model_dtype
+from worker.failures import SendFailed
 from worker.kv_setup import plan_kv
 
 PROMPTS = [
@@ -189,3 +190,20 @@ def test_overlapped_decode_steps_deliver_the_same_tokens(model: tuple[Any, Any],
         assert bool(sent) == early  # overlapped steps send the previous step's tokens at once
         results.append(got)
     assert results[0] == results[1] == results[2]
+
+
+def test_a_sender_failing_mid_step_leaves_the_step_without_failing_rows(model: tuple[Any, Any]
+                                                                         ) -> None:
+    """A socket error in on_outputs is the loop's, as after a step: no row gets an error output."""
+    mdl, tok = model
+    engine = make_engine(mdl, tok, overlap=True)
+    engine.add("a", tok.encode(PROMPTS[0]), SamplingParams(max_tokens=24, temperature=0.0))
+
+    def broken(outputs: list[Any]) -> None:
+        raise OSError("socket closed")
+
+    engine.on_outputs = broken
+    with pytest.raises(SendFailed):
+        while engine.has_work:
+            engine.step()
+    assert engine.failed_steps == 0 and [r.id for r in engine.running] == ["a"]
