@@ -165,17 +165,19 @@ class Supervisor:
             if not self.hub.draining and not st.ready_replicas():
                 st.state = "starting"
             p.started_at = time.monotonic()
+            # Own session: a terminal's Ctrl-C is the gateway's to handle (it stops its workers;
+            # a worker still starting Python would print a KeyboardInterrupt traceback), and
+            # killpg reaches every rank of a tensor-parallel group.
             p.proc = await asyncio.create_subprocess_exec(
                 *self._command(p), stdin=asyncio.subprocess.DEVNULL,
-                env={**os.environ, SECRET_ENV: secret},
-                start_new_session=is_group(p.spec.extra_args))  # killpg reaches all its ranks
+                env={**os.environ, SECRET_ENV: secret}, start_new_session=True)
             self.hub.spawned(alias, p.boot_id, p.proc.pid)
             code = await p.proc.wait()
             reason = f"exit code {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}"
             swapped, p.swap_exit = p.swap_exit, False
             self.hub.worker_gone(alias, p.boot_id, f"swapped ({reason})" if swapped else reason)
             if not swapped and code in _ASKED_TO_STOP:
-                await self._settle(1.0)  # a signal to our whole process group reaches us too
+                await self._settle(1.0)  # a signal to our whole cgroup (systemd) reaches us too
             if self.stopping or self.hub.draining:
                 break
             was_ready = p.boot_id in self.hub.accepted

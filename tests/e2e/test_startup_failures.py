@@ -187,8 +187,9 @@ def test_sigterm_of_a_ready_server_says_nothing_of_restarts() -> None:
 
 
 class _Group:
-    """A server in its own process group, stopped the way a terminal or systemd does: the
-    signal reaches the gateway and its workers at once."""
+    """A server in its own process group, stopped the way a terminal does (Ctrl-C reaches the
+    foreground process group: the gateway; its workers run in their own sessions and are
+    stopped by it). A signal to every process, as systemd sends, is test_worker_stopped_...."""
 
     def __init__(self) -> None:
         self.port = free_port()
@@ -225,13 +226,16 @@ def test_group_signal_to_a_ready_server_restarts_nothing(sig: int) -> None:
     _clean(srv.lines)
 
 
-def test_group_sigint_while_the_worker_loads_is_quiet() -> None:
+@pytest.mark.parametrize("after", [0.05, 0.1, 0.2, 1.0])
+def test_group_sigint_while_the_worker_loads_is_quiet(after: float) -> None:
+    """Ctrl-C while a worker still starts Python (AFTER < 1 s: a CI flake under load, its
+    KeyboardInterrupt traceback) or loads the model: no traceback, exit 0."""
     srv = _Group()
     deadline = time.monotonic() + 60
     while not psutil.Process(srv.proc.pid).children():
         assert time.monotonic() < deadline
-        time.sleep(0.05)
-    time.sleep(1.0)
+        time.sleep(0.01)
+    time.sleep(after)
     assert srv.stop(signal.SIGINT) == 0
     _clean(srv.lines)
 
