@@ -159,8 +159,7 @@ class PagedKVStore:
         for arrays, out, bits in ((self.k[layer], self.k_tail, KEY_BITS),
                                   (self.v[layer], self.v_tail, VALUE_BITS)):
             w, s, b = (a[rows] for a in arrays)
-            out[layer][work_rows] = mx.dequantize(w, s.astype(dtype), b.astype(dtype),
-                                                  group_size=g, bits=bits)
+            out[layer][work_rows] = dequantize(w, s.astype(dtype), b.astype(dtype), g, bits)
 
     def write_tail(self, layer: int, rows: mx.array, keys: mx.array, values: mx.array) -> None:
         """Store centered keys/values (R, D) in full precision at tail ROWS (R,)."""
@@ -197,6 +196,24 @@ class PagedKVStore:
     def nbytes(self) -> int:
         """Bytes held by all page arrays."""
         return sum(a.nbytes for a in self.arrays())
+
+
+def dequantize(w: mx.array, scales: mx.array, biases: mx.array, group_size: int, bits: int
+               ) -> mx.array:
+    """``mx.dequantize``'s floats for affine 8- and 4-bit groups, in a few ops on the CPU.
+
+    MLX's CPU dequantize is a fallback of 30-50 small ops (shifts and masks per packed field);
+    here the packed words are read as bytes (little-endian: field i of a word is byte i, or
+    nibble i) and each group is ``q * scale + bias``, the same two roundings.
+    """
+    if bits not in (4, 8) or mx.default_device() != mx.cpu:
+        return mx.dequantize(w, scales, biases, group_size=group_size, bits=bits)
+    q = mx.view(w, mx.uint8)
+    if bits == 4:
+        q = mx.stack([q & 15, q >> 4], axis=-1)
+    shape = scales.shape
+    q = q.reshape(*shape, group_size).astype(scales.dtype)
+    return (q * scales[..., None] + biases[..., None]).reshape(*shape[:-1], -1)
 
 
 def _by_page(a: mx.array, pages: mx.array, fmt: KVFormat, length: int) -> mx.array:

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import mlx.core as mx
 import numpy as np
 
-from cache.paged_kv import QuantizedPages
+from cache.paged_kv import QuantizedPages, dequantize
 from worker.paged_batch import LayerKV, PagedBatch, PagedView
 
 __all__ = ["PagedBatch", "PagedView", "install", "paged_attention", "routes_attention"]
@@ -125,7 +125,7 @@ def _concat(segments: list[Segment]) -> tuple[mx.array, mx.array, mx.array]:
 
 def _dense(x: mx.array | QuantizedPages) -> mx.array:
     if isinstance(x, QuantizedPages):
-        return mx.dequantize(x.w, x.scales, x.biases, group_size=x.group_size, bits=x.bits)
+        return dequantize(x.w, x.scales, x.biases, x.group_size, x.bits)
     return x
 
 
