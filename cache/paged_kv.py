@@ -137,13 +137,39 @@ class PagedKVStore:
                 (values.reshape(-1, h, d) - self.v_center[layer]).reshape(-1, d))
 
     def write_quantized(self, layer: int, rows: mx.array, keys: mx.array, values: mx.array
-                        ) -> None:
-        """K8V4: quantize centered keys/values (R, D) into the pages at ROWS (R,)."""
+                        ) -> list[tuple[mx.array, mx.array, mx.array]]:
+        """K8V4: quantize centered keys/values (R, D) into the pages at ROWS (R,).
+
+        Returns what was written: (packed, scales, biases) of the keys, then of the values.
+        """
+        written = []
         for arrays, x, bits in ((self.k[layer], keys, KEY_BITS), (self.v[layer], values, VALUE_BITS)):
             w, s, b = mx.quantize(x, group_size=self.fmt.group_size, bits=bits)
+            s, b = s.astype(mx.float16), b.astype(mx.float16)
             arrays[0][rows] = w
-            arrays[1][rows] = s.astype(mx.float16)
-            arrays[2][rows] = b.astype(mx.float16)
+            arrays[1][rows] = s
+            arrays[2][rows] = b
+            written.append((w, s, b))
+        return written
+
+    def write_dequantized(self, layer: int, rows: mx.array, keys: mx.array, values: mx.array,
+                          dtype: mx.Dtype) -> tuple[mx.array, mx.array, mx.array, mx.array]:
+        """K8V4: store keys/values (B, H, n, D) at ROWS (B*H*n,); also what reading them gives.
+
+        Returns the centered keys and values, and the floats (B, H, n, D) in DTYPE that
+        ``gather`` + dequantizing (or ``load_work``, for DTYPE the pages' dtype) would give for
+        ROWS, computed from the quantize outputs (no gather). Attention's layout is kept
+        throughout: its products read contiguous keys, as they read gathered ones.
+        """
+        shape, d = keys.shape, keys.shape[-1]
+        keys = keys - self.k_center[layer][:, None, :]
+        values = values - self.v_center[layer][:, None, :]
+        (kw, ks, kb), (vw, vs, vb) = self.write_quantized(
+            layer, rows, keys.reshape(-1, d), values.reshape(-1, d))
+        g = self.fmt.group_size
+        return (keys, values,
+                dequantize(kw, ks.astype(dtype), kb.astype(dtype), g, KEY_BITS).reshape(shape),
+                dequantize(vw, vs.astype(dtype), vb.astype(dtype), g, VALUE_BITS).reshape(shape))
 
     def requantize(self, layer: int, tail_rows: mx.array, rows: mx.array) -> None:
         """K8V4: quantize the tail's TAIL_ROWS (R,) into the pages at ROWS (R,)."""

@@ -69,7 +69,11 @@ def paged_attention(queries: mx.array, kv: LayerKV, scale: float, mask: Any) -> 
         keys, values = (_dense(x) for x in store.gather(layer, b.table, b.dtype))
         out = _fused(queries, keys, values, scale, mask)
     else:
-        pages = _segment(store.gather(layer, b.table, b.dtype), rows_mask)
+        hkv = store.fmt.num_kv_heads
+        if kv.pages is not None and queries.shape[1] // hkv * queries.shape[2] >= DEQUANTIZE_AT:
+            pages = _segment(kv.pages, rows_mask)  # the floats _dense gives the gathered pages
+        else:
+            pages = _segment(store.gather(layer, b.table, b.dtype), rows_mask)
         segments = [pages] + ([window] if window else [])
         if queries.shape[2] > 1 and mx.default_device() == mx.gpu:
             keys, values, both = _concat(segments)
