@@ -3,6 +3,7 @@
     LD_PRELOAD="$(python -m worker.blas)" python -m bench.first_tokens [--rounds 7]
         [--kv k8v4|none] [--tokens 6] [--compile-decode auto|off] [--steps] [--at-return]
     ... python -m bench.first_tokens --prefill [--rounds 25]
+    ... python -m bench.first_tokens --read-back [--rounds 40]
 
 Builds the engine the worker builds for the demo model (same KV plan defaults, the boot
 warm-up), then sends the serving bench's short chats one at a time (greedy) and, per request,
@@ -15,7 +16,10 @@ as the worker loop has it) and at the step's return only (as before ``on_outputs
 reports both. Run from another checkout (``PYTHONPATH=DIR python PATH/first_tokens.py``) it
 measures that checkout's engine. ``--prefill`` instead times the prefill step alone (a request of
 one token, prefix cache off) with K8V4 pages, with full-precision pages, and mlx-lm's own forward
-over the same prompt (a fresh ``KVCache``, argmax read back), in turns.
+over the same prompt (a fresh ``KVCache``, argmax read back), in turns. ``--read-back``
+alternates requests in one engine between this checkout's K8V4 first tokens and session 8's
+(a prompt's chunk writes its pages and reads them back, ``mx.dequantize``, masked scores through
+powf; same tokens), and prints both timelines and the CPU time to token 3.
 """
 
 from __future__ import annotations
@@ -114,6 +118,56 @@ def prefill(rounds: int) -> None:
         print(f"  {name:15s} {1e3 * statistics.median(ts[3:]):6.2f} ms  {1e3 * min(ts[3:]):6.2f} ms")
 
 
+def read_back(rounds: int, tokens: int = 3) -> None:
+    """Requests alternating between this checkout's K8V4 first tokens and session 8's."""
+    import mlx.core as mx
+
+    import cache.paged_kv as pk
+    import worker.attention as att
+    import worker.kv_fresh as kf
+
+    targets = [(kf, "starts_rows"), (att, "dequantize"), (pk, "dequantize"),
+               (att, "_exp2_normalizers")]
+    now = tuple(getattr(module, name) for module, name in targets)
+
+    def use(fns: tuple[Any, ...]) -> None:
+        for (module, name), fn in zip(targets, fns, strict=True):
+            setattr(module, name, fn)
+
+    def mx_dequantize(w: Any, s: Any, b: Any, group_size: int, bits: int) -> Any:
+        return mx.dequantize(w, s, b, group_size=group_size, bits=bits)
+
+    def powf_everywhere(scores: Any, host: bool = True, skip_masked: bool = False) -> Any:
+        return now[3](scores, host, False)
+
+    before = (lambda starts, bucket: False, mx_dequantize, mx_dequantize, powf_everywhere)
+    engine, tok = build("k8v4", "auto")
+    modes = {"session 8 (read back)": before, "this checkout": now}
+    chats = user_messages("ft", 2 * rounds + 2)
+    at: dict[str, list[list[float]]] = {m: [] for m in modes}
+    cpu: dict[str, list[float]] = {m: [] for m in modes}
+    for i, chat in enumerate(chats):
+        mode = list(modes)[i % 2]
+        use(modes[mode])
+        ids = tok.apply_chat_template(chat, add_generation_prompt=True)
+        c = time.process_time()
+        times, _ = one(engine, ids, tokens, f"rb-{i}")
+        if i >= 2:  # the first request of each mode is a warm-up
+            at[mode].append(times)
+            cpu[mode].append(time.process_time() - c)
+    use(now)
+    print(f"demo model, kv k8v4, {rounds} requests per mode, alternating; medians, ms after add:")
+    for mode in modes:
+        print(f"  {mode:22s} " + "  ".join(
+            f"token {k + 1} {1e3 * statistics.median([r[k] for r in at[mode]]):6.2f}"
+            for k in range(tokens)) + f"   CPU to token {tokens}: "
+            f"{1e3 * statistics.median(cpu[mode]):6.2f}")
+    old, new = at[list(modes)[0]], at[list(modes)[1]]
+    paired = [b[-1] / a[-1] for a, b in zip(old, new, strict=False)]
+    print(f"  paired, this checkout / session 8, time to token {tokens}: median "
+          f"{statistics.median(paired):.3f}")
+
+
 def main() -> None:
     """Run the rounds and print the medians."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -126,9 +180,14 @@ def main() -> None:
                     help="alternate requests: tokens out mid-step vs at the step's return")
     ap.add_argument("--prefill", action="store_true",
                     help="time the prefill step: K8V4, full precision, mlx-lm's forward")
+    ap.add_argument("--read-back", action="store_true",
+                    help="alternate requests: this checkout's K8V4 first tokens vs session 8's")
     args = ap.parse_args()
     if args.prefill:
         prefill(args.rounds)
+        return
+    if args.read_back:
+        read_back(args.rounds)
         return
     engine, tok = build(args.kv, args.compile_decode)
     modes = [True, False] if args.at_return else [True]

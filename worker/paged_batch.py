@@ -17,6 +17,7 @@ import mlx.core as mx
 import numpy as np
 
 from cache.paged_kv import PagedKVStore
+from worker import kv_fresh
 from worker.kv_working import DecodePlan, flush_tail, plan_decode, plan_flush, write_decode
 
 CASCADE_MIN_PAGES = 2  # shared pages below this are attended per row
@@ -69,6 +70,8 @@ class PagedBatch:
         self.work: DecodePlan | None = None  # K8V4 decode batches (worker/kv_working.py)
         self.flush: tuple[mx.array, mx.array] | None = None  # K8V4: deferred page writes
         self.decode_tail = False
+        self.fresh = False  # K8V4 chunk starting its rows: reads its own writes (kv_fresh.py)
+        self.fill: kv_fresh.Fill | None = None  # and fills the working set with its full pages
         if self.tails is not None:
             tails_np = np.array(self.tails)
             # decode: each row's own page is all in its tail page once this token is written there;
@@ -80,6 +83,11 @@ class PagedBatch:
                                     self.shared, self.write_rows, length)
             if self.work is None:
                 self.flush = plan_flush(store, pages, starts_np, tails_np)
+                self.fresh = kv_fresh.starts_rows(starts_np, bucket)
+                if self.fresh:
+                    self.fresh_rows = kv_fresh.head_major(writes, h)
+                    if dtype == store.fmt.dtype:  # the floats a working-set load would give
+                        self.fill = kv_fresh.plan_fill(store, block_tables, lengths, n)
             if self.work is None or not self.work.dense:  # the window: quantized reads only
                 self._plan_tail(p, h, heads, starts_np, lengths_np, tails_np)
 
@@ -90,19 +98,21 @@ class PagedBatch:
         base = starts // p * p
         off = starts - base
         w = np.arange(int(off.max()) + n)
-        from_tail = w[None, :] < off[:, None]  # (B, W): written by earlier steps
-        tail_rows = np.where(from_tail, tails[:, None] * p + w[None, :], 0)
-        new_idx = np.clip(w[None, :] - off[:, None], 0, n - 1) + np.arange(len(starts))[:, None] * n
-        self.from_tail = mx.array(from_tail[:, None, :, None])
-        self.tail_rows = mx.array(tail_rows[:, None, :] * h + heads[None, :, None])
-        self.new_rows = mx.array(new_idx[:, None, :] * h + heads[None, :, None])
+        if not self.fresh:  # a fresh chunk's window is its new keys in order (update_and_fetch)
+            from_tail = w[None, :] < off[:, None]  # (B, W): written by earlier steps
+            tail_rows = np.where(from_tail, tails[:, None] * p + w[None, :], 0)
+            new_idx = np.clip(w[None, :] - off[:, None], 0, n - 1) + np.arange(len(starts))[:, None] * n
+            self.from_tail = mx.array(from_tail[:, None, :, None])
+            self.tail_rows = mx.array(tail_rows[:, None, :] * h + heads[None, :, None])
+            self.new_rows = mx.array(new_idx[:, None, :] * h + heads[None, :, None])
         self.window_pos = mx.array(base[:, None] + w[None, :])[:, None, None, :]  # (B,1,1,W)
         self.window_mask = (self.window_pos <= self.q_pos) & (self.window_pos // p == self.q_pos // p)
         pos = starts[:, None] + np.arange(n)
         keep = (np.arange(n)[None, :] < lengths[:, None]) & (
             pos >= (starts + lengths)[:, None] // p * p)
         slots = np.where(keep, tails[:, None] * p + pos % p, 0)
-        self.tail_write_rows = mx.array((slots.reshape(-1, 1) * h + heads).reshape(-1))
+        self.tail_write_rows = kv_fresh.head_major(slots, h) if self.fresh else mx.array(
+            (slots.reshape(-1, 1) * h + heads).reshape(-1))
 
     @cached_property
     def _rows(self) -> np.ndarray:
@@ -162,6 +172,7 @@ class LayerKV:
     window_k: mx.array | None = None
     window_v: mx.array | None = None
     dense: bool = False  # K8V4 decode reading float page copies (batch.work's tables)
+    pages: tuple[mx.array, mx.array] | None = None  # a fresh chunk's pages as floats (B, H, n, D)
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -182,6 +193,8 @@ class PagedView:
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[Any, Any]:
         """Write the new keys/values (B, H, N, D) into pages; return what attention reads."""
         b = self.batch
+        if b.fresh:
+            return self._fresh(keys, values)
         bsz, heads, n, dim = keys.shape
         flat_k = keys.transpose(0, 2, 1, 3).reshape(bsz * n * heads, dim)
         flat_v = values.transpose(0, 2, 1, 3).reshape(bsz * n * heads, values.shape[-1])
@@ -202,6 +215,19 @@ class PagedView:
             kv = LayerKV(b, self.layer)
             return kv, kv
         return b.store.gather(self.layer, b.table, b.dtype)
+
+    def _fresh(self, keys: mx.array, values: mx.array) -> tuple[LayerKV, LayerKV]:
+        """A K8V4 chunk from position 0 (B, H, n, D): write it; its pages and window as floats."""
+        b = self.batch
+        stored_k, stored_v, deq_k, deq_v = b.store.write_dequantized(
+            self.layer, b.fresh_rows, keys, values, b.dtype)
+        d = keys.shape[-1]
+        b.store.write_tail(self.layer, b.tail_write_rows, stored_k.reshape(-1, d),
+                           stored_v.reshape(-1, d))
+        kv_fresh.fill(b.store, self.layer, b.fill, deq_k, deq_v)
+        kv = LayerKV(b, self.layer, stored_k.astype(b.dtype), stored_v.astype(b.dtype),
+                     pages=(deq_k, deq_v))
+        return kv, kv
 
     def make_mask(self, n: int, return_array: bool = False, window_size: int | None = None) -> Any:
         """Causal mask over each row's own positions (optionally windowed)."""

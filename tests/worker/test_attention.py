@@ -121,6 +121,22 @@ def test_numpy_exponentials_match_mlx() -> None:
     assert mx.allclose(total, want.sum(axis=-1, keepdims=True), rtol=1e-4).item()  # sum order
 
 
+def test_skipping_masked_scores_gives_the_same_bits() -> None:
+    """Several queries per row: far-below-max scores get 0 from a select instead of powf."""
+    from worker.attention import _exp2_normalizers
+
+    mx.random.seed(5)
+    scores = mx.random.normal((2, 3, 40, 64)) * 30.0  # some real scores fall 200 below the max
+    scores = mx.where(mx.random.uniform(shape=scores.shape) < 0.6, -1e30, scores)
+    scores[0, 0, 0] = -1e30  # a row with every key masked: uniform weights, as before
+    scores[0, 0, 1, :3] = mx.array([mx.nan, -mx.inf, mx.inf])
+    plain = _exp2_normalizers(scores, host=False)
+    skipped = _exp2_normalizers(scores, host=False, skip_masked=True)
+    for x, y in zip(plain, skipped, strict=True):
+        assert mx.array_equal(x, y, equal_nan=True).item()
+    assert (plain[0][0, 0, 0] == 1).all().item()
+
+
 def test_gpu_fused_path_equals_the_hand_written_softmax() -> None:
     """On a GPU, K8V4 prompt chunks concatenate pages and tail for the fused kernel."""
     from worker.attention import Segment, _concat, _fused, _normalized
