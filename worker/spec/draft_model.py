@@ -172,6 +172,13 @@ class DraftModelDrafter:
         if d is not None:
             self.kv.release(d, cache=False)
 
+    def lag(self, n: int) -> None:
+        """Every row's draft KV forgets its last N tokens: its next proposal first catches up on
+        N + 1 (as after a fully accepted one). The boot warm-up's way to that path's shapes."""
+        for d in self.rows.values():
+            _settle(d)
+            self._cut(d, max(0, d.computed - n))
+
     # ---- helpers --------------------------------------------------------------------------
 
     def _fused_proposal(self, rows: list[Request], todo: list[tuple[int, DraftRow]],
