@@ -1,7 +1,7 @@
 """A drafter through the real server at one stream: plain vs speculating servers of ours, in turns.
 
     LD_PRELOAD="$(python -m worker.blas)" python -m bench.spec_serving [--model demo]
-        [--prompts chat|eval] [--rounds 3] [--requests 8] [--max-tokens 128]
+        [--prompts chat|eval|stories] [--rounds 3] [--requests 8] [--max-tokens 128]
         [--variant draft="--speculative draft --draft-model worker/demo_model/draft"] ...
 
 Starts our plain server and one server per variant side by side and sends the same streamed,
@@ -86,7 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="demo", choices=sorted(paths))
-    ap.add_argument("--prompts", default="chat", choices=["chat", "eval"])
+    ap.add_argument("--prompts", default="chat", choices=["chat", "eval", "stories"],
+                    help="chat: new story requests per round (the serving bench's); eval: the "
+                         "demo's evaluation prompts; stories: bench.spec_interleaved's story "
+                         "requests (the same 16 every run)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--requests", type=int, default=8, help="requests per round")
     ap.add_argument("--max-tokens", type=int, default=128)
@@ -113,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.baseline:
             servers.append(Server(f"{label}-base", "ours", path, [*common, *shlex.split(flags)],
                                   env_extra=envs.get(f"{label}-base", {}), cwd=Path(a.baseline)))
-    pool = eval_convs() if a.prompts == "eval" else None
+    pool = {"eval": eval_convs, "stories": lambda: chat_convs("s", 16)}.get(a.prompts, lambda: None)()
     rows: dict[str, list[dict[str, float]]] = {s.name: [] for s in servers}
     with ServerGroup(servers):
         for s in servers:  # the serving bench's warm-up: short requests, none of the prompts
