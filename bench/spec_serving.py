@@ -17,17 +17,14 @@ own evaluation prompts (``eval``, what its draft was trained for).
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import statistics
-import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from bench.prompts import user_messages
 from bench.servers import Server, ServerGroup
+from bench.stream_client import stream_chat
 
 Conv = tuple[list[dict[str, Any]], dict[str, Any]]  # messages, extra payload fields
 
@@ -35,32 +32,11 @@ Conv = tuple[list[dict[str, Any]], dict[str, Any]]  # messages, extra payload fi
 def one(server: Server, conv: Conv, max_tokens: int) -> dict[str, Any]:
     """Stream one chat request: content chunk times, usage tokens and the text."""
     messages, extra = conv
-    payload = {"model": server.request_model, "messages": messages, "max_tokens": max_tokens,
-               "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True},
-               **extra}
-    t0 = time.perf_counter()
-    times: list[float] = []
-    tokens, text = 0, ""
-    with httpx.stream("POST", server.base_url + "/v1/chat/completions", json=payload,
-                      timeout=120) as r:
-        for line in r.iter_lines():
-            if not line.startswith("data:") or line.endswith("[DONE]"):
-                continue
-            chunk = json.loads(line[5:])
-            for c in chunk.get("choices") or []:
-                d = c.get("delta") or {}
-                # one delta may carry reasoning and content (a step's tokens span </think>)
-                part = ((d.get("reasoning_content") or d.get("reasoning") or "") + (d.get("content") or "")
-                        + "".join(json.dumps(t.get("function")) for t in d.get("tool_calls") or []))
-                if part:
-                    times.append(time.perf_counter() - t0)
-                    text += part
-            if chunk.get("usage"):
-                tokens = chunk["usage"]["completion_tokens"]
-    total = time.perf_counter() - t0
+    got = stream_chat(server, messages, max_tokens, extra)
+    times, total = got.times, got.total
     decode = times[-1] - times[0] if len(times) > 1 else 0.0
-    return {"ttft": times[0] if times else total, "total": total, "tokens": tokens,
-            "chunks": len(times), "decode_s": decode, "text": text}
+    return {"ttft": times[0] if times else total, "total": total, "tokens": got.tokens,
+            "chunks": len(times), "decode_s": decode, "text": got.text}
 
 
 def eval_convs() -> list[Conv]:
