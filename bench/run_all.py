@@ -176,6 +176,11 @@ def run_model(name: str, path: Path, plan: Plan, k8v4_flag: bool, opts: dict[str
         if "shared" in plan.workloads:
             shared_prefix(mr, servers, path, ctx, plan)
         reported = {s.name: s.worker_status() for s in servers if s.kind == "ours"}
+        for label, st in reported.items():  # a drafter's acceptance over the whole run
+            if st.get("speculative"):
+                mr.notes.append(f"{label} ({st['speculative']}): {st.get('spec_accepted_tokens')} of "
+                                f"{st.get('spec_draft_tokens')} draft tokens accepted (acceptance "
+                                f"{st.get('spec_acceptance_rate')}) over every workload and its warm-up")
         mr.kv = kv_table(cfg, {k: v for k, v in reported.items() if v})
     mr.loadavg.append(loadavg())
     mr.seconds = round(time.monotonic() - t0, 1)

@@ -1,7 +1,7 @@
 """A drafter through the real server at one stream: plain vs speculating servers of ours, in turns.
 
     LD_PRELOAD="$(python -m worker.blas)" python -m bench.spec_serving [--model demo]
-        [--prompts chat|eval] [--rounds 3] [--requests 8] [--max-tokens 128]
+        [--prompts chat|eval|stories] [--rounds 3] [--requests 8] [--max-tokens 128]
         [--variant draft="--speculative draft --draft-model worker/demo_model/draft"] ...
 
 Starts our plain server and one server per variant side by side and sends the same streamed,
@@ -17,17 +17,14 @@ own evaluation prompts (``eval``, what its draft was trained for).
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import statistics
-import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from bench.prompts import user_messages
 from bench.servers import Server, ServerGroup
+from bench.stream_client import stream_chat
 
 Conv = tuple[list[dict[str, Any]], dict[str, Any]]  # messages, extra payload fields
 
@@ -35,32 +32,11 @@ Conv = tuple[list[dict[str, Any]], dict[str, Any]]  # messages, extra payload fi
 def one(server: Server, conv: Conv, max_tokens: int) -> dict[str, Any]:
     """Stream one chat request: content chunk times, usage tokens and the text."""
     messages, extra = conv
-    payload = {"model": server.request_model, "messages": messages, "max_tokens": max_tokens,
-               "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True},
-               **extra}
-    t0 = time.perf_counter()
-    times: list[float] = []
-    tokens, text = 0, ""
-    with httpx.stream("POST", server.base_url + "/v1/chat/completions", json=payload,
-                      timeout=120) as r:
-        for line in r.iter_lines():
-            if not line.startswith("data:") or line.endswith("[DONE]"):
-                continue
-            chunk = json.loads(line[5:])
-            for c in chunk.get("choices") or []:
-                d = c.get("delta") or {}
-                # one delta may carry reasoning and content (a step's tokens span </think>)
-                part = ((d.get("reasoning_content") or d.get("reasoning") or "") + (d.get("content") or "")
-                        + "".join(json.dumps(t.get("function")) for t in d.get("tool_calls") or []))
-                if part:
-                    times.append(time.perf_counter() - t0)
-                    text += part
-            if chunk.get("usage"):
-                tokens = chunk["usage"]["completion_tokens"]
-    total = time.perf_counter() - t0
+    got = stream_chat(server, messages, max_tokens, extra)
+    times, total = got.times, got.total
     decode = times[-1] - times[0] if len(times) > 1 else 0.0
-    return {"ttft": times[0] if times else total, "total": total, "tokens": tokens,
-            "chunks": len(times), "decode_s": decode, "text": text}
+    return {"ttft": times[0] if times else total, "total": total, "tokens": got.tokens,
+            "chunks": len(times), "decode_s": decode, "text": got.text}
 
 
 def eval_convs() -> list[Conv]:
@@ -86,7 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="demo", choices=sorted(paths))
-    ap.add_argument("--prompts", default="chat", choices=["chat", "eval"])
+    ap.add_argument("--prompts", default="chat", choices=["chat", "eval", "stories"],
+                    help="chat: new story requests per round (the serving bench's); eval: the "
+                         "demo's evaluation prompts; stories: bench.spec_interleaved's story "
+                         "requests (the same 16 every run)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--requests", type=int, default=8, help="requests per round")
     ap.add_argument("--max-tokens", type=int, default=128)
@@ -113,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.baseline:
             servers.append(Server(f"{label}-base", "ours", path, [*common, *shlex.split(flags)],
                                   env_extra=envs.get(f"{label}-base", {}), cwd=Path(a.baseline)))
-    pool = eval_convs() if a.prompts == "eval" else None
+    pool = {"eval": eval_convs, "stories": lambda: chat_convs("s", 16)}.get(a.prompts, lambda: None)()
     rows: dict[str, list[dict[str, float]]] = {s.name: [] for s in servers}
     with ServerGroup(servers):
         for s in servers:  # the serving bench's warm-up: short requests, none of the prompts

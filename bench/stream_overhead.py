@@ -15,36 +15,19 @@ attach py-spy to the gateway and the worker; their pids are printed).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
 
-import httpx
-
 from bench.prompts import user_messages
 from bench.servers import Server, ServerGroup
+from bench.stream_client import stream_chat
 
 
 def one(server: Server, messages: list[dict[str, str]], max_tokens: int) -> dict[str, float]:
     """Stream one chat request; times of the chunks that carry content."""
-    payload = {"model": server.request_model, "messages": messages, "max_tokens": max_tokens,
-               "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}
-    t0 = time.perf_counter()
-    times: list[float] = []
-    tokens = 0
-    with httpx.stream("POST", server.base_url + "/v1/chat/completions", json=payload,
-                      timeout=120) as r:
-        for line in r.iter_lines():
-            if not line.startswith("data:") or line.endswith("[DONE]"):
-                continue
-            chunk = json.loads(line[5:])
-            for c in chunk.get("choices") or []:
-                d = c.get("delta") or {}
-                if d.get("content") or d.get("reasoning_content") or d.get("reasoning"):
-                    times.append(time.perf_counter() - t0)
-            if chunk.get("usage"):
-                tokens = chunk["usage"]["completion_tokens"]
+    got = stream_chat(server, messages, max_tokens)
+    times, tokens = got.times, got.tokens
     gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
     decode = times[-1] - times[0] if len(times) > 1 else 0.0
     return {"ttft": times[0] if times else 0.0, "chunks": len(times), "tokens": tokens,

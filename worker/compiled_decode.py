@@ -64,13 +64,7 @@ class CompiledDecode:
                 for layer in range(len(store.k)):
                     store.load_work(layer, *plan.load)
             batch.work = plan._replace(load=None, complete=None)
-        elif not batch.quantized:
-            if batch.shared:
-                _ = batch.shared_table, batch.rest_table
-            else:
-                _ = batch.table
-        names = tuple(k for k, a in batch.__dict__.items() if isinstance(a, mx.array))
-        arrays = [batch.__dict__[a] for a in names]
+        names, arrays = batch_inputs(batch)
         work = [] if batch.work is None else [
             (k, a) for k, a in zip(PLAN_ARRAYS, (getattr(batch.work, f) for f in PLAN_ARRAYS),
                                    strict=True) if a is not None]
@@ -81,32 +75,46 @@ class CompiledDecode:
         if key in self.fns and self.fns[key] is None:
             batch.work = plan
             return None
-        fn = self.fns.pop(key, None)
-        if fn is None:
-            fn = mx.compile(self._traced(batch, names, tuple(k for k, _ in work)))
-            if len(self.fns) >= KEEP:
-                del self.fns[next(iter(self.fns))]
-        # MLX picks a write's output buffer when it encodes the step: a page array the step
-        # before is still writing would be copied whole, so wait for those writes first
-        mx.eval(store.arrays())
-        pool = _pool(store)
+        fn = self._function(key, lambda: self._traced(batch, names, tuple(k for k, _ in work)))
         try:
-            out, k, v, k_tail, v_tail = fn(tokens, arrays, pool)
+            out, k, v, k_tail, v_tail = self._apply(fn, tokens, arrays)
         except WritesPages:
             self.fns[key] = None
             batch.work = plan
             return None
         self.fns[key] = fn
-        del pool
+        self._write_back(k, v, k_tail, v_tail)
+        if plan is not None and plan.complete is not None:
+            for layer in range(len(store.k)):
+                store.requantize(layer, *plan.complete)
+        return out  # type: ignore[no-any-return]
+
+    def _function(self, key: tuple[Any, ...], make: Callable[[], Callable[..., Any]]
+                  ) -> Callable[..., Any]:
+        """KEY's compiled function, out of the LRU (the caller puts it back), or MAKE's compiled."""
+        fn = self.fns.pop(key, None)
+        if fn is None:
+            fn = mx.compile(make())
+            if len(self.fns) >= KEEP:
+                del self.fns[next(iter(self.fns))]
+        return fn
+
+    def _apply(self, fn: Callable[..., Any], tokens: mx.array, arrays: list[mx.array]) -> Any:
+        """FN's outputs on (TOKENS, ARRAYS, the store's page arrays), once their writes are done."""
+        # MLX picks a write's output buffer when it encodes the step: a page array the step
+        # before is still writing would be copied whole, so wait for those writes first
+        mx.eval(self.store.arrays())
+        return fn(tokens, arrays, _pool(self.store))
+
+    def _write_back(self, k: list[Any], v: list[Any], k_tail: list[mx.array],
+                    v_tail: list[mx.array]) -> None:
+        """The step's output page arrays become the store's (nothing else keeps the old ones)."""
+        store = self.store
         for layer in range(len(k)):  # none for K8V4 (its quantized pages are not inputs)
             store.k[layer][:] = k[layer]
             store.v[layer][:] = v[layer]
         store.k_tail[:] = k_tail
         store.v_tail[:] = v_tail
-        if plan is not None and plan.complete is not None:
-            for layer in range(len(store.k)):
-                store.requantize(layer, *plan.complete)
-        return out  # type: ignore[no-any-return]
 
     def _traced(self, template: PagedBatch, names: tuple[str, ...], work: tuple[str, ...]
                 ) -> Callable[..., Any]:
@@ -139,6 +147,18 @@ class CompiledDecode:
             return out, proxy.k, proxy.v, proxy.k_tail, proxy.v_tail
 
         return step
+
+
+def batch_inputs(batch: PagedBatch) -> tuple[tuple[str, ...], list[mx.array]]:
+    """The names and arrays of BATCH's per-step arrays, its page tables computed first (a
+    full-precision batch builds them lazily: inside a trace they would become constants)."""
+    if not batch.quantized:
+        if batch.shared:
+            _ = batch.shared_table, batch.rest_table
+        else:
+            _ = batch.table
+    names = tuple(k for k, a in batch.__dict__.items() if isinstance(a, mx.array))
+    return names, [batch.__dict__[a] for a in names]
 
 
 def _refuse(*_: Any) -> None:

@@ -13,7 +13,7 @@ import mlx.core as mx
 from cache.paged_kv import PagedKVStore
 from protocol.messages import RequestOutput, SamplingParams
 from worker import emit, engine_inputs
-from worker.compile_mode import MAX_ROWS, MAX_WEIGHT_BYTES, mode_in_force, rows_for
+from worker.compile_mode import AUTO_MAX_ROWS, MAX_WEIGHT_BYTES, mode_in_force, rows_for
 from worker.engine_inputs import given as _given
 from worker.engine_inputs import group_chunks as _group_chunks
 from worker.failures import EngineBroken, SendFailed, discard, error_output, verify
@@ -55,7 +55,7 @@ class Engine:
         self.compiled = self._forward.compiled  # None when no decode step runs compiled
         if self.compile_decode == "auto" and 0 < rows < max_batch:
             log.info("--compile-decode auto: decode steps of up to %d rows run compiled (%d for "
-                     "weights of at most %d MiB)", rows, MAX_ROWS, MAX_WEIGHT_BYTES >> 20)
+                     "weights of at most %d MiB)", rows, AUTO_MAX_ROWS, MAX_WEIGHT_BYTES >> 20)
         if store.quantized:
             calibrate_centers(model, tokenizer, store)
         self.kv_note = ""

@@ -9,7 +9,7 @@ import mlx.core as mx
 
 from cache.paged_kv import PagedKVStore
 from worker.attention import PagedBatch, routes_attention
-from worker.compile_mode import MAX_ROWS, rows_for
+from worker.compile_mode import AUTO_MAX_ROWS, rows_for
 from worker.compiled_decode import CompiledDecode
 from worker.kv_manager import RequestPages
 from worker.spec.compiled_verify import CompiledVerify
@@ -69,7 +69,7 @@ class Forward:
         self.final: mx.array | None = None  # the last call's model output (sharded: evaluated)
         # an MTP drafter's hook: each call's hidden states (B, n, D), evaluated with the call
         self.on_hidden: Callable[[mx.array, list[RequestPages], list[int], list[int]], None] | None = None
-        rows = rows_for("off", MAX_ROWS, model) if compile_rows is None else compile_rows
+        rows = rows_for("off", AUTO_MAX_ROWS, model) if compile_rows is None else compile_rows
         self.compiled = CompiledDecode(self._decode, store, rows) if rows > 0 else None
         # speculation's verify forwards (several positions per row) compile like decode steps
         self.compiled_verify = CompiledVerify(self._every, store, rows) if rows > 0 else None

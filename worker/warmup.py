@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from protocol.messages import SamplingParams
@@ -11,6 +12,10 @@ from worker.request import EngineStats
 
 log = logging.getLogger("rapid_mlx.worker")
 TOKENS = 4  # decode steps of the warm-up request
+DRAFT_TOKENS = 16  # tokens of a drafting warm-up request: 12+ drafting steps (each k and lag)
+# key buckets (pages, paged_batch.key_bucket) warmed with a drafter: a short chat's prompt and
+# answer fill 3-6 pages of 16 tokens
+DRAFT_BUCKETS = (1, 2, 4, 8)
 
 
 def warm_up(engine: Any) -> float:
@@ -21,28 +26,81 @@ def warm_up(engine: Any) -> float:
     (29 s for the first one-row step and 37 s for the first eight-row step of the demo model,
     measured under load; 8-15 ms once cached, bench/compile_cost.py). One row and several rows
     need different kernels, and so do keys of one page and of several. Without this the first
-    requests' second tokens pay for it. The warm-up's pages leave the prefix cache and the
-    counters start again from zero. Skipped with a drafter (its controller times its own steps).
+    requests' second tokens pay for it. With a drafter the requests run again, longer and to
+    more pages, drafting every step with k going round from the limit down to 1 whatever was
+    accepted, a draft model's rows 0-2 tokens behind (the verify forwards of k + 1 positions,
+    the draft's fused k or k - 1 steps and its catch-ups); then the speculator forgets what it
+    measured. The warm-up's pages leave the prefix cache and the counters start again from zero.
     """
-    if engine.spec is not None:
-        return 0.0
     t0 = time.perf_counter()
-    page = engine.kv.page_size
-    params = SamplingParams(max_tokens=TOKENS, temperature=0.0, ignore_eos=True)
-    # keys of one page and of several (a dimension of 1 takes other kernels), one row and two
-    for prompt in (min(4, page), page + 2):
-        if prompt + TOKENS >= engine.context_length:
-            break
-        for rows in (1, 2):
-            for i in range(rows):
-                engine.add(f"warm-up-{prompt}-{rows}-{i}", [3 + i] * prompt, params)
-            while engine.running or engine.waiting:
-                engine.step()
+    spec = engine.spec
+    if spec is None:
+        _requests(engine, TOKENS)
+    else:
+        limit, pause = spec.num_draft, spec.pause
+        try:
+            spec.num_draft = 0  # plain steps first, as a row too young to draft runs them
+            _requests(engine, TOKENS)
+            spec.pause = False  # every step of a row old enough drafts
+            spec.num_draft = limit
+            ks = range(limit, 0, -1)
+            lag = getattr(spec.drafter, "lag", None)
+
+            def each(step: int) -> None:
+                # each step's k whatever was accepted, and the tokens a draft model catches up
+                # on first (1 after a rejection, 2-3 after fully accepted proposals): every pair
+                # in len(ks) * 3 steps
+                spec.hold(ks[step % len(ks)])
+                if lag is not None:
+                    lag(step % 3)
+
+            _requests(engine, DRAFT_TOKENS, DRAFT_BUCKETS, each)
+        finally:
+            spec.num_draft, spec.pause = limit, pause
+            spec.reset()
     if engine.kv.radix is not None:  # the warm-up prompts' pages leave the prefix cache
         engine.kv.pool.free(engine.kv.radix.reset())
     engine.stats = EngineStats()
     engine.kv.stats = type(engine.kv.stats)()
     seconds = time.perf_counter() - t0
-    log.info("warmed up in %.0f ms (compiled decode functions: %d)", seconds * 1e3,
-             len(engine.compiled.fns) if engine.compiled is not None else 0)
+    log.info("warmed up in %.0f ms (compiled functions: %s)", seconds * 1e3,
+             ", ".join(f"{name} {n}" for name, n in compiled_functions(engine).items()))
     return seconds
+
+
+def _requests(engine: Any, tokens: int, buckets: tuple[int, ...] = (1, 2),
+              each: Callable[[int], None] | None = None) -> None:
+    """One request, then two at once, per key bucket of pages (EACH(step) before every step)."""
+    page = engine.kv.page_size
+    params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
+    # keys of one page and of several (a dimension of 1 takes other kernels), one row and two;
+    # a prompt of half a bucket's pages and 2 tokens has keys in that bucket (key_bucket)
+    for prompt in (min(4, page) if b == 1 else b // 2 * page + 2 for b in buckets):
+        if prompt + tokens >= engine.context_length:
+            break
+        for rows in (1, 2):
+            for i in range(rows):
+                engine.add(f"warm-up-{prompt}-{rows}-{i}", [3 + i] * prompt, params)
+            step = 0
+            while engine.running or engine.waiting:
+                if each is not None:
+                    each(step)
+                engine.step()
+                step += 1
+
+
+def compiled_functions(engine: Any) -> dict[str, int]:
+    """Compiled functions ENGINE holds, per kind (decode, verify; the draft model's too)."""
+    return {name: len(o.fns) for name, o in compiled_owners(engine).items()}
+
+
+def compiled_owners(engine: Any) -> dict[str, Any]:
+    """ENGINE's holders of compiled functions (``fns``: key -> function), by kind."""
+    fwd = engine._forward
+    owners = {"decode": fwd.compiled, "verify": fwd.compiled_verify}
+    drafter = engine.spec.drafter if engine.spec is not None else None
+    draft_fwd = getattr(drafter, "forward", None)
+    if draft_fwd is not None:
+        owners |= {"draft decode": draft_fwd.compiled, "draft verify": draft_fwd.compiled_verify,
+                   "draft fused": getattr(drafter, "fused", None)}
+    return {name: o for name, o in owners.items() if o is not None}

@@ -10,8 +10,8 @@ from mlx_lm import load
 from gateway.aliases import AliasEntry, spec_args
 from tests.worker.test_engine import make_engine
 from worker.compile_mode import (
-    LARGE_MAX_ROWS,
-    MAX_ROWS,
+    AUTO_LARGE_MAX_ROWS,
+    AUTO_MAX_ROWS,
     MAX_WEIGHT_BYTES,
     compiled_rows,
     mode_in_force,
@@ -27,7 +27,7 @@ def _no_override(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_rows_per_mode(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert compiled_rows("auto", 32) == MAX_ROWS
+    assert compiled_rows("auto", 32) == AUTO_MAX_ROWS
     assert compiled_rows("on", 32) == 32
     assert compiled_rows("off", 32) == 0
     monkeypatch.setenv("RAPID_MLX_COMPILE_DECODE", "0")  # tests and benches override the mode
@@ -43,11 +43,11 @@ def test_auto_compiles_small_models_only(monkeypatch: pytest.MonkeyPatch) -> Non
     """auto compiles only 1-row steps of weight-bound models (above MAX_WEIGHT_BYTES)."""
     import mlx.nn as nn
 
-    assert compiled_rows("auto", 32, MAX_WEIGHT_BYTES) == MAX_ROWS
-    assert compiled_rows("auto", 32, MAX_WEIGHT_BYTES + 1) == LARGE_MAX_ROWS == 1
+    assert compiled_rows("auto", 32, MAX_WEIGHT_BYTES) == AUTO_MAX_ROWS
+    assert compiled_rows("auto", 32, MAX_WEIGHT_BYTES + 1) == AUTO_LARGE_MAX_ROWS == 1
     assert compiled_rows("on", 32, MAX_WEIGHT_BYTES + 1) == 32
     big = nn.Linear(4096, 4096)  # 64 MiB of float32 weights (never evaluated)
-    assert rows_for("auto", 32, big) == 1 and rows_for("auto", 32, nn.Linear(64, 64)) == MAX_ROWS
+    assert rows_for("auto", 32, big) == 1 and rows_for("auto", 32, nn.Linear(64, 64)) == AUTO_MAX_ROWS
     monkeypatch.setenv("RAPID_MLX_COMPILE_DECODE_MAX_ROWS", "4")  # benches force the rows
     assert rows_for("auto", 32, big) == 4
 
@@ -57,7 +57,7 @@ def test_alias_setting_becomes_a_worker_argument() -> None:
     assert spec_args(AliasEntry(repo="x"), {}) == []
 
 
-@pytest.mark.parametrize(("mode", "rows"), [("auto", MAX_ROWS), ("on", 16), ("off", 0)])
+@pytest.mark.parametrize(("mode", "rows"), [("auto", AUTO_MAX_ROWS), ("on", 16), ("off", 0)])
 def test_engine_takes_the_mode(mode: str, rows: int) -> None:
     mdl, tok = load(str(embedded_model_path()))[:2]
     engine: Any = make_engine(mdl, tok, max_batch=16, compile_decode=mode)

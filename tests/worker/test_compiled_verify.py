@@ -29,7 +29,7 @@ def test_every_compiled_verify_equals_the_plain_verify(kind: str, monkeypatch: p
     import worker.attention as attention
 
     monkeypatch.setattr(attention, "NUMPY_AT", 1)  # no numpy exp2 detour in a trace
-    monkeypatch.setattr(compiled_verify, "MAX_ROWS", 8)  # served: 2 rows; exact at 8 too
+    monkeypatch.setattr(compiled_verify, "MAX_VERIFY_ROWS", 8)  # served: 2 rows; exact at 8 too
     monkeypatch.setenv("RAPID_MLX_COMPILE_DECODE", "1")
     mdl, tok = load(str(embedded_model_path()))[:2]
     prompts = {f"p{i}": tok.encode(p) for i, p in enumerate(PROMPTS[:8])}
@@ -60,7 +60,7 @@ def test_fused_draft_steps_propose_what_single_steps_do(monkeypatch: pytest.Monk
     """The draft's k greedy steps in one compiled call give the tokens of k single steps, and
     its KV afterwards serves the next proposal alike (page writes kept, in place)."""
     monkeypatch.setenv("RAPID_MLX_COMPILE_DECODE", "1")
-    monkeypatch.setattr(compiled_verify, "MAX_ROWS", 8)  # three rows fuse
+    monkeypatch.setattr(compiled_verify, "MAX_VERIFY_ROWS", 8)  # three rows fuse
     mdl, tok = load(str(embedded_model_path()))[:2]
     engine = make_engine(mdl, tok, page_size=16)
     prompts = {f"p{i}": tok.encode(p) for i, p in enumerate(PROMPTS[:3])}

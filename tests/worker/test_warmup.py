@@ -42,3 +42,50 @@ def test_warm_up_fits_a_short_context() -> None:
     warm_up(engine)
     assert {key[2][0] for key in engine.compiled.fns} == {1, 2}
     assert engine.stats.steps == 0 and not engine.running
+
+
+@pytest.mark.slow
+def test_warm_up_with_a_drafter_leaves_nothing_to_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A drafting worker warms its verify and draft shapes: a short chat after it compiles no
+    new function, answers as plain decoding does, and the speculator starts unmeasured."""
+    from worker.spec.controller import Speculator
+    from worker.spec.draft_load import draft_drafter
+    from worker.warmup import compiled_owners
+
+    monkeypatch.delenv("RAPID_MLX_COMPILE_DECODE", raising=False)
+    loaded: Any = load(str(embedded_model_path()))
+    mdl, tok = loaded[:2]
+    drafter = draft_drafter("demo-draft", tok, max_batch=8, context_length=512, memory="16MiB")
+    spec = Speculator(drafter, 4)
+    engine: Any = make_engine(mdl, tok, kind="k8v4", spec=spec)
+    assert warm_up(engine) > 0
+    owners = compiled_owners(engine)
+    assert set(owners) == {"decode", "verify", "draft decode", "draft verify", "draft fused"}
+    warmed = {name: set(o.fns) for name, o in owners.items()}
+    assert all(warmed.values())
+    fresh = Speculator(drafter, 4)
+    assert spec.pauses == 0 and not spec._rows and spec._cost == fresh._cost
+    assert (spec._verify, spec._draft, spec._spent, spec._made) == (
+        fresh._verify, fresh._draft, fresh._spent, fresh._made)
+    assert spec.num_draft == 4 and spec.pause
+    assert engine.stats.steps == 0 and engine.stats.drafted_tokens == 0
+    assert not drafter.rows and drafter.kv.pool.num_used == 0
+    assert engine.kv.pool.num_used == 0 and engine.kv.radix.num_pages == 0
+    prompt = tok.apply_chat_template([{"role": "user", "content": "tell me a story about a cat."}],
+                                     add_generation_prompt=True)
+    params = SamplingParams(max_tokens=40, temperature=0.0)
+    got: list[int] = []
+    engine.add("r", prompt, params)
+    while engine.running or engine.waiting:
+        for out in engine.step():
+            got.extend(out.token_ids)
+    assert engine.stats.drafted_tokens > 0  # the request drafted
+    assert {name: set(o.fns) - warmed[name] for name, o in owners.items()} == dict.fromkeys(
+        owners, set())  # nothing compiled on the first request
+    plain: Any = make_engine(mdl, tok, kind="k8v4")
+    plain.add("r", prompt, params)
+    want: list[int] = []
+    while plain.running or plain.waiting:
+        for out in plain.step():
+            want.extend(out.token_ids)
+    assert got == want

@@ -13,7 +13,7 @@ from worker.paged_batch import PagedBatch
 
 # rows up to which verify forwards (and fused draft steps) compile: at 8 rows on the demo model
 # the compiled ones measured slower than plain (8 requests at once: 0.86x vs 0.95x plain decoding)
-MAX_ROWS = 2
+MAX_VERIFY_ROWS = 2
 
 
 class CompiledVerify(CompiledDecode):
@@ -21,7 +21,7 @@ class CompiledVerify(CompiledDecode):
 
     def takes(self, rows: int) -> bool:
         """True when a verify (or fused draft) batch of ROWS rows may compile."""
-        return rows <= min(self.max_rows, MAX_ROWS)
+        return rows <= min(self.max_rows, MAX_VERIFY_ROWS)
 
     def fits(self, batch: PagedBatch) -> bool:
         """True for a multi-position batch of few rows whose K8V4 reads stay in the working set."""

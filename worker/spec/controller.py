@@ -56,6 +56,11 @@ class Speculator:
         self.max_batch = max_batch
         self._rows: dict[int, RowState] = {}
         self.pause = pause  # pause drafting for everyone when it measures slower than plain
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every row and measurement (acceptance, step costs, pauses): start afresh."""
+        self._rows.clear()
         self.paused = 0  # steps left with speculation off for the whole batch
         self.pauses = 0
         self._cost: dict[bool, tuple[float, int]] = {True: (0.0, 0), False: (0.0, 0)}
@@ -116,6 +121,11 @@ class Speculator:
         a = min(st.ema, 0.99)
         best = max((1 - a ** (k + 1)) / (1 - a) / (v + d * k) for k in range(1, self.num_draft + 1))
         return best * plain >= 1.0
+
+    def hold(self, k: int) -> None:
+        """Every known row drafts K tokens next step, whatever its acceptance (the warm-up)."""
+        for st in self._rows.values():
+            st.k, st.ema, st.rest, st.empty = k, 1.0, 0, 0
 
     def tick(self, rows: list[Request]) -> None:
         """One engine step passed: resting rows come closer to their next probe."""

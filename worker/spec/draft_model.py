@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
 
-from worker.compile_mode import MAX_ROWS, rows_for
+from worker.compile_mode import AUTO_MAX_ROWS, rows_for
 from worker.forward import Forward
 from worker.kv_manager import KVManager, RequestPages
 from worker.sampling import RowSampler, draw, prepare
@@ -66,7 +66,7 @@ class DraftModelDrafter:
         (its pages are full precision, so it applies when its weights are small; False: never;
         None: the RAPID_MLX_COMPILE_DECODE default)."""
         self.kv = KVManager(store, prefix_cache=False)
-        rows = None if compile is None else rows_for("auto" if compile else "off", MAX_ROWS, model)
+        rows = None if compile is None else rows_for("auto" if compile else "off", AUTO_MAX_ROWS, model)
         self.forward = Forward(model, store, dtype, compile_rows=rows)
         # a greedy proposal's later steps in one compiled call (with compiled forwards)
         self.fused = (FusedDraft(self.forward._decode, store, self.forward.cascade, dtype)
@@ -171,6 +171,13 @@ class DraftModelDrafter:
         d = self.rows.pop(id(row), None)
         if d is not None:
             self.kv.release(d, cache=False)
+
+    def lag(self, n: int) -> None:
+        """Every row's draft KV forgets its last N tokens: its next proposal first catches up on
+        N + 1 (as after a fully accepted one). The boot warm-up's way to that path's shapes."""
+        for d in self.rows.values():
+            _settle(d)
+            self._cut(d, max(0, d.computed - n))
 
     # ---- helpers --------------------------------------------------------------------------
 
