@@ -1,0 +1,204 @@
+"""Decode steps read keys/values from a dense per-batch cache instead of gathering every page.
+
+A plain (uncompiled) decode batch's attention used to gather each row's whole KV from the page
+pool every step, per layer: ``k[table]`` with a (B, H, L) row table (full-precision pages), or the
+K8V4 working set's float rows. On this CPU that gather cost several ms per step at 32 rows.
+Here such a batch keeps, per layer, (B * H * cap, D) arrays holding exactly what that gather
+would return for positions 0..cap of every row (cap grows by ``CHUNK``). Each step writes the new
+token's keys/values there (one scatter per layer, beside the usual page write, so pages, the
+radix cache and preemption are unchanged) and attention reads a (B, H, L, D) slice of it: the
+same shapes and the same floats the gather gave, so the same bits.
+
+Rows are refilled from the pages (the old gather, for those rows only) when they are new to the
+batch, when a page they read was written by another batch (prefill, verify, a compiled step: any
+``PagedBatch`` that is not such a step marks the pages it writes), and, for K8V4, when their last
+page was just completed (they now read its dequantized float copy, not the full-precision tail).
+Rows that stay keep their place (a membership change moves them with one gather of whole rows).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import NamedTuple
+
+import mlx.core as mx
+import numpy as np
+
+from cache.paged_kv import PagedKVStore
+
+CHUNK = 256  # key positions the cache grows by (few shapes)
+BUDGET = 1 << 30  # bytes of dense keys and values over all layers; above it steps gather pages
+ENABLED = True  # tests compare against the gather with this off
+
+
+class DensePlan(NamedTuple):
+    """What one decode step does to the dense cache of every layer."""
+
+    rows: int  # B
+    cap: int  # positions per dense row
+    length: int  # L: key positions attention reads
+    fresh: bool  # start from zeros (new shape) instead of the last step's arrays
+    old_rows: int  # rows of the last step's arrays
+    perm: mx.array | None  # (B,) last step's dense row of each row (rows that moved)
+    refresh: tuple[mx.array, mx.array] | None  # (source rows, dense rows) refilled from pages
+    write: mx.array  # (B * H,) dense rows of the new token, (b, h) order
+
+
+class DenseCache:
+    """One store's dense decode cache and what it holds."""
+
+    def __init__(self, store: PagedKVStore) -> None:
+        self.k: list[mx.array | None] = [None] * store.fmt.num_layers
+        self.v: list[mx.array | None] = [None] * store.fmt.num_layers
+        self.rows, self.cap = 0, 0
+        self.pages = np.zeros((0, 0), dtype=np.int64)  # (rows, W) page ids of each dense row
+        self.lens = np.zeros(0, dtype=np.int64)  # positions held per dense row
+        self.dirty = np.zeros(store.num_pages, dtype=bool)  # written by other batches since
+        self.applied = 0  # layers the last plan was applied to
+        self.plan: DensePlan | None = None
+        self.refilled = 0  # rows refilled from pages so far (stats, tests)
+        self.steps = 0
+
+    def reset(self) -> None:
+        """Forget everything (the next step refills every row)."""
+        self.rows, self.cap = 0, 0
+        self.k = [None] * len(self.k)
+        self.v = [None] * len(self.v)
+        self.plan = None
+
+
+_CACHES: weakref.WeakKeyDictionary[PagedKVStore, DenseCache] = weakref.WeakKeyDictionary()
+
+
+def cache_of(store: PagedKVStore) -> DenseCache:
+    """STORE's dense decode cache (made on first use)."""
+    cache = _CACHES.get(store)
+    if cache is None:
+        cache = _CACHES[store] = DenseCache(store)
+    return cache
+
+
+def mark_written(store: PagedKVStore, slots: np.ndarray) -> None:
+    """Pages of pool SLOTS were written by a batch that is not a dense decode step."""
+    cache = _CACHES.get(store)
+    if cache is not None and cache.rows:
+        cache.dirty[(slots // store.fmt.page_size).reshape(-1)] = True
+
+
+def plan_dense(store: PagedKVStore, pages: np.ndarray, starts: np.ndarray, length: int,
+               source: Callable[[], np.ndarray]) -> DensePlan | None:
+    """Plan a decode step of rows at positions STARTS over PAGES (B, W) reading LENGTH keys.
+
+    SOURCE gives the (B, H, L) rows of the arrays the gather reads (pool or K8V4 tail arrays).
+    None when the step gathers pages as before (the cache is off or would be too large).
+    """
+    fmt = store.fmt
+    cache = cache_of(store)
+    bsz, h, p = len(starts), fmt.num_kv_heads, fmt.page_size
+    cap = -(-length // CHUNK) * CHUNK
+    if not ENABLED or 2 * fmt.num_layers * bsz * h * cap * fmt.head_dim * fmt.dtype.size > BUDGET:
+        cache.reset()
+        return None
+    if cache.plan is not None and cache.applied != fmt.num_layers:  # a step that did not run
+        cache.reset()
+    fresh = cache.rows == 0 or cap != cache.cap
+    old = np.full(bsz, -1, dtype=np.int64) if fresh else _match(cache, pages, starts, p,
+                                                                store.quantized)
+    refill = np.flatnonzero(old < 0)
+    perm = None
+    if not fresh and (bsz != cache.rows or not np.array_equal(old[old >= 0],
+                                                              np.flatnonzero(old >= 0))):
+        perm = mx.array(np.maximum(old, 0))
+    heads = np.arange(h)
+    refresh = None
+    if len(refill):
+        rows = source()[refill]  # (R, H, L)
+        dst = ((refill[:, None, None] * h + heads[None, :, None]) * cap
+               + np.arange(rows.shape[-1])[None, None, :])
+        refresh = (mx.array(rows.reshape(-1)), mx.array(dst.reshape(-1)))
+        cache.refilled += len(refill)
+    write = ((np.arange(bsz)[:, None] * h + heads[None, :]) * cap + starts[:, None]).reshape(-1)
+    plan = DensePlan(bsz, cap, length, fresh, cache.rows, perm, refresh, mx.array(write))
+    cache.rows, cache.cap, cache.plan, cache.applied = bsz, cap, plan, 0
+    cache.pages = pages.copy()
+    cache.lens = starts + 1
+    cache.dirty[:] = False
+    cache.steps += 1
+    return plan
+
+
+def _match(cache: DenseCache, pages: np.ndarray, starts: np.ndarray, p: int, quantized: bool
+           ) -> np.ndarray:
+    """Each row's dense row in the last step (-1: refill it from the pages)."""
+    bsz = len(starts)
+    old = np.full(bsz, -1, dtype=np.int64)
+    width = cache.pages.shape[1]
+    if bsz == cache.rows and np.array_equal(starts, cache.lens) and pages.shape[1] >= width:
+        keep = _unchanged(cache, pages[:, :width], starts, p)
+        old[keep] = np.flatnonzero(keep)
+        return _stale_page(old, starts, p, quantized)
+    last = {}
+    for d in range(cache.rows):
+        if cache.lens[d] > 0:
+            last[int(cache.pages[d, (cache.lens[d] - 1) // p])] = d
+    for b in range(bsz):
+        s = int(starts[b])
+        if s == 0:
+            continue
+        d = last.get(int(pages[b, (s - 1) // p]))
+        used = (s - 1) // p + 1
+        if d is None or cache.lens[d] != s or used > pages.shape[1] or used > width:
+            continue
+        if np.array_equal(cache.pages[d, :used], pages[b, :used]) and not cache.dirty[
+                pages[b, :used]].any():
+            old[b] = d
+    return _stale_page(old, starts, p, quantized)
+
+
+def _unchanged(cache: DenseCache, pages: np.ndarray, starts: np.ndarray, p: int) -> np.ndarray:
+    """Mask of rows whose pages up to their last position are the dense row's, none dirty."""
+    used = np.arange(pages.shape[1])[None, :] < ((starts - 1) // p + 1)[:, None]
+    same = ~np.any(used & (pages != cache.pages), axis=1)
+    dirty = np.any(used & cache.dirty[pages], axis=1)
+    return same & ~dirty & (starts > 0)
+
+
+def _stale_page(old: np.ndarray, starts: np.ndarray, p: int, quantized: bool) -> np.ndarray:
+    """K8V4: a row whose last page just filled reads its float copy now, not the tail: refill."""
+    if quantized:
+        old[(starts % p == 0)] = -1
+    return old
+
+
+def apply_dense(store: PagedKVStore, layer: int, plan: DensePlan, source_k: mx.array,
+                source_v: mx.array, new_k: mx.array, new_v: mx.array
+                ) -> tuple[mx.array, mx.array]:
+    """Update LAYER's dense arrays for this step; return keys/values (B, H, L, D) to attend.
+
+    SOURCE_K/V are the arrays the gather reads (already holding this step's token), NEW_K/V the
+    step's keys/values (B * H, D) as stored there.
+    """
+    cache = cache_of(store)
+    fmt = store.fmt
+    h = fmt.num_kv_heads
+    out = []
+    for arrays, src, new in ((cache.k, source_k, new_k), (cache.v, source_v, new_v)):
+        a = arrays[layer]
+        if plan.fresh or a is None:
+            a = mx.zeros((plan.rows * h * plan.cap, src.shape[-1]), dtype=src.dtype)
+        elif plan.perm is not None:
+            a = a.reshape(plan.old_rows, -1)[plan.perm].reshape(-1, src.shape[-1])
+        if plan.refresh is not None:
+            a[plan.refresh[1]] = src[plan.refresh[0]]
+        a[plan.write] = new.astype(src.dtype)
+        arrays[layer] = a
+        out.append(a.reshape(plan.rows, h, plan.cap, -1)[:, :, : plan.length])
+    cache.applied += 1
+    return out[0], out[1]
+
+
+def dense_status(store: PagedKVStore) -> dict[str, int]:
+    """Steps planned and rows refilled from pages so far (tests, benches)."""
+    cache = _CACHES.get(store)
+    return {"steps": cache.steps if cache else 0, "refilled": cache.refilled if cache else 0}
