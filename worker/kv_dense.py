@@ -139,20 +139,20 @@ def _match(cache: DenseCache, pages: np.ndarray, starts: np.ndarray, p: int, qua
         old[keep] = np.flatnonzero(keep)
         return _stale_page(old, starts, p, quantized)
     last = {}
-    for d in range(cache.rows):
+    for d in range(cache.rows):  # d: a dense row
         if cache.lens[d] > 0:
             last[int(cache.pages[d, (cache.lens[d] - 1) // p])] = d
     for b in range(bsz):
         s = int(starts[b])
         if s == 0:
             continue
-        d = last.get(int(pages[b, (s - 1) // p]))
+        row = last.get(int(pages[b, (s - 1) // p]))
         used = (s - 1) // p + 1
-        if d is None or cache.lens[d] != s or used > pages.shape[1] or used > width:
+        if row is None or cache.lens[row] != s or used > pages.shape[1] or used > width:
             continue
-        if np.array_equal(cache.pages[d, :used], pages[b, :used]) and not cache.dirty[
+        if np.array_equal(cache.pages[row, :used], pages[b, :used]) and not cache.dirty[
                 pages[b, :used]].any():
-            old[b] = d
+            old[b] = row
     return _stale_page(old, starts, p, quantized)
 
 
@@ -161,7 +161,8 @@ def _unchanged(cache: DenseCache, pages: np.ndarray, starts: np.ndarray, p: int)
     used = np.arange(pages.shape[1])[None, :] < ((starts - 1) // p + 1)[:, None]
     same = ~np.any(used & (pages != cache.pages), axis=1)
     dirty = np.any(used & cache.dirty[pages], axis=1)
-    return same & ~dirty & (starts > 0)
+    keep: np.ndarray = same & ~dirty & (starts > 0)
+    return keep
 
 
 def _stale_page(old: np.ndarray, starts: np.ndarray, p: int, quantized: bool) -> np.ndarray:
