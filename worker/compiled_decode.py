@@ -19,6 +19,7 @@ from typing import Any
 import mlx.core as mx
 
 from cache.paged_kv import PagedKVStore
+from worker.kv_dense import prepare_dense
 from worker.kv_working import DecodePlan
 from worker.paged_batch import PagedBatch
 
@@ -64,6 +65,11 @@ class CompiledDecode:
                 for layer in range(len(store.k)):
                     store.load_work(layer, *plan.load)
             batch.work = plan._replace(load=None, complete=None)
+        cache = batch.dense_cache
+        if batch.dense is not None and cache is not None:  # rows moved and refilled before
+            sources = list(zip(store.k_tail, store.v_tail, strict=True)) if store.quantized else [
+                (k[0], v[0]) for k, v in zip(store.k, store.v, strict=True)]
+            batch.dense = prepare_dense(cache, batch.dense, sources)
         elif not batch.quantized:
             if batch.shared:
                 _ = batch.shared_table, batch.rest_table
@@ -75,9 +81,13 @@ class CompiledDecode:
             (k, a) for k, a in zip(PLAN_ARRAYS, (getattr(batch.work, f) for f in PLAN_ARRAYS),
                                    strict=True) if a is not None]
         arrays += [a for _, a in work]
+        dense: list[Any] = [[], []]
+        if batch.dense is not None and cache is not None:  # the dense arrays go in and out
+            arrays.append(batch.dense.write)
+            dense = [list(cache.k), list(cache.v)]
         # key[2][0]: the rows (tests and the warm-up read it)
         key = (names, tuple(a.shape for a in arrays), tokens.shape, batch.shared,
-               tuple(k for k, _ in work))
+               tuple(k for k, _ in work), tuple(a.shape for a in dense[0]))
         if key in self.fns and self.fns[key] is None:
             batch.work = plan
             return None
@@ -88,10 +98,10 @@ class CompiledDecode:
                 del self.fns[next(iter(self.fns))]
         # MLX picks a write's output buffer when it encodes the step: a page array the step
         # before is still writing would be copied whole, so wait for those writes first
-        mx.eval(store.arrays())
-        pool = _pool(store)
+        mx.eval(store.arrays(), dense)
+        pool = _pool(store) + dense
         try:
-            out, k, v, k_tail, v_tail = fn(tokens, arrays, pool)
+            out, k, v, k_tail, v_tail, dense_k, dense_v = fn(tokens, arrays, pool)
         except WritesPages:
             self.fns[key] = None
             batch.work = plan
@@ -103,6 +113,9 @@ class CompiledDecode:
             store.v[layer][:] = v[layer]
         store.k_tail[:] = k_tail
         store.v_tail[:] = v_tail
+        if cache is not None and dense_k:
+            cache.k[:], cache.v[:] = dense_k, dense_v
+            cache.applied = len(dense_k)
         if plan is not None and plan.complete is not None:
             for layer in range(len(store.k)):
                 store.requantize(layer, *plan.complete)
@@ -129,14 +142,21 @@ class CompiledDecode:
                 setattr(batch, name, a)
             if plan is not None:
                 given: dict[str, Any] = dict.fromkeys(PLAN_ARRAYS)
-                given.update(zip(work, arrays[len(names):], strict=True))
+                given.update(zip(work, arrays[len(names):len(names) + len(work)], strict=True))
                 batch.work = plan._replace(**given)
+            cache = None
+            if template.dense is not None and template.dense_cache is not None:
+                cache = copy.copy(template.dense_cache)
+                cache.k, cache.v = list(pool[6]), list(pool[7])
+                batch.dense_cache = cache
+                batch.dense = template.dense._replace(write=arrays[-1])
             known = set(batch.__dict__)
             out = run(tokens, batch)
             lazy = [a for a in batch.__dict__ if a not in known]
             if lazy:  # computed while tracing: it would be baked into the function as a constant
                 raise RuntimeError(f"compiled decode step read {lazy} without passing them in")
-            return out, proxy.k, proxy.v, proxy.k_tail, proxy.v_tail
+            return (out, proxy.k, proxy.v, proxy.k_tail, proxy.v_tail,
+                    cache.k if cache else [], cache.v if cache else [])
 
         return step
 

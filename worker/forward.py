@@ -153,7 +153,7 @@ class Forward:
             return None
         batch = PagedBatch(self.store, [kv.pages for kv in kvs], starts, [1] * len(starts),
                            self.dtype, tails=[kv.tail for kv in kvs], cascade=self.cascade,
-                           bucket=True)
+                           bucket=True, dense=True)
         if not self.compiled.fits(batch):
             # a K8V4 batch that reads quantized pages planned no working-set loads (it did not
             # fit), so the plain step may plan the batch again

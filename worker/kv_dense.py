@@ -49,6 +49,7 @@ class DenseCache:
     """One store's dense decode cache and what it holds."""
 
     def __init__(self, store: PagedKVStore) -> None:
+        self.heads = store.fmt.num_kv_heads
         self.k: list[mx.array | None] = [None] * store.fmt.num_layers
         self.v: list[mx.array | None] = [None] * store.fmt.num_layers
         self.rows, self.cap = 0, 0
@@ -172,31 +173,46 @@ def _stale_page(old: np.ndarray, starts: np.ndarray, p: int, quantized: bool) ->
     return old
 
 
-def apply_dense(store: PagedKVStore, layer: int, plan: DensePlan, source_k: mx.array,
+def apply_dense(cache: DenseCache, layer: int, plan: DensePlan, source_k: mx.array,
                 source_v: mx.array, new_k: mx.array, new_v: mx.array
                 ) -> tuple[mx.array, mx.array]:
     """Update LAYER's dense arrays for this step; return keys/values (B, H, L, D) to attend.
 
-    SOURCE_K/V are the arrays the gather reads (already holding this step's token), NEW_K/V the
-    step's keys/values (B * H, D) as stored there.
+    SOURCE_K/V are the arrays the gather reads (refills read them), NEW_K/V the step's
+    keys/values (B * H, D) as stored there.
     """
-    cache = cache_of(store)
-    fmt = store.fmt
-    h = fmt.num_kv_heads
+    h = cache.heads
     out = []
     for arrays, src, new in ((cache.k, source_k, new_k), (cache.v, source_v, new_v)):
-        a = arrays[layer]
-        if plan.fresh or a is None:
-            a = mx.zeros((plan.rows * h * plan.cap, src.shape[-1]), dtype=src.dtype)
-        elif plan.perm is not None:
-            a = a.reshape(plan.old_rows, -1)[plan.perm].reshape(-1, src.shape[-1])
-        if plan.refresh is not None:
-            a[plan.refresh[1]] = src[plan.refresh[0]]
+        a = _prepared(arrays[layer], plan, h, src)
         a[plan.write] = new.astype(src.dtype)
         arrays[layer] = a
         out.append(a.reshape(plan.rows, h, plan.cap, -1)[:, :, : plan.length])
     cache.applied += 1
     return out[0], out[1]
+
+
+def prepare_dense(cache: DenseCache, plan: DensePlan, sources: list[tuple[mx.array, mx.array]]
+                  ) -> DensePlan:
+    """Move and refill every layer's rows now (before a compiled step); the plan left to apply.
+
+    SOURCES: each layer's (keys, values) arrays the gather reads.
+    """
+    for layer, (src_k, src_v) in enumerate(sources):
+        cache.k[layer] = _prepared(cache.k[layer], plan, cache.heads, src_k)
+        cache.v[layer] = _prepared(cache.v[layer], plan, cache.heads, src_v)
+    return plan._replace(fresh=False, perm=None, refresh=None)
+
+
+def _prepared(a: mx.array | None, plan: DensePlan, heads: int, src: mx.array) -> mx.array:
+    """One dense array with the plan's rows moved and refilled (not yet this step's token)."""
+    if plan.fresh or a is None:
+        a = mx.zeros((plan.rows * heads * plan.cap, src.shape[-1]), dtype=src.dtype)
+    elif plan.perm is not None:
+        a = a.reshape(plan.old_rows, -1)[plan.perm].reshape(-1, src.shape[-1])
+    if plan.refresh is not None:
+        a[plan.refresh[1]] = src[plan.refresh[0]]
+    return a
 
 
 def dense_status(store: PagedKVStore) -> dict[str, int]:

@@ -14,6 +14,7 @@ import worker.kv_dense as kv_dense
 from protocol.messages import SamplingParams
 from tests.conftest import shared_model
 from tests.worker.test_engine import PROMPTS, make_engine
+from worker.compile_mode import ROWS_ENV
 from worker.kv_dense import dense_status
 
 
@@ -95,15 +96,24 @@ def _compare(model: tuple[str, Any, Any], rows: int, monkeypatch: pytest.MonkeyP
 
 
 @pytest.mark.parametrize("rows", [1, 8, 32])
+@pytest.mark.parametrize("compiled", [0, 32])
 def test_dense_decode_logits_are_the_gathers(model: tuple[str, Any, Any], rows: int,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    _compare(model, rows, monkeypatch)
+                                             compiled: int, monkeypatch: pytest.MonkeyPatch
+                                             ) -> None:
+    """Plain steps, and compiled steps up to COMPILED rows."""
+    monkeypatch.setenv(ROWS_ENV, str(compiled))
+    engine = _compare(model, rows, monkeypatch, compile_decode="auto")
+    if compiled:  # compiled steps took the dense arrays in (the last item of their key)
+        assert engine.compiled is not None and any(key[-1] for key in engine.compiled.fns)
 
 
 @pytest.mark.parametrize("rows", [8, 32])
+@pytest.mark.parametrize("compiled", [0, 32])
 def test_dense_decode_with_a_shared_prefix(model: tuple[str, Any, Any], rows: int,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    _compare(model, rows, monkeypatch, shared=True)
+                                           compiled: int, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    monkeypatch.setenv(ROWS_ENV, str(compiled))
+    _compare(model, rows, monkeypatch, shared=True, compile_decode="auto")
 
 
 def test_dense_decode_under_preemption(model: tuple[str, Any, Any],
