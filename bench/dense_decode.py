@@ -6,7 +6,8 @@
 One process, one model at a time; per round, in turns: ``gather`` (the dense cache off: the
 page gather every step, as before), ``dense`` (on), ``refill`` (on, but every row refilled from
 the pages every step: what a membership change costs, at worst), optionally ``dense-plain``
-(on, no compiled step: ``RAPID_MLX_COMPILE_DECODE_MAX_ROWS=0``) and mlx-lm's BatchGenerator.
+(on, no compiled step: ``RAPID_MLX_COMPILE_DECODE_MAX_ROWS=0``) and mlx-lm's BatchGenerator;
+``NAME@ROWS`` runs variant NAME with compiled steps up to ROWS rows.
 ms per step (wall / CPU of the process) of ``bench.profile_decode``'s loops, medians over the
 rounds, and the median of the same-round ratios.
 """
@@ -29,6 +30,9 @@ def _variant(name: str) -> Callable[[], None]:
     import worker.paged_batch as pb
 
     saved = (kd.ENABLED, pb.plan_dense, os.environ.get(cm.ROWS_ENV))
+    name, _, rows = name.partition("@")  # NAME@ROWS: compiled steps up to ROWS rows
+    if rows:
+        os.environ[cm.ROWS_ENV] = rows
     kd.ENABLED = name != "gather"
     if name == "refill":
         def every_row(store: Any, *a: Any, **k: Any) -> Any:

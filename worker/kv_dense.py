@@ -80,6 +80,13 @@ def cache_of(store: PagedKVStore) -> DenseCache:
     return cache
 
 
+def release(store: PagedKVStore) -> None:
+    """Free STORE's dense arrays (no row is decoding)."""
+    cache = _CACHES.get(store)
+    if cache is not None and cache.rows:
+        cache.reset()
+
+
 def mark_written(store: PagedKVStore, slots: np.ndarray) -> None:
     """Pages of pool SLOTS were written by a batch that is not a dense decode step."""
     cache = _CACHES.get(store)
