@@ -52,6 +52,7 @@ class DenseCache:
         self.heads = store.fmt.num_kv_heads
         self.k: list[mx.array | None] = [None] * store.fmt.num_layers
         self.v: list[mx.array | None] = [None] * store.fmt.num_layers
+        self.ready: list[DensePlan | None] = [None] * store.fmt.num_layers  # plan applied last
         self.rows, self.cap = 0, 0
         self.pages = np.zeros((0, 0), dtype=np.int64)  # (rows, W) page ids of each dense row
         self.lens = np.zeros(0, dtype=np.int64)  # positions held per dense row
@@ -66,6 +67,7 @@ class DenseCache:
         self.rows, self.cap = 0, 0
         self.k = [None] * len(self.k)
         self.v = [None] * len(self.v)
+        self.ready = [None] * len(self.v)
         self.plan = None
 
 
@@ -190,8 +192,11 @@ def apply_dense(cache: DenseCache, layer: int, plan: DensePlan, source_k: mx.arr
     """
     h = cache.heads
     out = []
+    prepare = cache.ready[layer] is not plan  # a batch run twice (tests) moves rows once
+    cache.ready[layer] = plan
     for arrays, src, new in ((cache.k, source_k, new_k), (cache.v, source_v, new_v)):
-        a = _prepared(arrays[layer], plan, h, src)
+        a = _prepared(arrays[layer], plan, h, src) if prepare else arrays[layer]
+        assert a is not None
         a[plan.write] = new.astype(src.dtype)
         arrays[layer] = a
         out.append(a.reshape(plan.rows, h, plan.cap, -1)[:, :, : plan.length])
@@ -205,10 +210,13 @@ def prepare_dense(cache: DenseCache, plan: DensePlan, sources: list[tuple[mx.arr
 
     SOURCES: each layer's (keys, values) arrays the gather reads.
     """
+    left = plan._replace(fresh=False, perm=None, refresh=None)
     for layer, (src_k, src_v) in enumerate(sources):
-        cache.k[layer] = _prepared(cache.k[layer], plan, cache.heads, src_k)
-        cache.v[layer] = _prepared(cache.v[layer], plan, cache.heads, src_v)
-    return plan._replace(fresh=False, perm=None, refresh=None)
+        if cache.ready[layer] is not plan:
+            cache.k[layer] = _prepared(cache.k[layer], plan, cache.heads, src_k)
+            cache.v[layer] = _prepared(cache.v[layer], plan, cache.heads, src_v)
+        cache.ready[layer] = left
+    return left
 
 
 def _prepared(a: mx.array | None, plan: DensePlan, heads: int, src: mx.array) -> mx.array:
