@@ -10,9 +10,10 @@ radix cache and preemption are unchanged) and attention reads a (B, H, L, D) sli
 same shapes and the same floats the gather gave, so the same bits.
 
 Rows are refilled from the pages (the old gather, for those rows only) when they are new to the
-batch, when a page they read was written by another batch (prefill, verify, a compiled step: any
-``PagedBatch`` that is not such a step marks the pages it writes), and, for K8V4, when their last
-page was just completed (they now read its dequantized float copy, not the full-precision tail).
+batch, and when a page they read was written by another batch (prefill, verify, a compiled step
+not reading the cache: any ``PagedBatch`` that is not such a step marks the pages it writes). For
+K8V4, a row whose last page was just completed re-reads that page only (it now reads its
+dequantized float copy, not the full-precision tail).
 Rows that stay keep their place (a membership change moves them with one gather of whole rows).
 """
 
@@ -60,6 +61,7 @@ class DenseCache:
         self.applied = 0  # layers the last plan was applied to
         self.plan: DensePlan | None = None
         self.refilled = 0  # rows refilled from pages so far (stats, tests)
+        self.pages_refreshed = 0  # K8V4: filled pages re-read from their float copies
         self.steps = 0
 
     def reset(self) -> None:
@@ -113,21 +115,28 @@ def plan_dense(store: PagedKVStore, pages: np.ndarray, starts: np.ndarray, lengt
     if cache.plan is not None and cache.applied != fmt.num_layers:  # a step that did not run
         cache.reset()
     fresh = cache.rows == 0 or cap != cache.cap
-    old = np.full(bsz, -1, dtype=np.int64) if fresh else _match(cache, pages, starts, p,
-                                                                store.quantized)
+    old = np.full(bsz, -1, dtype=np.int64) if fresh else _match(cache, pages, starts, p)
     refill = np.flatnonzero(old < 0)
+    # K8V4: a kept row whose last page just filled reads that page's float copy now
+    page = np.flatnonzero((old >= 0) & (starts % p == 0)) if store.quantized else refill[:0]
     perm = None
     if not fresh and (bsz != cache.rows or not np.array_equal(old[old >= 0],
                                                               np.flatnonzero(old >= 0))):
         perm = mx.array(np.maximum(old, 0))
-    heads = np.arange(h)
     refresh = None
-    if len(refill):
-        rows = source()[refill]  # (R, H, L)
-        dst = ((refill[:, None, None] * h + heads[None, :, None]) * cap
-               + np.arange(rows.shape[-1])[None, None, :])
-        refresh = (mx.array(rows.reshape(-1)), mx.array(dst.reshape(-1)))
+    if len(refill) or len(page):
+        table = source()  # (B, H, L)
+        src, dst = [], []
+        for rows, lo in ((refill, np.zeros(len(refill), dtype=np.int64)), (page, starts[page] - p)):
+            if len(rows):
+                pos = lo[:, None] + np.arange(table.shape[-1] if rows is refill else p)
+                src.append(np.take_along_axis(table[rows], pos[:, None, :], axis=2).reshape(-1))
+                dst.append(((rows[:, None, None] * h + np.arange(h)[None, :, None]) * cap
+                            + pos[:, None, :]).reshape(-1))
+        refresh = (mx.array(np.concatenate(src)), mx.array(np.concatenate(dst)))
         cache.refilled += len(refill)
+        cache.pages_refreshed += len(page)
+    heads = np.arange(h)
     write = ((np.arange(bsz)[:, None] * h + heads[None, :]) * cap + starts[:, None]).reshape(-1)
     plan = DensePlan(bsz, cap, length, fresh, cache.rows, perm, refresh, mx.array(write))
     cache.rows, cache.cap, cache.plan, cache.applied = bsz, cap, plan, 0
@@ -138,8 +147,7 @@ def plan_dense(store: PagedKVStore, pages: np.ndarray, starts: np.ndarray, lengt
     return plan
 
 
-def _match(cache: DenseCache, pages: np.ndarray, starts: np.ndarray, p: int, quantized: bool
-           ) -> np.ndarray:
+def _match(cache: DenseCache, pages: np.ndarray, starts: np.ndarray, p: int) -> np.ndarray:
     """Each row's dense row in the last step (-1: refill it from the pages)."""
     bsz = len(starts)
     old = np.full(bsz, -1, dtype=np.int64)
@@ -147,7 +155,7 @@ def _match(cache: DenseCache, pages: np.ndarray, starts: np.ndarray, p: int, qua
     if bsz == cache.rows and np.array_equal(starts, cache.lens) and pages.shape[1] >= width:
         keep = _unchanged(cache, pages[:, :width], starts, p)
         old[keep] = np.flatnonzero(keep)
-        return _stale_page(old, starts, p, quantized)
+        return old
     last = {}
     for d in range(cache.rows):  # d: a dense row
         if cache.lens[d] > 0:
@@ -163,7 +171,7 @@ def _match(cache: DenseCache, pages: np.ndarray, starts: np.ndarray, p: int, qua
         if np.array_equal(cache.pages[row, :used], pages[b, :used]) and not cache.dirty[
                 pages[b, :used]].any():
             old[b] = row
-    return _stale_page(old, starts, p, quantized)
+    return old
 
 
 def _unchanged(cache: DenseCache, pages: np.ndarray, starts: np.ndarray, p: int) -> np.ndarray:
@@ -173,13 +181,6 @@ def _unchanged(cache: DenseCache, pages: np.ndarray, starts: np.ndarray, p: int)
     dirty = np.any(used & cache.dirty[pages], axis=1)
     keep: np.ndarray = same & ~dirty & (starts > 0)
     return keep
-
-
-def _stale_page(old: np.ndarray, starts: np.ndarray, p: int, quantized: bool) -> np.ndarray:
-    """K8V4: a row whose last page just filled reads its float copy now, not the tail: refill."""
-    if quantized:
-        old[(starts % p == 0)] = -1
-    return old
 
 
 def apply_dense(cache: DenseCache, layer: int, plan: DensePlan, source_k: mx.array,
@@ -233,4 +234,5 @@ def _prepared(a: mx.array | None, plan: DensePlan, heads: int, src: mx.array) ->
 def dense_status(store: PagedKVStore) -> dict[str, int]:
     """Steps planned and rows refilled from pages so far (tests, benches)."""
     cache = _CACHES.get(store)
-    return {"steps": cache.steps if cache else 0, "refilled": cache.refilled if cache else 0}
+    return {"steps": cache.steps if cache else 0, "refilled": cache.refilled if cache else 0,
+            "pages_refreshed": cache.pages_refreshed if cache else 0}
