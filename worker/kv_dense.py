@@ -41,6 +41,7 @@ class DensePlan(NamedTuple):
     length: int  # L: key positions attention reads
     fresh: bool  # start from zeros (new shape) instead of the last step's arrays
     old_rows: int  # rows of the last step's arrays
+    old_cap: int  # their positions per row (smaller: padded to cap)
     perm: mx.array | None  # (B,) last step's dense row of each row (rows that moved)
     refresh: tuple[mx.array, mx.array] | None  # (source rows, dense rows) refilled from pages
     write: mx.array  # (B * H,) dense rows of the new token, (b, h) order
@@ -108,13 +109,15 @@ def plan_dense(store: PagedKVStore, pages: np.ndarray, starts: np.ndarray, lengt
     fmt = store.fmt
     cache = cache_of(store)
     bsz, h, p = len(starts), fmt.num_kv_heads, fmt.page_size
-    cap = -(-length // CHUNK) * CHUNK
+    # the cap only grows while rows decode: a long row leaving must not make the next one
+    # rebuild every row
+    cap = max(-(-length // CHUNK) * CHUNK, cache.cap if cache.rows else 0)
     if not ENABLED or 2 * fmt.num_layers * bsz * h * cap * fmt.head_dim * fmt.dtype.size > BUDGET:
         cache.reset()
         return None
     if cache.plan is not None and cache.applied != fmt.num_layers:  # a step that did not run
         cache.reset()
-    fresh = cache.rows == 0 or cap != cache.cap
+    fresh = cache.rows == 0
     old = np.full(bsz, -1, dtype=np.int64) if fresh else _match(cache, pages, starts, p)
     refill = np.flatnonzero(old < 0)
     # K8V4: a kept row whose last page just filled reads that page's float copy now
@@ -138,7 +141,8 @@ def plan_dense(store: PagedKVStore, pages: np.ndarray, starts: np.ndarray, lengt
         cache.pages_refreshed += len(page)
     heads = np.arange(h)
     write = ((np.arange(bsz)[:, None] * h + heads[None, :]) * cap + starts[:, None]).reshape(-1)
-    plan = DensePlan(bsz, cap, length, fresh, cache.rows, perm, refresh, mx.array(write))
+    plan = DensePlan(bsz, cap, length, fresh, cache.rows, cache.cap, perm, refresh,
+                     mx.array(write))
     cache.rows, cache.cap, cache.plan, cache.applied = bsz, cap, plan, 0
     cache.pages = pages.copy()
     cache.lens = starts + 1
@@ -211,7 +215,8 @@ def prepare_dense(cache: DenseCache, plan: DensePlan, sources: list[tuple[mx.arr
 
     SOURCES: each layer's (keys, values) arrays the gather reads.
     """
-    left = plan._replace(fresh=False, perm=None, refresh=None)
+    left = plan._replace(fresh=False, perm=None, refresh=None, old_rows=plan.rows,
+                         old_cap=plan.cap)
     for layer, (src_k, src_v) in enumerate(sources):
         if cache.ready[layer] is not plan:
             cache.k[layer] = _prepared(cache.k[layer], plan, cache.heads, src_k)
@@ -222,10 +227,19 @@ def prepare_dense(cache: DenseCache, plan: DensePlan, sources: list[tuple[mx.arr
 
 def _prepared(a: mx.array | None, plan: DensePlan, heads: int, src: mx.array) -> mx.array:
     """One dense array with the plan's rows moved and refilled (not yet this step's token)."""
+    d = src.shape[-1]
     if plan.fresh or a is None:
-        a = mx.zeros((plan.rows * heads * plan.cap, src.shape[-1]), dtype=src.dtype)
-    elif plan.perm is not None:
-        a = a.reshape(plan.old_rows, -1)[plan.perm].reshape(-1, src.shape[-1])
+        return _refilled(mx.zeros((plan.rows * heads * plan.cap, d), dtype=src.dtype), plan, src)
+    if plan.old_cap != plan.cap:
+        a = mx.pad(a.reshape(plan.old_rows, heads, plan.old_cap, d),
+                   [(0, 0), (0, 0), (0, plan.cap - plan.old_cap), (0, 0)]).reshape(-1, d)
+    if plan.perm is not None:
+        a = a.reshape(plan.old_rows, -1)[plan.perm].reshape(-1, d)
+    return _refilled(a, plan, src)
+
+
+def _refilled(a: mx.array, plan: DensePlan, src: mx.array) -> mx.array:
+    """A with the plan's refilled positions read from SRC."""
     if plan.refresh is not None:
         a[plan.refresh[1]] = src[plan.refresh[0]]
     return a
