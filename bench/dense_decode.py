@@ -29,7 +29,8 @@ def _variant(name: str) -> Callable[[], None]:
     import worker.kv_dense as kd
     import worker.paged_batch as pb
 
-    saved = (kd.ENABLED, pb.plan_dense, os.environ.get(cm.ROWS_ENV))
+    planner = pb.plan_dense  # type: ignore[attr-defined]
+    saved = (kd.ENABLED, planner, os.environ.get(cm.ROWS_ENV))
     name, _, rows = name.partition("@")  # NAME@ROWS: compiled steps up to ROWS rows
     if rows:
         os.environ[cm.ROWS_ENV] = rows
@@ -39,18 +40,68 @@ def _variant(name: str) -> Callable[[], None]:
             kd.cache_of(store).reset()
             return saved[1](store, *a, **k)
 
-        pb.plan_dense = every_row  # type: ignore[assignment]
+        pb.plan_dense = every_row  # type: ignore[attr-defined]
     if name == "dense-plain":
         os.environ[cm.ROWS_ENV] = "0"
 
     def undo() -> None:
-        kd.ENABLED, pb.plan_dense = saved[0], saved[1]
+        kd.ENABLED = saved[0]
+        pb.plan_dense = saved[1]  # type: ignore[attr-defined]
         if saved[2] is None:
             os.environ.pop(cm.ROWS_ENV, None)
         else:
             os.environ[cm.ROWS_ENV] = saved[2]
 
     return undo
+
+
+def churn(model: Any, tok: Any, rows: int, kind: str, tokens: int) -> dict[str, float]:
+    """ms per generated token (wall / CPU) while ROWS requests of 128 tokens run, each finished
+    one replaced at once by a new one (prompts of 16-112 random tokens): rows join and leave."""
+    import time
+
+    import numpy as np
+
+    import worker.engine as eng
+    from protocol.messages import SamplingParams
+    from worker.attention import install
+    from worker.kv_setup import plan_kv
+
+    install()
+    plan = plan_kv(model, eng.model_dtype(model), kind=kind, memory="512MiB", page_size=16,
+                   group_size=32, max_batch=32, context_length=1024, working_set=True)
+    engine = eng.Engine(model, tok, plan.store, context_length=1024, max_batch=32)
+    rng = np.random.default_rng(1)
+    params = SamplingParams(max_tokens=128, temperature=0.0, ignore_eos=True)
+    added = 0
+
+    def add() -> None:
+        nonlocal added
+        ids = rng.integers(3, model.args.vocab_size, int(rng.integers(16, 113))).tolist()
+        engine.add(str(added), ids, params)
+        added += 1
+
+    for _ in range(rows):
+        add()
+    for _ in range(64):  # warm-up: the first requests prefill and decode a little
+        engine.step()
+    made = 0
+    t0, c0 = time.perf_counter(), time.process_time()
+    while made < tokens:
+        for out in engine.step():
+            made += len(out.token_ids)
+            if out.finish_reason is not None:
+                add()
+    return {"wall": (time.perf_counter() - t0) / made * 1e3,
+            "cpu": (time.process_time() - c0) / made * 1e3}
+
+
+def _ratio(runs: dict[str, list[dict[str, float]]], a: str, b: str) -> str:
+    """Median of the same-round ratios A / B, wall / CPU."""
+    if a not in runs or b not in runs:
+        return "-"
+    return " / ".join(f"{statistics.median(x[c] / y[c] for x, y in zip(runs[a], runs[b], strict=True)):.2f}"
+                      for c in ("wall", "cpu"))
 
 
 def main() -> None:
@@ -63,6 +114,8 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--variants", default="gather,dense,refill,mlx-lm",
                    help="of gather, dense, refill, dense-plain, mlx-lm")
+    p.add_argument("--churn", type=int, default=0,
+                   help="instead: ms per token over this many tokens with rows joining/leaving")
     args = p.parse_args()
     names = args.variants.split(",")
     print("| model | rows | " + " | ".join(f"{n}: wall / cpu" for n in names)
@@ -79,21 +132,16 @@ def main() -> None:
                         continue
                     undo = _variant(n)
                     try:
-                        runs[n].append(ours(model, tok, rows, args.kv, args.steps, False))
+                        runs[n].append(churn(model, tok, rows, args.kv, args.churn) if args.churn
+                                       else ours(model, tok, rows, args.kv, args.steps, False))
                     finally:
                         undo()
             cells = " | ".join(
                 f"{statistics.median(r['wall'] for r in runs[n]):.2f} / "
                 f"{statistics.median(r['cpu'] for r in runs[n]):.2f}" for n in names)
 
-            def ratio(a: str, b: str) -> str:
-                if a not in runs or b not in runs:
-                    return "-"
-                return " / ".join(f"{statistics.median(x[c] / y[c] for x, y in zip(runs[a], runs[b], strict=True)):.2f}"
-                                  for c in ("wall", "cpu"))
-
-            print(f"| {model_name} | {rows} | {cells} | {ratio('dense', 'gather')} | "
-                  f"{ratio('mlx-lm', 'dense')} |", flush=True)
+            print(f"| {model_name} | {rows} | {cells} | {_ratio(runs, 'dense', 'gather')} | "
+                  f"{_ratio(runs, 'mlx-lm', 'dense')} |", flush=True)
 
 
 if __name__ == "__main__":
