@@ -29,6 +29,10 @@ import numpy as np
 from cache.paged_kv import PagedKVStore
 
 CHUNK = 256  # key positions the cache grows by (few shapes)
+# only models up to this size use it: it paid on stories260K (1 MB, dispatch-bound: 0.76x /
+# 0.89x the CPU per token at 8 / 32 rows joining and leaving) and not on the Qwen3 bench model
+# (116 MB, K8V4: 0.98x / 1.07x) (bench/README.md, session 9)
+MAX_WEIGHT_BYTES = 32 << 20
 BUDGET = 1 << 30  # bytes of dense keys and values over all layers; above it steps gather pages
 ENABLED = True  # tests compare against the gather with this off
 
@@ -83,6 +87,13 @@ def cache_of(store: PagedKVStore) -> DenseCache:
     if cache is None:
         cache = _CACHES[store] = DenseCache(store)
     return cache
+
+
+def pays_for(model: object) -> bool:
+    """True when MODEL's decode steps should use the dense cache (small, dispatch-bound)."""
+    from worker.blas import weight_bytes
+
+    return weight_bytes(model) <= MAX_WEIGHT_BYTES
 
 
 def release(store: PagedKVStore) -> None:

@@ -33,13 +33,13 @@ class PagedBatch:
     are padded to a bucket of pages, masked, so that steps repeat shapes, and every value the
     model reads is an array (no Python ints). The K8V4 window keeps its width: padding it would
     change the float rounding of its scores (BLAS computes the last N % 4 columns apart).
-    With ``dense`` (default: unless ``bucket``), a decode batch attends the dense decode cache
-    (worker/kv_dense.py); a compiled step's batch asks for it (``CompiledDecode`` passes it in).
+    With ``dense`` (``Forward`` asks for it on small models), a decode batch attends the dense
+    decode cache (worker/kv_dense.py), compiled or not.
     """
 
     def __init__(self, store: PagedKVStore, block_tables: list[list[int]], starts: list[int],
                  lengths: list[int], dtype: mx.Dtype, tails: list[int] | None = None,
-                 cascade: bool = False, bucket: bool = False, dense: bool | None = None) -> None:
+                 cascade: bool = False, bucket: bool = False, dense: bool = False) -> None:
         p = store.fmt.page_size
         heads = np.arange(store.fmt.num_kv_heads)
         h = len(heads)
@@ -88,7 +88,7 @@ class PagedBatch:
         # plain decode steps attend a dense per-batch copy of the KV (worker/kv_dense.py)
         self.dense: DensePlan | None = None
         self.dense_cache: DenseCache | None = None
-        if n == 1 and (not bucket if dense is None else dense) and (not self.quantized or (
+        if n == 1 and dense and (not self.quantized or (
                 self.work is not None and self.work.dense)):
             self.dense = plan_dense(store, pages, starts_np, length, self._dense_source)
             self.dense_cache = cache_of(store) if self.dense is not None else None

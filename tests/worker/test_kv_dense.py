@@ -129,3 +129,14 @@ def test_dense_decode_beside_compiled_steps(model: tuple[str, Any, Any],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """Batches shrink below the compiled step's rows and grow past them again."""
     _compare(model, 12, monkeypatch, compile_decode="auto")
+
+
+def test_large_models_gather_pages(model: tuple[str, Any, Any],
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above MAX_WEIGHT_BYTES (the Qwen3 bench model, where it did not pay) steps gather."""
+    kind, mdl, tok = model
+    monkeypatch.setattr(kv_dense, "MAX_WEIGHT_BYTES", 0)
+    engine = make_engine(mdl, tok, kind=kind, page_size=8, max_batch=8, compile_decode="off")
+    assert not engine._forward.dense
+    _run(engine, _prompts(tok, 8, False), 2, monkeypatch)
+    assert dense_status(engine.kv.store)["steps"] == 0
