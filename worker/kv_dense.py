@@ -1,20 +1,21 @@
 """Decode steps read keys/values from a dense per-batch cache instead of gathering every page.
 
-A plain (uncompiled) decode batch's attention used to gather each row's whole KV from the page
-pool every step, per layer: ``k[table]`` with a (B, H, L) row table (full-precision pages), or the
-K8V4 working set's float rows. On this CPU that gather cost several ms per step at 32 rows.
-Here such a batch keeps, per layer, (B * H * cap, D) arrays holding exactly what that gather
-would return for positions 0..cap of every row (cap grows by ``CHUNK``). Each step writes the new
-token's keys/values there (one scatter per layer, beside the usual page write, so pages, the
-radix cache and preemption are unchanged) and attention reads a (B, H, L, D) slice of it: the
-same shapes and the same floats the gather gave, so the same bits.
+A decode batch's attention used to gather each row's whole KV from the page pool every step,
+per layer: ``k[table]`` with a (B, H, L) row table (full-precision pages), or the K8V4 working
+set's float rows. On this CPU that gather cost a few ms per step at 32 rows on stories260K.
+Here a decode batch (plain or compiled; ``Forward`` asks for it on small models) keeps, per
+layer, (B * H * cap, D) arrays holding exactly what that gather would return for positions
+0..cap of every row (cap grows by ``CHUNK``, by padding, and does not shrink while rows decode).
+Each step writes the new token's keys/values there (one scatter per layer, beside the usual page
+write, so pages, the radix cache and preemption are unchanged) and attention reads a
+(B, H, L, D) slice of it: the same shapes and the same floats the gather gave, so the same bits.
 
 Rows are refilled from the pages (the old gather, for those rows only) when they are new to the
-batch, and when a page they read was written by another batch (prefill, verify, a compiled step
-not reading the cache: any ``PagedBatch`` that is not such a step marks the pages it writes). For
+batch, and when a page they read was written by another batch (prefill, verify, a step not
+reading the cache: any ``PagedBatch`` that is not such a step marks the pages it writes). For
 K8V4, a row whose last page was just completed re-reads that page only (it now reads its
-dequantized float copy, not the full-precision tail).
-Rows that stay keep their place (a membership change moves them with one gather of whole rows).
+dequantized float copy, not the full-precision tail). Rows that stay keep their place (a
+membership change moves them with one gather of whole rows).
 """
 
 from __future__ import annotations
