@@ -6,7 +6,9 @@ masks, RoPE offsets) is an input too, and so is every array of a K8V4 batch's wo
 (``DecodePlan``: tail rows, float tables); their shapes and the batch's Python values (the
 shared-prefix width) pick the compiled function. A K8V4 step's page loads (``load_work``) run
 before the function and its page completions (``requantize``) after it, so the function only
-writes the new token's tail rows and its shape set stays small. After the call the store holds
+writes the new token's tail rows and its shape set stays small. A batch reading the dense
+decode cache (worker/kv_dense.py) passes its dense arrays in and out the same way; its rows are
+moved and refilled before the function, which only appends the new token. After the call the store holds
 the new page arrays and nothing else refers to the old ones, so MLX still writes in place.
 """
 
