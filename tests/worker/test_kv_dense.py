@@ -11,6 +11,7 @@ from mlx_lm import load
 
 import worker.engine as eng
 import worker.kv_dense as kv_dense
+import worker.sampling as sampling
 from protocol.messages import SamplingParams
 from tests.conftest import shared_model
 from tests.worker.test_engine import PROMPTS, make_engine
@@ -35,7 +36,7 @@ def _run(engine: eng.Engine, prompts: dict[str, list[int]], late: int,
     """Greedy tokens and every sampled logits array; rows leave at staggered lengths and the
     last LATE prompts join while the others decode."""
     seen: list[np.ndarray] = []
-    original = eng.sample
+    original = sampling.sample  # what the engine imported
 
     def recording(logits: mx.array, rows: Any) -> Any:
         seen.append(np.array(logits.astype(mx.float32)))
@@ -78,7 +79,8 @@ def _compare(model: tuple[str, Any, Any], rows: int, monkeypatch: pytest.MonkeyP
         if small_pool:
             engine = make_engine(mdl, tok, kind=kind, memory="1", page_size=8, max_batch=rows,
                                  **kw)
-            engine.kv.pool.__init__(engine.kv.pages_for(max(map(len, prompts.values())) + 40) * 3)
+            pool = engine.kv.pool  # re-made in place: far too few pages for every row
+            type(pool).__init__(pool, engine.kv.pages_for(max(map(len, prompts.values())) + 40) * 3)
         else:
             engine = make_engine(mdl, tok, kind=kind, page_size=8, max_batch=rows, **kw)
         assert engine.kv.store.fmt.kind == kind
