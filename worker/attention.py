@@ -49,6 +49,8 @@ def paged_attention(queries: mx.array, kv: LayerKV, scale: float, mask: Any) -> 
     standard = mask is b.mask or mask is None or isinstance(mask, str)
     if not isinstance(mask, mx.array):
         mask = b.mask
+    if kv.keys is not None and kv.values is not None:
+        return _dense_cache(queries, kv, kv.keys, kv.values, scale, mask, standard)
     if kv.dense:
         return _working_set(queries, kv, scale, mask, standard)
     host = not b.bucket  # a compiled step cannot evaluate mid-graph (numpy's exp2)
@@ -107,6 +109,24 @@ def _working_set(queries: mx.array, kv: LayerKV, scale: float, mask: mx.array, s
         keys, values = keys.astype(b.dtype), values.astype(b.dtype)
     out = _normalized(queries, scale, [Segment(keys, values, mask)], host)
     return _add_value_center(out, store.v_center[kv.layer])
+
+
+def _dense_cache(queries: mx.array, kv: LayerKV, keys: mx.array, values: mx.array, scale: float,
+                 mask: mx.array, standard: bool) -> mx.array:
+    """Decode over the dense decode cache (worker/kv_dense.py): what the gathers below read."""
+    b, store = kv.batch, kv.batch.store
+    host, s = not b.bucket, b.shared
+    if s and standard:
+        shared = Segment(keys[:1, :, :s], values[:1, :, :s], None)
+        rest = Segment(keys[:, :, s:], values[:, :, s:], mask[..., s:])
+        out = _cascade(queries, scale, shared, [rest], host)
+    elif not store.quantized:
+        return _fused(queries, keys, values, scale, mask)
+    else:
+        if keys.dtype != b.dtype:
+            keys, values = keys.astype(b.dtype), values.astype(b.dtype)
+        out = _normalized(queries, scale, [Segment(keys, values, mask)], host)
+    return _add_value_center(out, store.v_center[kv.layer]) if store.quantized else out
 
 
 def _segment(kv: tuple[Any, Any], mask: mx.array | None) -> Segment:

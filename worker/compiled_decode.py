@@ -6,8 +6,11 @@ masks, RoPE offsets) is an input too, and so is every array of a K8V4 batch's wo
 (``DecodePlan``: tail rows, float tables); their shapes and the batch's Python values (the
 shared-prefix width) pick the compiled function. A K8V4 step's page loads (``load_work``) run
 before the function and its page completions (``requantize``) after it, so the function only
-writes the new token's tail rows and its shape set stays small. After the call the store holds
-the new page arrays and nothing else refers to the old ones, so MLX still writes in place.
+writes the new token's tail rows and its shape set stays small. A batch reading the dense
+decode cache (worker/kv_dense.py) passes its dense arrays in and out the same way; its rows are
+moved and refilled before the function, which only appends the new token. After the call the
+store holds the new page arrays and nothing else refers to the old ones, so MLX still writes in
+place.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 import mlx.core as mx
 
 from cache.paged_kv import PagedKVStore
+from worker.kv_dense import prepare_dense
 from worker.kv_working import DecodePlan
 from worker.paged_batch import PagedBatch
 
@@ -64,26 +68,38 @@ class CompiledDecode:
                 for layer in range(len(store.k)):
                     store.load_work(layer, *plan.load)
             batch.work = plan._replace(load=None, complete=None)
+        cache = batch.dense_cache
+        if batch.dense is not None and cache is not None:  # rows moved and refilled before
+            sources = list(zip(store.k_tail, store.v_tail, strict=True)) if store.quantized else [
+                (k[0], v[0]) for k, v in zip(store.k, store.v, strict=True)]
+            batch.dense = prepare_dense(cache, batch.dense, sources)
         names, arrays = batch_inputs(batch)
         work = [] if batch.work is None else [
             (k, a) for k, a in zip(PLAN_ARRAYS, (getattr(batch.work, f) for f in PLAN_ARRAYS),
                                    strict=True) if a is not None]
         arrays += [a for _, a in work]
+        dense: list[Any] = [[], []]
+        if batch.dense is not None and cache is not None:  # the dense arrays go in and out
+            arrays.append(batch.dense.write)
+            dense = [list(cache.k), list(cache.v)]
         # key[2][0]: the rows (tests and the warm-up read it)
         key = (names, tuple(a.shape for a in arrays), tokens.shape, batch.shared,
-               tuple(k for k, _ in work))
+               tuple(k for k, _ in work), tuple(a.shape for a in dense[0]))
         if key in self.fns and self.fns[key] is None:
             batch.work = plan
             return None
         fn = self._function(key, lambda: self._traced(batch, names, tuple(k for k, _ in work)))
         try:
-            out, k, v, k_tail, v_tail = self._apply(fn, tokens, arrays)
+            out, k, v, k_tail, v_tail, dense_k, dense_v = self._apply(fn, tokens, arrays, dense)
         except WritesPages:
             self.fns[key] = None
             batch.work = plan
             return None
         self.fns[key] = fn
         self._write_back(k, v, k_tail, v_tail)
+        if cache is not None and dense_k:
+            cache.k[:], cache.v[:] = dense_k, dense_v
+            cache.applied = len(dense_k)
         if plan is not None and plan.complete is not None:
             for layer in range(len(store.k)):
                 store.requantize(layer, *plan.complete)
@@ -99,12 +115,15 @@ class CompiledDecode:
                 del self.fns[next(iter(self.fns))]
         return fn
 
-    def _apply(self, fn: Callable[..., Any], tokens: mx.array, arrays: list[mx.array]) -> Any:
-        """FN's outputs on (TOKENS, ARRAYS, the store's page arrays), once their writes are done."""
+    def _apply(self, fn: Callable[..., Any], tokens: mx.array, arrays: list[mx.array],
+               dense: list[Any] | None = None) -> Any:
+        """FN's outputs on (TOKENS, ARRAYS, the store's page arrays and the DENSE cache's),
+        once their writes are done."""
+        dense = [[], []] if dense is None else dense
         # MLX picks a write's output buffer when it encodes the step: a page array the step
         # before is still writing would be copied whole, so wait for those writes first
-        mx.eval(self.store.arrays())
-        return fn(tokens, arrays, _pool(self.store))
+        mx.eval(self.store.arrays(), dense)
+        return fn(tokens, arrays, _pool(self.store) + dense)
 
     def _write_back(self, k: list[Any], v: list[Any], k_tail: list[mx.array],
                     v_tail: list[mx.array]) -> None:
@@ -137,22 +156,30 @@ class CompiledDecode:
                 setattr(batch, name, a)
             if plan is not None:
                 given: dict[str, Any] = dict.fromkeys(PLAN_ARRAYS)
-                given.update(zip(work, arrays[len(names):], strict=True))
+                given.update(zip(work, arrays[len(names):len(names) + len(work)], strict=True))
                 batch.work = plan._replace(**given)
+            cache = None
+            if template.dense is not None and template.dense_cache is not None:
+                cache = copy.copy(template.dense_cache)
+                cache.k, cache.v = list(pool[6]), list(pool[7])
+                batch.dense_cache = cache
+                batch.dense = template.dense._replace(write=arrays[-1])
             known = set(batch.__dict__)
             out = run(tokens, batch)
             lazy = [a for a in batch.__dict__ if a not in known]
             if lazy:  # computed while tracing: it would be baked into the function as a constant
                 raise RuntimeError(f"compiled decode step read {lazy} without passing them in")
-            return out, proxy.k, proxy.v, proxy.k_tail, proxy.v_tail
+            return (out, proxy.k, proxy.v, proxy.k_tail, proxy.v_tail,
+                    cache.k if cache else [], cache.v if cache else [])
 
         return step
 
 
 def batch_inputs(batch: PagedBatch) -> tuple[tuple[str, ...], list[mx.array]]:
     """The names and arrays of BATCH's per-step arrays, its page tables computed first (a
-    full-precision batch builds them lazily: inside a trace they would become constants)."""
-    if not batch.quantized:
+    full-precision batch builds them lazily: inside a trace they would become constants; a batch
+    reading the dense cache needs none)."""
+    if not batch.quantized and batch.dense is None:
         if batch.shared:
             _ = batch.shared_table, batch.rest_table
         else:

@@ -20,6 +20,7 @@ from worker.failures import EngineBroken, SendFailed, discard, error_output, ver
 from worker.forward import Forward
 from worker.grammar import masks
 from worker.kv_calibrate import calibrate_centers
+from worker.kv_dense import release as release_dense
 from worker.kv_manager import KVManager
 from worker.request import EngineStats, Inflight, KVTooSmall, QueueFull, Request
 from worker.sampling import RowSampler, sample
@@ -154,6 +155,8 @@ class Engine:
         except Exception as exc:
             return self._recover(exc)
         self.failed_steps = 0
+        if not self.running:  # idle: free the dense decode cache (worker/kv_dense.py)
+            release_dense(self.kv.store)
         if self.spec is not None and (overlapped or self.verified_rows):
             made = self._sent + outputs if overlapped else outputs[flushed:]
             self._time_step(made, time.perf_counter() - t0 - self._prefill_s)

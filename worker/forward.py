@@ -11,6 +11,7 @@ from cache.paged_kv import PagedKVStore
 from worker.attention import PagedBatch, routes_attention
 from worker.compile_mode import AUTO_MAX_ROWS, rows_for
 from worker.compiled_decode import CompiledDecode
+from worker.kv_dense import pays_for
 from worker.kv_manager import RequestPages
 from worker.spec.compiled_verify import CompiledVerify
 from worker.vision.inputs import KEY_BASE
@@ -73,6 +74,7 @@ class Forward:
         self.compiled = CompiledDecode(self._decode, store, rows) if rows > 0 else None
         # speculation's verify forwards (several positions per row) compile like decode steps
         self.compiled_verify = CompiledVerify(self._every, store, rows) if rows > 0 else None
+        self.dense = pays_for(model)  # decode steps attend the dense cache (worker/kv_dense.py)
 
     def __call__(self, rows: list[list[int]], kvs: list[RequestPages], starts: list[int],
                  want_logits: bool, embeds: list[mx.array | None] | None = None,
@@ -153,7 +155,7 @@ class Forward:
             return None
         batch = PagedBatch(self.store, [kv.pages for kv in kvs], starts, [1] * len(starts),
                            self.dtype, tails=[kv.tail for kv in kvs], cascade=self.cascade,
-                           bucket=True)
+                           bucket=True, dense=self.dense)
         if not self.compiled.fits(batch):
             # a K8V4 batch that reads quantized pages planned no working-set loads (it did not
             # fit), so the plain step may plan the batch again
@@ -197,7 +199,7 @@ class Forward:
                lengths: list[int], want_logits: bool, inputs: mx.array | None = None,
                positions: mx.array | None = None, every: bool = False) -> mx.array | None:
         batch = PagedBatch(self.store, [kv.pages for kv in kvs], starts, lengths, self.dtype,
-                           tails=[kv.tail for kv in kvs], cascade=self.cascade)
+                           tails=[kv.tail for kv in kvs], cascade=self.cascade, dense=self.dense)
         return self._run(tokens, batch, want_logits, inputs, positions, every, (kvs, starts))
 
     def _decode(self, tokens: mx.array, batch: PagedBatch) -> mx.array:

@@ -63,7 +63,7 @@ class FusedDraft(CompiledDecode):
         def chained(tokens: mx.array, arrays: list[mx.array], pool: list[Any]) -> Any:
             at, toks, out = 0, tokens, []
             for step, n in zip(steps, sizes, strict=True):
-                logits, k, v, k_tail, v_tail = step(toks[:, None], arrays[at: at + n], pool)
+                logits, k, v, k_tail, v_tail, _, _ = step(toks[:, None], arrays[at: at + n], pool)
                 pool = [k, v, k_tail, v_tail, *pool[4:]]  # the next step reads these writes
                 at += n
                 toks = mx.argmax(logits, axis=-1).astype(tokens.dtype)

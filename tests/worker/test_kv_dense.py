@@ -1,0 +1,144 @@
+"""The dense decode cache (worker/kv_dense.py) gives the page gather's logits, bit for bit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx_lm import load
+
+import worker.engine as eng
+import worker.kv_dense as kv_dense
+import worker.sampling as sampling
+from protocol.messages import SamplingParams
+from tests.conftest import shared_model
+from tests.worker.test_engine import PROMPTS, make_engine
+from worker.compile_mode import ROWS_ENV
+from worker.kv_dense import dense_status
+
+
+@pytest.fixture(scope="module", params=["stories260K", "stories260K-hd32"])
+def model(request: pytest.FixtureRequest) -> tuple[str, Any, Any]:
+    mdl, tok = load(str(shared_model(request.param)))[:2]
+    return ("none" if request.param == "stories260K" else "k8v4"), mdl, tok
+
+
+def _prompts(tok: Any, rows: int, shared: bool) -> dict[str, list[int]]:
+    system = " ".join(PROMPTS[:4]) + " " if shared else ""  # >= 2 shared pages: cascade
+    return {f"r{i}": tok.encode(system + PROMPTS[i % len(PROMPTS)] + " x" * (i // len(PROMPTS)))
+            for i in range(rows)}
+
+
+def _run(engine: eng.Engine, prompts: dict[str, list[int]], late: int,
+         monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, list[int]], list[np.ndarray]]:
+    """Greedy tokens and every sampled logits array; rows leave at staggered lengths and the
+    last LATE prompts join while the others decode."""
+    seen: list[np.ndarray] = []
+    original = sampling.sample  # what the engine imported
+
+    def recording(logits: mx.array, rows: Any) -> Any:
+        seen.append(np.array(logits.astype(mx.float32)))
+        return original(logits, rows)
+
+    monkeypatch.setattr(eng, "sample", recording)
+    items = list(prompts.items())
+    got: dict[str, list[int]] = {rid: [] for rid in prompts}
+    early = items[: len(items) - late]
+    for i, (rid, ids) in enumerate(early):
+        engine.add(rid, ids, SamplingParams(max_tokens=24 + 5 * (i % 5), temperature=0.0,
+                                            ignore_eos=True))
+    steps = 0
+    for _ in range(5_000):
+        if steps == 6:
+            for rid, ids in items[len(early):]:
+                engine.add(rid, ids, SamplingParams(max_tokens=20, temperature=0.0,
+                                                    ignore_eos=True))
+        if not engine.has_work and steps > 6:
+            break
+        for out in engine.step():
+            got[out.request_id].extend(out.token_ids)
+        steps += 1
+    monkeypatch.setattr(eng, "sample", original)
+    return got, seen
+
+
+def _compare(model: tuple[str, Any, Any], rows: int, monkeypatch: pytest.MonkeyPatch,
+             shared: bool = False, small_pool: bool = False, compile_decode: str = "off"
+             ) -> eng.Engine:
+    kind, mdl, tok = model
+    prompts = _prompts(tok, rows, shared)
+    late = rows // 4
+    results = []
+    engine = None
+    monkeypatch.setattr(kv_dense, "CHUNK", 16)  # the cache grows (pads) many times
+    for enabled in (False, True):
+        monkeypatch.setattr(kv_dense, "ENABLED", enabled)
+        kw: dict[str, Any] = {"compile_decode": compile_decode}
+        if small_pool:
+            engine = make_engine(mdl, tok, kind=kind, memory="1", page_size=8, max_batch=rows,
+                                 **kw)
+            pool = engine.kv.pool  # re-made in place: far too few pages for every row
+            type(pool).__init__(pool, engine.kv.pages_for(max(map(len, prompts.values())) + 40) * 3)
+        else:
+            engine = make_engine(mdl, tok, kind=kind, page_size=8, max_batch=rows, **kw)
+        assert engine.kv.store.fmt.kind == kind
+        results.append((_run(engine, prompts, late, monkeypatch), engine.stats.preemptions))
+    (tokens_off, logits_off), pre_off = results[0]
+    (tokens_on, logits_on), pre_on = results[1]
+    assert tokens_on == tokens_off
+    assert pre_on == pre_off
+    assert len(logits_on) == len(logits_off)
+    for a, b in zip(logits_on, logits_off, strict=True):
+        assert a.shape == b.shape and np.array_equal(a, b)
+    assert engine is not None
+    status = dense_status(engine.kv.store)
+    assert status["steps"] > 0 and status["refilled"] > 0
+    if kind == "k8v4":  # filled pages were re-read from their float copies
+        assert status["pages_refreshed"] > 0
+    return engine
+
+
+@pytest.mark.parametrize("rows", [1, 8, 32])
+@pytest.mark.parametrize("compiled", [0, 32])
+def test_dense_decode_logits_are_the_gathers(model: tuple[str, Any, Any], rows: int,
+                                             compiled: int, monkeypatch: pytest.MonkeyPatch
+                                             ) -> None:
+    """Plain steps, and compiled steps up to COMPILED rows."""
+    monkeypatch.setenv(ROWS_ENV, str(compiled))
+    engine = _compare(model, rows, monkeypatch, compile_decode="auto")
+    if compiled:  # compiled steps took the dense arrays in (the last item of their key)
+        assert engine.compiled is not None and any(key[-1] for key in engine.compiled.fns)
+
+
+@pytest.mark.parametrize("rows", [8, 32])
+@pytest.mark.parametrize("compiled", [0, 32])
+def test_dense_decode_with_a_shared_prefix(model: tuple[str, Any, Any], rows: int,
+                                           compiled: int, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    monkeypatch.setenv(ROWS_ENV, str(compiled))
+    _compare(model, rows, monkeypatch, shared=True, compile_decode="auto")
+
+
+def test_dense_decode_under_preemption(model: tuple[str, Any, Any],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = _compare(model, 16, monkeypatch, small_pool=True)
+    assert engine.stats.preemptions > 0
+
+
+def test_dense_decode_beside_compiled_steps(model: tuple[str, Any, Any],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches shrink below the compiled step's rows and grow past them again."""
+    _compare(model, 12, monkeypatch, compile_decode="auto")
+
+
+def test_large_models_gather_pages(model: tuple[str, Any, Any],
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above MAX_WEIGHT_BYTES (the Qwen3 bench model, where it did not pay) steps gather."""
+    kind, mdl, tok = model
+    monkeypatch.setattr(kv_dense, "MAX_WEIGHT_BYTES", 0)
+    engine = make_engine(mdl, tok, kind=kind, page_size=8, max_batch=8, compile_decode="off")
+    assert not engine._forward.dense
+    _run(engine, _prompts(tok, 8, False), 2, monkeypatch)
+    assert dense_status(engine.kv.store)["steps"] == 0
