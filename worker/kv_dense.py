@@ -34,6 +34,10 @@ CHUNK = 256  # key positions the cache grows by (few shapes)
 # 0.89x the CPU per token at 8 / 32 rows joining and leaving) and not on the Qwen3 bench model
 # (116 MB, K8V4: 0.98x / 1.07x) (bench/README.md, session 9)
 MAX_WEIGHT_BYTES = 32 << 20
+# decode batches from this many rows use it: at 1-2 rows the page gather is cheap and the cache's
+# read-back and scatter cost more (stories260K, dense / gather wall per step: 1.08-1.14 at 1 row,
+# 1.24 at 2, 0.89 at 4, 0.92-0.97 at 8; bench.dense_decode, lead's runs, session 9)
+MIN_ROWS = 4
 BUDGET = 1 << 30  # bytes of dense keys and values over all layers; above it steps gather pages
 ENABLED = True  # tests compare against the gather with this off
 
@@ -116,7 +120,8 @@ def plan_dense(store: PagedKVStore, pages: np.ndarray, starts: np.ndarray, lengt
     """Plan a decode step of rows at positions STARTS over PAGES (B, W) reading LENGTH keys.
 
     SOURCE gives the (B, H, L) rows of the arrays the gather reads (pool or K8V4 tail arrays).
-    None when the step gathers pages as before (the cache is off or would be too large).
+    None when the step gathers pages as before (the cache is off, the batch has fewer than
+    MIN_ROWS rows, or the cache would be too large).
     """
     fmt = store.fmt
     cache = cache_of(store)
@@ -124,7 +129,7 @@ def plan_dense(store: PagedKVStore, pages: np.ndarray, starts: np.ndarray, lengt
     # the cap only grows while rows decode: a long row leaving must not make the next one
     # rebuild every row
     cap = max(-(-length // CHUNK) * CHUNK, cache.cap if cache.rows else 0)
-    if not ENABLED or 2 * fmt.num_layers * bsz * h * cap * fmt.head_dim * fmt.dtype.size > BUDGET:
+    if not ENABLED or bsz < MIN_ROWS or 2 * fmt.num_layers * bsz * h * cap * fmt.head_dim * fmt.dtype.size > BUDGET:
         cache.reset()
         return None
     if cache.plan is not None and cache.applied != fmt.num_layers:  # a step that did not run

@@ -73,6 +73,7 @@ def _compare(model: tuple[str, Any, Any], rows: int, monkeypatch: pytest.MonkeyP
     results = []
     engine = None
     monkeypatch.setattr(kv_dense, "CHUNK", 16)  # the cache grows (pads) many times
+    monkeypatch.setattr(kv_dense, "MIN_ROWS", 1)  # every batch size reads the cache
     for enabled in (False, True):
         monkeypatch.setattr(kv_dense, "ENABLED", enabled)
         kw: dict[str, Any] = {"compile_decode": compile_decode}
@@ -142,3 +143,14 @@ def test_large_models_gather_pages(model: tuple[str, Any, Any],
     assert not engine._forward.dense
     _run(engine, _prompts(tok, 8, False), 2, monkeypatch)
     assert dense_status(engine.kv.store)["steps"] == 0
+
+
+def test_small_batches_gather_pages(model: tuple[str, Any, Any],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below MIN_ROWS rows (where the gather is the cheaper) steps gather; from it, the cache."""
+    kind, mdl, tok = model
+    for rows, used in ((kv_dense.MIN_ROWS - 1, False), (kv_dense.MIN_ROWS, True)):
+        engine = make_engine(mdl, tok, kind=kind, page_size=8, max_batch=rows,
+                             compile_decode="off")
+        _run(engine, _prompts(tok, rows, False), 0, monkeypatch)
+        assert (dense_status(engine.kv.store)["steps"] > 0) == used, rows
