@@ -30,11 +30,12 @@ def _variant(name: str) -> Callable[[], None]:
     import worker.paged_batch as pb
 
     planner = pb.plan_dense  # type: ignore[attr-defined]
-    saved = (kd.ENABLED, planner, os.environ.get(cm.ROWS_ENV))
+    saved = (kd.ENABLED, planner, os.environ.get(cm.ROWS_ENV), kd.MIN_ROWS)
     name, _, rows = name.partition("@")  # NAME@ROWS: compiled steps up to ROWS rows
     if rows:
         os.environ[cm.ROWS_ENV] = rows
     kd.ENABLED = name != "gather"
+    kd.MIN_ROWS = 1  # every batch size on the cache (serving uses it from kd.MIN_ROWS rows)
     if name == "refill":
         def every_row(store: Any, *a: Any, **k: Any) -> Any:
             kd.cache_of(store).reset()
@@ -45,7 +46,7 @@ def _variant(name: str) -> Callable[[], None]:
         os.environ[cm.ROWS_ENV] = "0"
 
     def undo() -> None:
-        kd.ENABLED = saved[0]
+        kd.ENABLED, kd.MIN_ROWS = saved[0], saved[3]
         pb.plan_dense = saved[1]  # type: ignore[attr-defined]
         if saved[2] is None:
             os.environ.pop(cm.ROWS_ENV, None)

@@ -35,8 +35,8 @@ CHUNK = 256  # key positions the cache grows by (few shapes)
 # (116 MB, K8V4: 0.98x / 1.07x) (bench/README.md, session 9)
 MAX_WEIGHT_BYTES = 32 << 20
 # decode batches from this many rows use it: at 1-2 rows the page gather is cheap and the cache's
-# read-back and scatter cost more (stories260K, dense / gather wall per step: 1.08-1.14 at 1 row,
-# 1.24 at 2, 0.89 at 4, 0.92-0.97 at 8; bench.dense_decode, lead's runs, session 9)
+# read-back and scatter cost more (stories260K, dense / gather wall per step, medians of 11
+# rounds: 1.16 at 1 row, 1.11 at 2, 0.90 at 4, 0.92 at 8; bench.dense_decode, session 9)
 MIN_ROWS = 4
 BUDGET = 1 << 30  # bytes of dense keys and values over all layers; above it steps gather pages
 ENABLED = True  # tests compare against the gather with this off
