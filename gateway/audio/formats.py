@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
+from gateway.audio.transcription_schemas import (
+    DurationUsage,
+    TranscriptionSegment,
+    TranscriptionVerbose,
+    TranscriptionWord,
+)
 from protocol.messages import Segment
 
 
@@ -36,22 +41,24 @@ def full_text(segments: list[Segment]) -> str:
     return "".join(s.text for s in segments).strip()
 
 
-def usage(duration: float) -> dict[str, Any]:
+def usage(duration: float) -> DurationUsage:
     """OpenAI's duration usage object (whole seconds, rounded up)."""
-    return {"type": "duration", "seconds": math.ceil(duration)}
+    return DurationUsage(seconds=math.ceil(duration))
 
 
 def verbose(task: str, language: str, duration: float, segments: list[Segment],
-            words: bool) -> dict[str, Any]:
+            words: bool) -> TranscriptionVerbose:
     """The verbose_json body: segments with timestamps, and words when asked for."""
-    body: dict[str, Any] = {
-        "task": task, "language": language, "duration": duration, "text": full_text(segments),
-        "segments": [{"id": s.id, "seek": s.seek, "start": s.start, "end": s.end, "text": s.text,
-                      "tokens": s.tokens, "temperature": s.temperature,
-                      "avg_logprob": s.avg_logprob, "compression_ratio": s.compression_ratio,
-                      "no_speech_prob": s.no_speech_prob} for s in segments],
-        "usage": usage(duration)}
+    body = TranscriptionVerbose(
+        task="translate" if task == "translate" else "transcribe", language=language,
+        duration=duration, text=full_text(segments),
+        segments=[TranscriptionSegment(
+            id=s.id, seek=s.seek, start=s.start, end=s.end, text=s.text, tokens=s.tokens,
+            temperature=s.temperature, avg_logprob=s.avg_logprob,
+            compression_ratio=s.compression_ratio, no_speech_prob=s.no_speech_prob)
+            for s in segments],
+        usage=usage(duration))
     if words:
-        body["words"] = [{"word": w.word.strip(), "start": w.start, "end": w.end}
-                         for s in segments for w in s.words]
+        body.words = [TranscriptionWord(word=w.word.strip(), start=w.start, end=w.end)
+                      for s in segments for w in s.words]
     return body

@@ -5,10 +5,16 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 
+import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 from gateway.audio import formats
+from gateway.audio.transcription_schemas import (
+    Transcription,
+    TranscriptTextDelta,
+    TranscriptTextDone,
+)
 from gateway.audio.upload import AudioForm, parse_form, read_form
 from gateway.doors.disconnect import until_disconnected
 from gateway.doors.kinds import require_kind
@@ -88,9 +94,9 @@ class AudioEndpoints:
                     return
                 delta = result.feed(item)
                 if delta:
-                    yield sse({"type": "transcript.text.delta", "delta": delta})
-            yield sse({"type": "transcript.text.done", "text": formats.full_text(result.segments),
-                       "usage": formats.usage(result.duration)})
+                    yield sse(TranscriptTextDelta(delta=delta))
+            yield sse(TranscriptTextDone(text=formats.full_text(result.segments),
+                                         usage=formats.usage(result.duration)))
         finally:
             abort_all(self.hub, [stream])
 
@@ -106,6 +112,7 @@ def render(form: AudioForm, task: str, result: _Result) -> Response:
         return PlainTextResponse(formats.vtt(segs), media_type="text/vtt")
     if fmt == "verbose_json":
         language = "english" if task == "translate" else result.language
-        return JSONResponse(formats.verbose(task, language, result.duration, segs,
-                                            words="word" in form.granularities))
-    return JSONResponse({"text": formats.full_text(segs), "usage": formats.usage(result.duration)})
+        return JSONResponse(msgspec.to_builtins(formats.verbose(
+            task, language, result.duration, segs, words="word" in form.granularities)))
+    return JSONResponse(msgspec.to_builtins(Transcription(
+        text=formats.full_text(segs), usage=formats.usage(result.duration))))

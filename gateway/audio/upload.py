@@ -5,19 +5,21 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass, field
+from typing import get_args
 
 from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import Message
 
+from gateway.audio.transcription_schemas import Granularity, ResponseFormat
 from gateway.edge.errors import APIError, bad_request
 
 MAX_FILE_BYTES = 25 * 1024 * 1024  # OpenAI's limit for one audio file
 FORM_OVERHEAD = 256 * 1024  # the other fields and multipart boundaries on top of the file
 UPLOAD_TIMEOUT_S = 300.0  # the whole body must arrive within this
-FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
-GRANULARITIES = ("segment", "word")
+FORMATS: tuple[str, ...] = get_args(ResponseFormat)
+GRANULARITIES: tuple[str, ...] = get_args(Granularity)
 
 
 @dataclass

@@ -12,6 +12,8 @@ from gateway.anthropic import schemas as a
 from gateway.anthropic.errors import is_messages_path
 from gateway.anthropic.event_schemas import MESSAGE_EVENTS
 from gateway.audio import speech_schemas as sp
+from gateway.audio import transcription_schemas as tr
+from gateway.edge.middleware import MULTIPART_PATHS
 from gateway.openai import embedding_schemas as e
 from gateway.openai import schemas as s
 from gateway.openai.stream_schemas import CHAT_EVENTS, COMPLETION_EVENTS
@@ -48,6 +50,11 @@ ROUTES: list[tuple[str, str, str, type | None, type | None, bool]] = [
     ("/v1/audio/speech", "post", "Create speech from text: the audio file (`stream_format` "
      "`audio`: the same bytes chunked as they are made; `sse`: base64 `speech.audio.delta` "
      "events, then `speech.audio.done`)", sp.SpeechRequest, None, True),
+    ("/v1/audio/transcriptions", "post", "Transcribe audio (multipart/form-data: the file and "
+     "the fields; needs a speech-to-text model)", tr.TranscriptionForm, tr.Transcription, True),
+    ("/v1/audio/translations", "post", "Translate speech in any language into English text "
+     "(multipart/form-data, as transcriptions without `language`)", tr.TranscriptionForm,
+     tr.Transcription, True),
     ("/v1/audio/voices", "get", "The voices of every ready text-to-speech model", None,
      sp.SpeechVoiceList, False),
     ("/v1/health", "get", "Health of the gateway and of each model worker", None,
@@ -71,12 +78,20 @@ ROUTES: list[tuple[str, str, str, type | None, type | None, bool]] = [
 STREAM_EVENTS: dict[str, tuple[type, ...]] = {
     "/v1/chat/completions": CHAT_EVENTS, "/v1/completions": COMPLETION_EVENTS,
     "/v1/responses": RESPONSE_EVENTS, "/v1/messages": MESSAGE_EVENTS,
-    "/v1/audio/speech": sp.SPEECH_EVENTS}
+    "/v1/audio/speech": sp.SPEECH_EVENTS, "/v1/audio/transcriptions": tr.TRANSCRIPT_EVENTS,
+    "/v1/audio/translations": tr.TRANSCRIPT_EVENTS}
 # routes whose 200 is a file: path -> its content types
 BINARY_ANSWERS = {"/v1/audio/speech": ("audio/mpeg", "audio/wav", "audio/flac", "audio/ogg",
                                        "audio/aac", "audio/pcm")}
+# routes whose body is multipart/form-data (the struct documents the fields; its bytes are files)
+FORM_BODIES = MULTIPART_PATHS
+# other JSON answers a route gives (picked by a request field) and its plain-text answers
+ALSO_JSON = {p: (tr.TranscriptionVerbose,) for p in FORM_BODIES}
+TEXT_ANSWERS = {p: ("text/plain", "application/x-subrip", "text/vtt") for p in FORM_BODIES}
 _DATA_ONLY = ("Server-sent events (`stream: true`): each `data:` line is one of these JSON "
               "objects; the stream ends with `data: [DONE]`.")
+_TYPED = ("Server-sent events (`stream: true`): each `data:` line is one of these JSON objects, "
+          "named by its `type`; the stream ends after the last one.")
 _NAMED = ("Server-sent events (`stream: true`; `stream_format: \"sse\"` on /v1/audio/speech): "
           "each event is an `event: TYPE` line and a `data:` line with one of these JSON "
           "objects, whose `type` is TYPE.")
@@ -88,7 +103,8 @@ ERROR_STATUSES: dict[str, tuple[str, tuple[str, ...] | None]] = {
     "403": ("Cross-origin request refused (see --cors-allow-origins)", ("post", "delete")),
     "404": ("Unknown model (or stored response)", None),
     "413": ("The body is larger than the limit", ("post",)),
-    "415": ("The body is not `application/json`", ("post",)),
+    "415": ("The body is not `application/json` (or, on the audio uploads, "
+            "`multipart/form-data`)", ("post",)),
     "503": ("Model not ready or busy (see Retry-After)", None)}
 
 
@@ -131,8 +147,10 @@ def event_stream_schema(path: str) -> dict[str, Any]:
     if all(tags.values()):
         schema["discriminator"] = {"propertyName": "type", "mapping": {
             tag: _ref(t)["$ref"] for t, tag in tags.items() if tag}}
-    named = any(tags.values())
-    schema["description"] = _NAMED if named else _DATA_ONLY
+    if path in FORM_BODIES:
+        schema["description"] = _TYPED
+    else:
+        schema["description"] = _NAMED if any(tags.values()) else _DATA_ONLY
     return {"schema": schema}
 
 
@@ -147,17 +165,33 @@ def error_responses(path: str, method: str) -> dict[str, Any]:
             for code, (text, t) in sorted(out.items())}
 
 
+def _files_as_binary(components: dict[str, Any], forms: set[type | None]) -> None:
+    """Document the bytes fields of the multipart FORMS as file uploads."""
+    for form in forms:
+        if form is None:
+            continue
+        for prop in components[form.__name__]["properties"].values():
+            if prop.get("contentEncoding") == "base64":
+                del prop["contentEncoding"]
+                prop["format"] = "binary"
+
+
 def build_openapi(version: str) -> dict[str, Any]:
     """Return the OpenAPI document of the HTTP API."""
     types = [t for r in ROUTES for t in (r[3], r[4]) if t is not None] + [s.ErrorResponse,
                                                                           ar.AnthropicError]
     types += [t for events in STREAM_EVENTS.values() for t in events]
     types += [t for answers in OTHER_ANSWERS.values() for _, t in answers.values()]
+    types += [t for also in ALSO_JSON.values() for t in also]
     _, components = msgspec.json.schema_components(types, ref_template="#/components/schemas/{name}")
+    _files_as_binary(components, {r[3] for r in ROUTES if r[0] in FORM_BODIES})
     paths: dict[str, Any] = {}
     for path, method, summary, body, resp, streams in ROUTES:
-        content: dict[str, Any] = {"application/json": {"schema": _ref(resp) if resp else
-                                                        {"type": "object"}}}
+        schema: dict[str, Any] = _ref(resp) if resp else {"type": "object"}
+        if path in ALSO_JSON and resp is not None:
+            schema = {"oneOf": [schema, *map(_ref, ALSO_JSON[path])]}
+        content: dict[str, Any] = {"application/json": {"schema": schema}}
+        content.update({t: {"schema": {"type": "string"}} for t in TEXT_ANSWERS.get(path, ())})
         if streams:
             content["text/event-stream"] = event_stream_schema(path)
         if path == "/metrics":
@@ -173,8 +207,9 @@ def build_openapi(version: str) -> dict[str, Any]:
                           **error_responses(path, method)},
         }
         if body is not None:
+            media = "multipart/form-data" if path in FORM_BODIES else "application/json"
             op["requestBody"] = {"required": path not in OPTIONAL_BODIES, "content": {
-                "application/json": {"schema": _ref(body)}}}
+                media: {"schema": _ref(body)}}}
         params = re.findall(r"{(\w+)}", path)
         if params or path in QUERY:
             op["parameters"] = [*({"name": name, "in": "path", "required": True,

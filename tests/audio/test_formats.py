@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from gateway.audio import formats
 from protocol.messages import Segment, Word
 
@@ -30,10 +32,11 @@ def test_vtt() -> None:
 
 
 def test_verbose_json() -> None:
-    body = formats.verbose("transcribe", "english", 3662.4, SEGS, words=True)
+    body = msgspec.to_builtins(formats.verbose("transcribe", "english", 3662.4, SEGS, words=True))
     assert body["text"] == "Hello there. Second line."
     assert body["usage"] == {"type": "duration", "seconds": 3663}
     assert [s["seek"] for s in body["segments"]] == [0, 366100]
     assert body["words"] == [{"word": "Hello", "start": 0.0, "end": 0.8},
                              {"word": "there.", "start": 0.9, "end": 2.5}]
-    assert "words" not in formats.verbose("transcribe", "english", 1.0, SEGS, words=False)
+    assert "words" not in msgspec.to_builtins(
+        formats.verbose("transcribe", "english", 1.0, SEGS, words=False))

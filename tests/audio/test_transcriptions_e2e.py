@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -11,9 +12,11 @@ import httpx
 import openai
 import pytest
 
+from gateway.ops.openapi import build_openapi
 from tests.audio.conftest import SENTENCES
 from tests.audio.wer import wer
 from tests.e2e.harness import Server
+from tests.spec_check import SpecCheck
 
 pytestmark = pytest.mark.slow
 MAX_WER = 0.25
@@ -173,6 +176,26 @@ def test_garbage_and_truncated_files_are_400_and_worker_keeps_serving(
         assert err.value.body["param"] == "file", err.value.body  # type: ignore[index]
     text, wav = speech[2]
     assert wer(text, client.audio.transcriptions.create(model="whisper", file=wav.open("rb")).text) <= 0.4
+
+
+@pytest.mark.parametrize("path", ["transcriptions", "translations"])
+def test_answers_and_events_conform_to_openapi(stt_server: Server, speech: list[tuple[str, Path]],
+                                               path: str) -> None:
+    url, spec = f"{stt_server.url}/audio/{path}", SpecCheck(build_openapi("test"))
+    wav = speech[0][1].read_bytes()
+    for fields in ({}, {"response_format": "verbose_json"},
+                   {"response_format": "verbose_json", "timestamp_granularities[]": "word"}):
+        r = httpx.post(url, data={"model": "whisper", **fields}, files={"file": ("a.wav", wav)},
+                       timeout=120)
+        assert r.status_code == 200, r.text
+        spec.check(f"/v1/audio/{path}", "post", 200, r.json())
+        assert ("words" in r.json()) == ("timestamp_granularities[]" in fields)
+    with httpx.stream("POST", url, data={"model": "whisper", "stream": "true"},
+                      files={"file": ("a.wav", wav)}, timeout=120) as r:
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    assert events[-1]["type"] == "transcript.text.done"
+    for event in events:
+        spec.check(f"/v1/audio/{path}", "post", 200, event, media="text/event-stream")
 
 
 def test_request_errors(stt_server: Server, speech: list[tuple[str, Path]]) -> None:

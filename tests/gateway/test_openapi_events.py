@@ -1,20 +1,33 @@
 """The SSE events the stream builders emit conform to /openapi.json's text/event-stream schemas,
-the error envelopes to the documented 4xx schemas (strictly: no undocumented field)."""
+the error envelopes to the documented 4xx schemas (strictly: no undocumented field), and every
+route the app serves is documented."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+import msgspec
 import pytest
 from openapi_spec_validator import validate
+from starlette.routing import Route
 
 from gateway.anthropic.blocks import BlockBuilder
 from gateway.anthropic.errors import envelope
+from gateway.app import build_app
+from gateway.audio import formats
+from gateway.audio.transcription_schemas import (
+    Transcription,
+    TranscriptTextDelta,
+    TranscriptTextDone,
+)
+from gateway.config import GatewayConfig
 from gateway.doors.choice import ChoiceAssembler, Delta
 from gateway.edge.errors import APIError
-from gateway.ops.openapi import OTHER_ANSWERS, STREAM_EVENTS, build_openapi
+from gateway.ops.openapi import FORM_BODIES, OTHER_ANSWERS, STREAM_EVENTS, build_openapi
 from gateway.responses.events import ResponseBuilder
-from protocol.messages import RequestOutput
+from gateway.served import ServedModel
+from protocol.messages import RequestOutput, Segment, Word
 from tests.spec_check import SpecCheck
 
 SPEC = build_openapi("test")
@@ -98,3 +111,42 @@ def test_chat_tool_call_deltas_conform() -> None:
     CHECK.check("/v1/chat/completions", "post", 200, chunk, SSE)
     with pytest.raises(AssertionError):
         CHECK.check("/v1/chat/completions", "post", 200, {**chunk, "surprise": 1}, SSE)
+
+
+# served for people and probes, not part of the API the document describes
+UNDOCUMENTED = {("/openapi.json", "get"), ("/docs", "get"), ("/docs/static/{name}", "get"),
+                ("/health", "get")}
+
+
+def test_every_route_of_the_app_is_documented() -> None:
+    app = build_app(GatewayConfig(served=[ServedModel("m", "x")], spawn_workers=False,
+                                  worker_address="inproc://openapi-routes"))
+    app.state.hub.sock.close(0)
+    app.state.hub.ctx.term()
+    served = {(re.sub(r"{(\w+)(:\w+)?}", r"{\1}", r.path), m.lower())
+              for r in app.routes if isinstance(r, Route) for m in (r.methods or ()) - {"HEAD"}}
+    documented = {(p, m) for p, ops in SPEC["paths"].items() for m in ops}
+    assert served - UNDOCUMENTED == documented
+
+
+def test_transcription_answers_conform() -> None:
+    segs = [Segment(id=0, start=0.0, end=1.5, text=" Hi there.", tokens=[1, 2], seek=0,
+                    words=[Word(word=" Hi", start=0.0, end=0.5), Word(word=" there.", start=0.6,
+                                                                     end=1.5)])]
+    for path in FORM_BODIES:
+        body = SPEC["paths"][path]["post"]["requestBody"]["content"]["multipart/form-data"]
+        form = SPEC["components"]["schemas"][body["schema"]["$ref"].rsplit("/", 1)[-1]]
+        assert form["properties"]["file"] == {**form["properties"]["file"], "type": "string",
+                                              "format": "binary"}
+        assert set(form["required"]) == {"file", "model"}
+        for words in (True, False):
+            verbose = formats.verbose("transcribe", "english", 1.5, segs, words=words)
+            CHECK.check(path, "post", 200, msgspec.to_builtins(verbose))
+        plain = Transcription(text="Hi there.", usage=formats.usage(1.5))
+        CHECK.check(path, "post", 200, msgspec.to_builtins(plain))
+        for event in (TranscriptTextDelta(delta=" Hi"), TranscriptTextDone(
+                text="Hi there.", usage=formats.usage(1.5))):
+            CHECK.check(path, "post", 200, msgspec.to_builtins(event), media=SSE)
+        with pytest.raises(AssertionError):  # the checker is strict
+            CHECK.check(path, "post", 200, {"type": "transcript.text.done", "delta": "x"},
+                        media=SSE)
