@@ -120,6 +120,13 @@ class Forward:
         assert out is not None
         return out
 
+    def feed(self, tokens: mx.array, kvs: list[RequestPages], starts: list[int]) -> None:
+        """One token per row from a (B,) array, for a rank that reads no logits (a tensor-parallel
+        follower): the model runs up to its hidden states, without the LM head when the model's
+        head is separable, and they are evaluated with the page writes."""
+        out = self._build(tokens[:, None], kvs, starts, [1] * len(starts), self.split is None)
+        mx.eval(*(x for x in (out, self.final) if x is not None), self.store.arrays())
+
     def verify(self, rows: list[list[int] | mx.array], kvs: list[RequestPages], starts: list[int],
                positions: mx.array | None = None) -> mx.array:
         """Feed each row's tokens at its start; return the logits at every fed position (B, n, V).

@@ -6,8 +6,6 @@ import argparse
 import logging
 import signal
 
-import mlx.core as mx
-
 from worker.kv_manager import RequestPages
 from worker.tp import plan as p
 from worker.tp.link import Link
@@ -20,17 +18,17 @@ def follow(forward: object, link: Link, parent: int | None = None) -> str:
     from worker.forward import Forward
 
     assert isinstance(forward, Forward)
-    store = forward.store
     while True:
         plan = link.receive(parent)
         if isinstance(plan, p.Stop):
             return plan.reason
+        # rank 0 samples from its own logits: ours are not computed where the head is separable
         if isinstance(plan, p.Call):
-            forward(plan.rows, _pages(plan.pages, plan.tails), plan.starts, plan.want_logits)
+            forward(plan.rows, _pages(plan.pages, plan.tails), plan.starts,
+                    plan.want_logits and forward.split is None)
         elif isinstance(plan, p.Decode):
             tokens = link.tokens(None, len(plan.starts))
-            out = forward.decode_lazy(tokens, _pages(plan.pages, plan.tails), plan.starts)
-            mx.eval(out, store.arrays())
+            forward.feed(tokens, _pages(plan.pages, plan.tails), plan.starts)
         else:
             raise RuntimeError(f"unexpected plan {type(plan).__name__} from rank 0")
 
