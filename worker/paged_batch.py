@@ -108,13 +108,8 @@ class PagedBatch:
         """(B, H, L) rows of what this decode batch's gather would read (pool or tail arrays)."""
         if not self.quantized:
             return self._rows
-        work = self.work
-        assert work is not None
-        if work.table is not None:
-            return np.array(work.table)
-        shared, rest = np.array(work.shared_table), np.array(work.rest_table)
-        return np.concatenate([np.broadcast_to(shared, (rest.shape[0], *shared.shape[1:])), rest],
-                              axis=-1)
+        assert self.work is not None
+        return np.array(self.work.whole_table())
 
     def attend_dense(self, layer: int, source_k: mx.array, source_v: mx.array, new_k: mx.array,
                      new_v: mx.array) -> tuple[mx.array, mx.array]:
