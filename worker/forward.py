@@ -77,6 +77,11 @@ class Forward:
         # decode steps attend a dense cache of the store's KV (worker/kv_dense.py; small models)
         self.dense = DenseCache(store) if pays_for(model) else None
 
+    def compiled_owners(self) -> dict[str, CompiledDecode]:
+        """Its holders of compiled functions (``fns``: key -> function): decode, verify."""
+        owners = {"decode": self.compiled, "verify": self.compiled_verify}
+        return {name: o for name, o in owners.items() if o is not None}
+
     def __call__(self, rows: list[list[int]], kvs: list[RequestPages], starts: list[int],
                  want_logits: bool, embeds: list[mx.array | None] | None = None,
                  positions: mx.array | None = None) -> mx.array | None:

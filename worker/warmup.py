@@ -96,11 +96,8 @@ def compiled_functions(engine: Any) -> dict[str, int]:
 
 def compiled_owners(engine: Any) -> dict[str, Any]:
     """ENGINE's holders of compiled functions (``fns``: key -> function), by kind."""
-    fwd = engine._forward
-    owners = {"decode": fwd.compiled, "verify": fwd.compiled_verify}
-    drafter = engine.spec.drafter if engine.spec is not None else None
-    draft_fwd = getattr(drafter, "forward", None)
-    if draft_fwd is not None:
-        owners |= {"draft decode": draft_fwd.compiled, "draft verify": draft_fwd.compiled_verify,
-                   "draft fused": getattr(drafter, "fused", None)}
-    return {name: o for name, o in owners.items() if o is not None}
+    owners: dict[str, Any] = {}
+    for prefix, forward in engine.forwards().items():  # the target's, a draft model's
+        owners |= {prefix + name: o for name, o in forward.compiled_owners().items()}
+    fused = getattr(engine.spec.drafter, "fused", None) if engine.spec is not None else None
+    return owners | ({"draft fused": fused} if fused is not None else {})
