@@ -115,9 +115,9 @@ def _float_rows(queries: mx.array, kv: LayerKV, keys: mx.array, values: mx.array
                 mask: mx.array, shared: tuple[mx.array, mx.array] | None = None) -> mx.array:
     """Decode over float keys/values read for each row (the working set's, the dense cache's).
 
-    KEYS/VALUES (B, H, L, D) in the batch's dtype; with SHARED, the prefix every row shares
-    (1, H, S, D), attended once (cascade), and each row's rest (B, H, L - S, D). K8V4 adds its
-    value center.
+    KEYS/VALUES (B, H, L, D) are attended cast to the batch's dtype; with SHARED, the prefix
+    every row shares (1, H, S, D) is attended once (cascade) beside each row's rest, KEYS/VALUES
+    (B, H, L - S, D), both as stored. K8V4 adds its value center.
     """
     b, store = kv.batch, kv.batch.store
     host = not b.bucket  # a compiled step cannot evaluate mid-graph (numpy's exp2)
