@@ -92,7 +92,8 @@ def build(family: str, out: Path = OUT) -> Path:
 def eos_id(family: str, path: Path) -> int:
     """The id of FAMILY's end-of-turn token in the tokenizer at PATH."""
     vocab = json.loads(path.read_text())
-    return next(t["id"] for t in vocab["added_tokens"] if t["content"] == FAMILIES[family][3])
+    return int(next(t["id"] for t in vocab["added_tokens"]
+                    if t["content"] == FAMILIES[family][3]))
 
 
 if __name__ == "__main__":

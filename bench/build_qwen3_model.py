@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         from mlx_lm import generate, load
 
-        loaded = load(str(out))
+        loaded: Any = load(str(out))
         model, tokenizer = loaded[0], loaded[1]
         prompt = tokenizer.apply_chat_template([{"role": "user", "content": "Hello there"}],
                                                add_generation_prompt=True)

@@ -40,7 +40,7 @@ def measure(name: str, rows: int, tokens: int, mode: str) -> dict[str, list[floa
     times: dict[str, list[float]] = {"new": [], "reuse": [], "plain": []}
     orig_call, orig_build = cd.CompiledDecode.__call__, Forward._build
 
-    def call(self: Any, tokens: mx.array, batch: Any) -> mx.array:
+    def call(self: Any, tokens: mx.array, batch: Any) -> mx.array | None:
         mx.eval(self.store.arrays())
         before, t = len(self.fns), time.perf_counter()
         known = set(self.fns)

@@ -14,11 +14,12 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
+T = TypeVar("T")
 COLUMNS = ["build", "tables", "model", "kv", "attention", "sampling", "sync", "scheduling"]
 
 
@@ -100,8 +101,10 @@ def instrument(spans: Spans, model: Any, cache_classes: list[type], split: bool)
                 with spans.span("kv"):
                     out = original(self, keys, values)
                     store = getattr(getattr(self, "batch", None), "store", None)
+                    state: list[tuple[str, Any]] = tree_flatten(  # type: ignore[assignment]
+                        getattr(self, "state", ()))
                     mx.eval(_arrays(out), *(store.arrays() if store is not None else []),
-                            *[a for _, a in tree_flatten(getattr(self, "state", ()))])
+                            *[a for _, a in state])
                 return out
             return update_and_fetch
 
@@ -115,10 +118,10 @@ def instrument(spans: Spans, model: Any, cache_classes: list[type], split: bool)
             u()
 
 
-def timed_sampler(spans: Spans, sampler: Callable[[mx.array], mx.array], split: bool
-                  ) -> Callable[[mx.array], mx.array]:
+def timed_sampler(spans: Spans, sampler: Callable[[mx.array], T], split: bool
+                  ) -> Callable[[mx.array], T]:
     """SAMPLER charging the logits' remaining compute to model, its own to sampling."""
-    def sample(logits: mx.array) -> mx.array:
+    def sample(logits: mx.array) -> T:
         if not split:
             return sampler(logits)
         with spans.span("model"):

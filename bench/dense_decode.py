@@ -37,9 +37,9 @@ def _variant(name: str) -> Callable[[], None]:
     kd.ENABLED = name != "gather"
     kd.MIN_ROWS = 1  # every batch size on the cache (serving uses it from kd.MIN_ROWS rows)
     if name == "refill":
-        def every_row(store: Any, *a: Any, **k: Any) -> Any:
-            kd.cache_of(store).reset()
-            return saved[1](store, *a, **k)
+        def every_row(cache: Any, *a: Any, **k: Any) -> Any:
+            cache.reset()
+            return saved[1](cache, *a, **k)
 
         pb.plan_dense = every_row  # type: ignore[attr-defined]
     if name == "dense-plain":

@@ -54,7 +54,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     install()
-    model, tok = load(str(embedded_model_path()))[:2]
+    loaded: Any = load(str(embedded_model_path()))
+    model, tok = loaded[:2]
     apply_blas_policy(model)  # the worker's OpenBLAS threads (one here)
     prompts = [tok.apply_chat_template(c.messages, tools=c.tools, add_generation_prompt=True,
                                        enable_thinking=c.enable_thinking) for c in cases()]

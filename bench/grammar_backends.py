@@ -209,9 +209,9 @@ def run_outlines_core(tok_json: str, eos: int, schema: dict[str, Any], ids: list
         from tokenizers import Tokenizer
 
         if tok_json.startswith(REAL):
-            table, specials, _ = _real_vocab(tok_json)
+            ids, specials, _ = _real_vocab(tok_json)
             real: dict[bytes, list[int]] = {}
-            for i, b in enumerate(table):
+            for i, b in enumerate(ids):
                 if b and i not in specials:
                     real.setdefault(b, []).append(i)
             return Vocabulary(eos, real)

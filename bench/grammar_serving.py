@@ -72,7 +72,8 @@ def main() -> None:
     try:
         server.wait_ready()
         asyncio.run(mix(server.base_url, server.alias, 16, 8))  # warm-up (grammar compiled)
-        free, mixed = [], []
+        free: list[float] = []
+        mixed: list[float] = []
         for i in range(args.rounds):
             order = [(free, 0), (mixed, 8)] if i % 2 == 0 else [(mixed, 8), (free, 0)]
             for out, constrained in order:

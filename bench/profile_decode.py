@@ -76,7 +76,8 @@ def ours(model: Any, tok: Any, rows: int, kind: str, steps: int, split: bool) ->
     for _ in range(WARM):
         engine.step()
     spans = Spans()
-    originals = (eng.Engine.step, Forward._build, PagedBatch.__init__, eng.sample,
+    module: Any = eng  # its sample (imported from worker.sampling) is patched where it is called
+    originals = (eng.Engine.step, Forward._build, PagedBatch.__init__, module.sample,
                  eng.Engine._deliver)
 
     def step(self: Any) -> Any:
@@ -100,13 +101,13 @@ def ours(model: Any, tok: Any, rows: int, kind: str, steps: int, split: bool) ->
         return originals[4](self, batch)
 
     eng.Engine.step, Forward._build, PagedBatch.__init__ = step, build, tables  # type: ignore[method-assign]
-    eng.sample, eng.Engine._deliver = sample, deliver  # type: ignore[assignment,method-assign]
+    module.sample, eng.Engine._deliver = sample, deliver  # type: ignore[method-assign]
     try:
         with instrument(spans, model, [PagedView], split):
             return _timed(spans, lambda: engine.step(), steps)
     finally:
-        (eng.Engine.step, Forward._build, PagedBatch.__init__, eng.sample,  # type: ignore[method-assign]
-         eng.Engine._deliver) = originals
+        eng.Engine.step, Forward._build, PagedBatch.__init__ = originals[:3]  # type: ignore[method-assign]
+        module.sample, eng.Engine._deliver = originals[3:]  # type: ignore[method-assign]
 
 
 class _Proxy:
@@ -130,7 +131,7 @@ def theirs(model: Any, rows: int, steps: int, split: bool) -> dict[str, float]:
     from mlx_lm.sample_utils import make_sampler
 
     spans = Spans()
-    gen = BatchGenerator(_Proxy(model, spans), max_tokens=WARM + steps + 16,
+    gen: Any = BatchGenerator(_Proxy(model, spans), max_tokens=WARM + steps + 16,
                          sampler=timed_sampler(spans, make_sampler(temp=0.0), split),
                          completion_batch_size=32, prefill_batch_size=8)
     gen.insert(_prompts(model.args.vocab_size, rows))

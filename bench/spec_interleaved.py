@@ -86,7 +86,8 @@ def main() -> None:
                     help="run the draft model's decode forwards through the compiled step")
     args = ap.parse_args()
     install()
-    model, tok = load(str(embedded_model_path()))[:2]
+    loaded: Any = load(str(embedded_model_path()))
+    model, tok = loaded[:2]
     apply_blas_policy(model)  # the worker's OpenBLAS threads (one here): a second one busy-waits
     if args.prompts == "eval":
         prompts = [tok.apply_chat_template(c.messages, tools=c.tools, add_generation_prompt=True,

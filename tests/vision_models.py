@@ -65,7 +65,11 @@ def _tokenizer(dest: Path, extra: list[str], template: str, config: dict[str, An
     assert tok.get_vocab_size() == DEMO_VOCAB
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in extra])
     tok.save(str(dest / "tokenizer.json"))
-    ids = {t: tok.token_to_id(t) for t in extra}
+    ids: dict[str, int] = {}
+    for t in extra:
+        i = tok.token_to_id(t)
+        assert i is not None, t
+        ids[t] = i
     assert sorted(ids.values()) == list(range(DEMO_VOCAB, DEMO_VOCAB + len(extra))), ids
     cfg = json.loads((src / "tokenizer_config.json").read_text())
     cfg.pop("added_tokens_decoder", None)
@@ -84,8 +88,8 @@ def _instantiate(config: dict[str, Any]) -> Any:
     config.setdefault("text_config", {})
     config.setdefault("vision_config", {})
     model_config = model_class.ModelConfig.from_dict(config)
-    model_config = update_module_configs(model_config, model_class, config,
-                                         ["text", "vision", "perceiver", "projector", "audio"])
+    model_config = update_module_configs(  # type: ignore[no-untyped-call]
+        model_config, model_class, config, ["text", "vision", "perceiver", "projector", "audio"])
     return model_class.Model(model_config)
 
 
@@ -100,7 +104,8 @@ def _randomize(model: Any, seed: int) -> None:
 
     mx.random.seed(seed)
     new = []
-    for name, value in tree_flatten(model.parameters()):
+    params: list[tuple[str, Any]] = tree_flatten(model.parameters())  # type: ignore[assignment]
+    for name, value in params:
         if value.ndim >= 2:
             fan_in = math.prod(value.shape[1:])
             w = mx.random.normal(value.shape) / math.sqrt(fan_in)
@@ -116,7 +121,7 @@ def _save(dest: Path, model: Any, config: dict[str, Any]) -> None:
 
     mx.eval(model.parameters())
     weights = dict(tree_flatten(model.parameters()))
-    mx.save_safetensors(str(dest / "model.safetensors"), weights)  # type: ignore[arg-type]
+    mx.save_safetensors(str(dest / "model.safetensors"), weights)
     (dest / "config.json").write_text(json.dumps(config, indent=1))
 
 
@@ -245,11 +250,14 @@ def generate_with_image(path: Path, image: Any, prompt: str = "What is in the im
                         max_tokens: int = 8) -> Any:
     """mlx_vlm.generate's greedy answer for PROMPT about IMAGE (a PIL image) on the model at
     PATH, with the model's own chat template."""
-    from mlx_vlm import generate, load
+    from mlx_vlm.generate import generate
     from mlx_vlm.prompt_utils import apply_chat_template
+    from mlx_vlm.utils import load
 
-    model, processor = load(str(path))
+    loaded: Any = load(str(path))
+    model, processor = loaded
     text = apply_chat_template(processor, model.config, prompt, num_images=1)
+    assert isinstance(text, str)
     return generate(model, processor, text, image=[image], max_tokens=max_tokens,
                     temperature=0.0, verbose=False)
 
@@ -259,10 +267,11 @@ def reference(path: Path, messages: list[dict[str, Any]], images: list[Any],
     """mlx-vlm's own prompt ids and greedy output ids for chat MESSAGES whose image parts are
     {"type": "image"} placeholders (the form the gateway leaves, gateway/images/intake.py),
     filled in order by IMAGES (PIL images): the reference a vision engine must match."""
-    from mlx_vlm import load, stream_generate
-    from mlx_vlm.utils import prepare_inputs
+    from mlx_vlm.generate import stream_generate
+    from mlx_vlm.utils import load, prepare_inputs
 
-    model, processor = load(str(path))
+    loaded: Any = load(str(path))
+    model, processor = loaded
     # a random model may pick ids its tokenizer lacks (the embedding is larger): give them a
     # text so mlx-vlm's streaming detokenizer does not fail on them (only token ids matter here)
     tokenmap = getattr(getattr(processor, "detokenizer", None), "tokenmap", None)
@@ -271,7 +280,8 @@ def reference(path: Path, messages: list[dict[str, Any]], images: list[Any],
         tokenmap.extend(["!"] * (rows - len(tokenmap)))
     tokenizer = getattr(processor, "tokenizer", processor)  # the model's own template
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    inputs = prepare_inputs(processor, images=images or None, prompts=text)
+    inputs = prepare_inputs(  # type: ignore[no-untyped-call]
+        processor, images=images or None, prompts=text)
     prompt_ids = [int(t) for t in inputs["input_ids"].tolist()[0]]
     by_step: dict[int, int] = {}  # the last result repeats the last step's token
     for r in stream_generate(model, processor, text, image=images or None,

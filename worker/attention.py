@@ -89,39 +89,41 @@ def paged_attention(queries: mx.array, kv: LayerKV, scale: float, mask: Any) -> 
 def _working_set(queries: mx.array, kv: LayerKV, scale: float, mask: mx.array, standard: bool
                  ) -> mx.array:
     """K8V4 decode over float copies of the older pages and the tail (worker/kv_working.py)."""
-    b, store = kv.batch, kv.batch.store
-    plan, host = b.work, not b.bucket
+    plan = kv.batch.work
     assert plan is not None
-    keys, values = store.k_tail[kv.layer], store.v_tail[kv.layer]
-    if plan.shared_table is not None and plan.rest_table is not None:
-        if standard:
-            shared = Segment(keys[plan.shared_table], values[plan.shared_table], None)
-            rest = Segment(keys[plan.rest_table], values[plan.rest_table], mask[..., b.shared :])
-            out = _cascade(queries, scale, shared, [rest], host)
-            return _add_value_center(out, store.v_center[kv.layer])
-        table = mx.concatenate([mx.broadcast_to(plan.shared_table, (
-            plan.rest_table.shape[0], *plan.shared_table.shape[1:])), plan.rest_table], axis=-1)
-    else:
-        assert plan.table is not None
-        table = plan.table
-    keys, values = keys[table], values[table]
-    if keys.dtype != b.dtype:
-        keys, values = keys.astype(b.dtype), values.astype(b.dtype)
-    out = _normalized(queries, scale, [Segment(keys, values, mask)], host)
-    return _add_value_center(out, store.v_center[kv.layer])
+    keys, values = kv.batch.store.k_tail[kv.layer], kv.batch.store.v_tail[kv.layer]
+    if plan.shared_table is not None and plan.rest_table is not None and standard:
+        return _float_rows(queries, kv, keys[plan.rest_table], values[plan.rest_table], scale,
+                           mask, (keys[plan.shared_table], values[plan.shared_table]))
+    table = plan.whole_table()
+    return _float_rows(queries, kv, keys[table], values[table], scale, mask)
 
 
 def _dense_cache(queries: mx.array, kv: LayerKV, keys: mx.array, values: mx.array, scale: float,
                  mask: mx.array, standard: bool) -> mx.array:
-    """Decode over the dense decode cache (worker/kv_dense.py): what the gathers below read."""
-    b, store = kv.batch, kv.batch.store
-    host, s = not b.bucket, b.shared
+    """Decode over the dense decode cache (worker/kv_dense.py): what the gathers read."""
+    s = kv.batch.shared
     if s and standard:
-        shared = Segment(keys[:1, :, :s], values[:1, :, :s], None)
-        rest = Segment(keys[:, :, s:], values[:, :, s:], mask[..., s:])
-        out = _cascade(queries, scale, shared, [rest], host)
-    elif not store.quantized:
+        return _float_rows(queries, kv, keys[:, :, s:], values[:, :, s:], scale, mask,
+                           (keys[:1, :, :s], values[:1, :, :s]))
+    if not kv.batch.store.quantized:
         return _fused(queries, keys, values, scale, mask)
+    return _float_rows(queries, kv, keys, values, scale, mask)
+
+
+def _float_rows(queries: mx.array, kv: LayerKV, keys: mx.array, values: mx.array, scale: float,
+                mask: mx.array, shared: tuple[mx.array, mx.array] | None = None) -> mx.array:
+    """Decode over float keys/values read for each row (the working set's, the dense cache's).
+
+    KEYS/VALUES (B, H, L, D) are attended cast to the batch's dtype; with SHARED, the prefix
+    every row shares (1, H, S, D) is attended once (cascade) beside each row's rest, KEYS/VALUES
+    (B, H, L - S, D), both as stored. K8V4 adds its value center.
+    """
+    b, store = kv.batch, kv.batch.store
+    host = not b.bucket  # a compiled step cannot evaluate mid-graph (numpy's exp2)
+    if shared is not None:
+        rest = Segment(keys, values, mask[..., b.shared :])
+        out = _cascade(queries, scale, Segment(*shared, None), [rest], host)
     else:
         if keys.dtype != b.dtype:
             keys, values = keys.astype(b.dtype), values.astype(b.dtype)

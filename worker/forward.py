@@ -11,7 +11,7 @@ from cache.paged_kv import PagedKVStore
 from worker.attention import PagedBatch, routes_attention
 from worker.compile_mode import AUTO_MAX_ROWS, rows_for
 from worker.compiled_decode import CompiledDecode
-from worker.kv_dense import pays_for
+from worker.kv_dense import DenseCache, pays_for
 from worker.kv_manager import RequestPages
 from worker.spec.compiled_verify import CompiledVerify
 from worker.vision.inputs import KEY_BASE
@@ -74,7 +74,13 @@ class Forward:
         self.compiled = CompiledDecode(self._decode, store, rows) if rows > 0 else None
         # speculation's verify forwards (several positions per row) compile like decode steps
         self.compiled_verify = CompiledVerify(self._every, store, rows) if rows > 0 else None
-        self.dense = pays_for(model)  # decode steps attend the dense cache (worker/kv_dense.py)
+        # decode steps attend a dense cache of the store's KV (worker/kv_dense.py; small models)
+        self.dense = DenseCache(store) if pays_for(model) else None
+
+    def compiled_owners(self) -> dict[str, CompiledDecode]:
+        """Its holders of compiled functions (``fns``: key -> function): decode, verify."""
+        owners = {"decode": self.compiled, "verify": self.compiled_verify}
+        return {name: o for name, o in owners.items() if o is not None}
 
     def __call__(self, rows: list[list[int]], kvs: list[RequestPages], starts: list[int],
                  want_logits: bool, embeds: list[mx.array | None] | None = None,
@@ -182,7 +188,8 @@ class Forward:
         if not fn.takes(len(kvs)):
             return None
         batch = PagedBatch(self.store, [kv.pages for kv in kvs], starts, lengths, self.dtype,
-                           tails=[kv.tail for kv in kvs], cascade=self.cascade, bucket=True)
+                           tails=[kv.tail for kv in kvs], cascade=self.cascade, bucket=True,
+                           dense=self.dense, gather=True)
         if not fn.fits(batch):
             return None
         out = fn(tokens, batch)

@@ -10,6 +10,11 @@ Each step writes the new token's keys/values there (one scatter per layer, besid
 write, so pages, the radix cache and preemption are unchanged) and attention reads a
 (B, H, L, D) slice of it: the same shapes and the same floats the gather gave, so the same bits.
 
+The cache belongs to the ``Forward`` whose decode steps read it (one per store: the target's,
+a draft model's); every batch writing that store's pages is handed it. The engine frees its
+caches' arrays when no row runs; the worker status shows the bytes they hold (beside the KV
+pages, outside their budget: at most ``BUDGET``).
+
 Rows are refilled from the pages (the old gather, for those rows only) when they are new to the
 batch, and when a page they read was written by another batch (prefill, verify, a step not
 reading the cache: any ``PagedBatch`` that is not such a step marks the pages it writes). For
@@ -20,7 +25,6 @@ membership change moves them with one gather of whole rows).
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -60,6 +64,8 @@ class DenseCache:
     """One store's dense decode cache and what it holds."""
 
     def __init__(self, store: PagedKVStore) -> None:
+        self.fmt = store.fmt
+        self.quantized = store.quantized
         self.heads = store.fmt.num_kv_heads
         self.k: list[mx.array | None] = [None] * store.fmt.num_layers
         self.v: list[mx.array | None] = [None] * store.fmt.num_layers
@@ -70,28 +76,26 @@ class DenseCache:
         self.dirty = np.zeros(store.num_pages, dtype=bool)  # written by other batches since
         self.applied = 0  # layers the last plan was applied to
         self.plan: DensePlan | None = None
+        self.nbytes = 0  # of the dense keys and values (all layers) the last plan holds
+        self.peak_bytes = 0  # the most they held
         self.refilled = 0  # rows refilled from pages so far (stats, tests)
         self.pages_refreshed = 0  # K8V4: filled pages re-read from their float copies
         self.steps = 0
 
     def reset(self) -> None:
-        """Forget everything (the next step refills every row)."""
-        self.rows, self.cap = 0, 0
+        """Forget everything and free the arrays (the next step refills every row)."""
+        if not self.rows:  # holds nothing (no plan, no arrays)
+            return
+        self.rows, self.cap, self.nbytes = 0, 0, 0
         self.k = [None] * len(self.k)
         self.v = [None] * len(self.v)
         self.ready = [None] * len(self.v)
         self.plan = None
 
-
-_CACHES: weakref.WeakKeyDictionary[PagedKVStore, DenseCache] = weakref.WeakKeyDictionary()
-
-
-def cache_of(store: PagedKVStore) -> DenseCache:
-    """STORE's dense decode cache (made on first use)."""
-    cache = _CACHES.get(store)
-    if cache is None:
-        cache = _CACHES[store] = DenseCache(store)
-    return cache
+    def written(self, slots: np.ndarray) -> None:
+        """Pages of pool SLOTS were written by a batch that is not a dense decode step."""
+        if self.rows:
+            self.dirty[(slots // self.fmt.page_size).reshape(-1)] = True
 
 
 def pays_for(model: object) -> bool:
@@ -101,21 +105,7 @@ def pays_for(model: object) -> bool:
     return weight_bytes(model) <= MAX_WEIGHT_BYTES
 
 
-def release(store: PagedKVStore) -> None:
-    """Free STORE's dense arrays (no row is decoding)."""
-    cache = _CACHES.get(store)
-    if cache is not None and cache.rows:
-        cache.reset()
-
-
-def mark_written(store: PagedKVStore, slots: np.ndarray) -> None:
-    """Pages of pool SLOTS were written by a batch that is not a dense decode step."""
-    cache = _CACHES.get(store)
-    if cache is not None and cache.rows:
-        cache.dirty[(slots // store.fmt.page_size).reshape(-1)] = True
-
-
-def plan_dense(store: PagedKVStore, pages: np.ndarray, starts: np.ndarray, length: int,
+def plan_dense(cache: DenseCache, pages: np.ndarray, starts: np.ndarray, length: int,
                source: Callable[[], np.ndarray]) -> DensePlan | None:
     """Plan a decode step of rows at positions STARTS over PAGES (B, W) reading LENGTH keys.
 
@@ -123,13 +113,16 @@ def plan_dense(store: PagedKVStore, pages: np.ndarray, starts: np.ndarray, lengt
     None when the step gathers pages as before (the cache is off, the batch has fewer than
     MIN_ROWS rows, or the cache would be too large).
     """
-    fmt = store.fmt
-    cache = cache_of(store)
+    fmt = cache.fmt
     bsz, h, p = len(starts), fmt.num_kv_heads, fmt.page_size
+    if not ENABLED or bsz < MIN_ROWS:
+        cache.reset()
+        return None
     # the cap only grows while rows decode: a long row leaving must not make the next one
     # rebuild every row
     cap = max(-(-length // CHUNK) * CHUNK, cache.cap if cache.rows else 0)
-    if not ENABLED or bsz < MIN_ROWS or 2 * fmt.num_layers * bsz * h * cap * fmt.head_dim * fmt.dtype.size > BUDGET:
+    size = 2 * fmt.num_layers * bsz * h * cap * fmt.head_dim * fmt.dtype.size
+    if size > BUDGET:
         cache.reset()
         return None
     if cache.plan is not None and cache.applied != fmt.num_layers:  # a step that did not run
@@ -138,7 +131,7 @@ def plan_dense(store: PagedKVStore, pages: np.ndarray, starts: np.ndarray, lengt
     old = np.full(bsz, -1, dtype=np.int64) if fresh else _match(cache, pages, starts, p)
     refill = np.flatnonzero(old < 0)
     # K8V4: a kept row whose last page just filled reads that page's float copy now
-    page = np.flatnonzero((old >= 0) & (starts % p == 0)) if store.quantized else refill[:0]
+    page = np.flatnonzero((old >= 0) & (starts % p == 0)) if cache.quantized else refill[:0]
     perm = None
     if not fresh and (bsz != cache.rows or not np.array_equal(old[old >= 0],
                                                               np.flatnonzero(old >= 0))):
@@ -161,6 +154,7 @@ def plan_dense(store: PagedKVStore, pages: np.ndarray, starts: np.ndarray, lengt
     plan = DensePlan(bsz, cap, length, fresh, cache.rows, cache.cap, perm, refresh,
                      mx.array(write))
     cache.rows, cache.cap, cache.plan, cache.applied = bsz, cap, plan, 0
+    cache.nbytes, cache.peak_bytes = size, max(cache.peak_bytes, size)
     cache.pages = pages.copy()
     cache.lens = starts + 1
     cache.dirty[:] = False
@@ -262,8 +256,9 @@ def _refilled(a: mx.array, plan: DensePlan, src: mx.array) -> mx.array:
     return a
 
 
-def dense_status(store: PagedKVStore) -> dict[str, int]:
-    """Steps planned and rows refilled from pages so far (tests, benches)."""
-    cache = _CACHES.get(store)
-    return {"steps": cache.steps if cache else 0, "refilled": cache.refilled if cache else 0,
-            "pages_refreshed": cache.pages_refreshed if cache else 0}
+def dense_status(caches: list[DenseCache]) -> dict[str, int]:
+    """The dense decode caches in the worker status: bytes they hold now and at most so far
+    (beside the KV pages, outside their budget), decode steps that read them."""
+    return {"kv_dense_cache_bytes": sum(c.nbytes for c in caches),
+            "kv_dense_cache_peak_bytes": sum(c.peak_bytes for c in caches),
+            "kv_dense_cache_steps": sum(c.steps for c in caches)}

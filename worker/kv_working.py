@@ -39,6 +39,15 @@ class DecodePlan(NamedTuple):
         """True when attention reads the float tables (the working set), not quantized pages."""
         return self.table is not None or self.rest_table is not None
 
+    def whole_table(self) -> mx.array:
+        """(B, H, L) rows of every row's keys: the table, or the shared prefix's before the rest's."""
+        if self.table is not None:
+            return self.table
+        assert self.shared_table is not None and self.rest_table is not None
+        shared, rest = self.shared_table, self.rest_table
+        return mx.concatenate([mx.broadcast_to(shared, (rest.shape[0], *shared.shape[1:])), rest],
+                              axis=-1)
+
 
 def plan_flush(store: PagedKVStore, pages: np.ndarray, starts: np.ndarray, tails: np.ndarray
                ) -> tuple[mx.array, mx.array] | None:

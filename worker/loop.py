@@ -15,6 +15,7 @@ from worker.compile_mode import compile_status
 from worker.engine import Engine, KVTooSmall, QueueFull
 from worker.grammar.compiler import GrammarCompiler
 from worker.intake import CHARS_PER_TOKEN, Intake, Prepared
+from worker.kv_dense import dense_status
 from worker.kv_working import working_set_status
 from worker.loader import LoadedModel
 from worker.sigterm import SigtermDrain
@@ -230,7 +231,7 @@ class WorkerLoop:
             "kv_bytes_per_token_per_layer": fmt.bytes_per_token_per_layer(),
             "kv_bytes_total": e.kv.store.nbytes(),
             "kv_full_precision_tail_pages": e.kv.tails.total if e.kv.tails else 0,
-            **working_set_status(e.kv.store),
+            **working_set_status(e.kv.store), **dense_status(e.dense_caches),
             "prefix_cache": e.kv.radix is not None,
             "prefix_cache_pages": e.kv.radix.num_pages if e.kv.radix else 0,
             "prefix_cache_queries": e.kv.stats.queries, "prefix_cache_hits": e.kv.stats.hits,

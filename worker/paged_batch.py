@@ -18,7 +18,7 @@ import numpy as np
 
 from cache.paged_kv import PagedKVStore
 from worker import kv_fresh
-from worker.kv_dense import DenseCache, DensePlan, apply_dense, cache_of, mark_written, plan_dense
+from worker.kv_dense import DenseCache, DensePlan, apply_dense, plan_dense
 from worker.kv_working import DecodePlan, flush_tail, plan_decode, plan_flush, write_decode
 
 CASCADE_MIN_PAGES = 2  # shared pages below this are attended per row
@@ -34,13 +34,15 @@ class PagedBatch:
     are padded to a bucket of pages, masked, so that steps repeat shapes, and every value the
     model reads is an array (no Python ints). The K8V4 window keeps its width: padding it would
     change the float rounding of its scores (BLAS computes the last N % 4 columns apart).
-    With ``dense`` (``Forward`` asks for it on small models), a decode batch attends the dense
-    decode cache (worker/kv_dense.py), compiled or not.
+    ``dense`` is the store's dense decode cache (worker/kv_dense.py; ``Forward``'s, on small
+    models): a decode batch attends it, compiled or not, unless ``gather`` (it gathers pages as
+    before); a batch that does not attend it marks there the pages it writes.
     """
 
     def __init__(self, store: PagedKVStore, block_tables: list[list[int]], starts: list[int],
                  lengths: list[int], dtype: mx.Dtype, tails: list[int] | None = None,
-                 cascade: bool = False, bucket: bool = False, dense: bool = False) -> None:
+                 cascade: bool = False, bucket: bool = False, dense: DenseCache | None = None,
+                 gather: bool = False) -> None:
         p = store.fmt.page_size
         heads = np.arange(store.fmt.num_kv_heads)
         h = len(heads)
@@ -94,26 +96,27 @@ class PagedBatch:
             if self.work is None or not self.work.dense:  # the window: quantized reads only
                 self._plan_tail(p, h, heads, starts_np, lengths_np, tails_np)
         # plain decode steps attend a dense per-batch copy of the KV (worker/kv_dense.py)
+        self.dense_cache = dense
         self.dense: DensePlan | None = None
-        self.dense_cache: DenseCache | None = None
-        if n == 1 and dense and (not self.quantized or (
+        if dense is not None and n == 1 and not gather and (not self.quantized or (
                 self.work is not None and self.work.dense)):
-            self.dense = plan_dense(store, pages, starts_np, length, self._dense_source)
-            self.dense_cache = cache_of(store) if self.dense is not None else None
-        if self.dense is None:
-            mark_written(store, writes)
+            self.dense = plan_dense(dense, pages, starts_np, length, self._dense_source)
+        if dense is not None and self.dense is None:
+            dense.written(writes)
 
     def _dense_source(self) -> np.ndarray:
         """(B, H, L) rows of what this decode batch's gather would read (pool or tail arrays)."""
         if not self.quantized:
             return self._rows
-        work = self.work
-        assert work is not None
-        if work.table is not None:
-            return np.array(work.table)
-        shared, rest = np.array(work.shared_table), np.array(work.rest_table)
-        return np.concatenate([np.broadcast_to(shared, (rest.shape[0], *shared.shape[1:])), rest],
-                              axis=-1)
+        assert self.work is not None
+        return np.array(self.work.whole_table())
+
+    def attend_dense(self, layer: int, source_k: mx.array, source_v: mx.array, new_k: mx.array,
+                     new_v: mx.array) -> tuple[mx.array, mx.array]:
+        """LAYER's keys/values (B, H, L, D) from the dense decode cache, this step's token in
+        (``kv_dense.apply_dense``)."""
+        assert self.dense is not None and self.dense_cache is not None
+        return apply_dense(self.dense_cache, layer, self.dense, source_k, source_v, new_k, new_v)
 
     def _plan_tail(self, p: int, h: int, heads: np.ndarray, starts: np.ndarray,
                    lengths: np.ndarray, tails: np.ndarray) -> None:
@@ -226,20 +229,19 @@ class PagedView:
         flat_v = values.transpose(0, 2, 1, 3).reshape(bsz * n * heads, values.shape[-1])
         if b.work is not None:
             window = write_decode(b.store, self.layer, b.work, flat_k, flat_v, b.dtype)
-            if b.dense is not None and b.dense_cache is not None:
+            if b.dense is not None:
                 k_tail, v_tail = b.store.k_tail[self.layer], b.store.v_tail[self.layer]
                 rows = b.work.tail_rows
-                dk, dv = apply_dense(b.dense_cache, self.layer, b.dense, k_tail, v_tail,
-                                     k_tail[rows], v_tail[rows])
+                dk, dv = b.attend_dense(self.layer, k_tail, v_tail, k_tail[rows], v_tail[rows])
                 kv = LayerKV(b, self.layer, dense=True, keys=dk, values=dv)
                 return kv, kv
             kv = LayerKV(b, self.layer, *window) if window else LayerKV(b, self.layer, dense=True)
             return kv, kv
         flush_tail(b.store, self.layer, b.flush, flat_k)
         stored_k, stored_v = b.store.write(self.layer, b.write_rows, flat_k, flat_v)
-        if b.dense is not None and b.dense_cache is not None:  # full-precision pages
-            dk, dv = apply_dense(b.dense_cache, self.layer, b.dense, b.store.k[self.layer][0],
-                                 b.store.v[self.layer][0], stored_k, stored_v)
+        if b.dense is not None:  # full-precision pages
+            dk, dv = b.attend_dense(self.layer, b.store.k[self.layer][0],
+                                    b.store.v[self.layer][0], stored_k, stored_v)
             if b.shared:
                 kv = LayerKV(b, self.layer, keys=dk, values=dv)
                 return kv, kv

@@ -16,6 +16,10 @@ DRAFT_TOKENS = 16  # tokens of a drafting warm-up request: 12+ drafting steps (e
 # key buckets (pages, paged_batch.key_bucket) warmed with a drafter: a short chat's prompt and
 # answer fill 3-6 pages of 16 tokens
 DRAFT_BUCKETS = (1, 2, 4, 8)
+# ... with two rows at once only up to this bucket: a cold kernel cache's compiles come with the
+# first one- and two-row requests (a row and a page dimension of 1 or more), larger buckets
+# trace functions of the same kernels (bench.warmup_boot, session 10)
+DRAFT_PAIRS_UPTO = 2
 
 
 def warm_up(engine: Any) -> float:
@@ -27,10 +31,10 @@ def warm_up(engine: Any) -> float:
     measured under load; 8-15 ms once cached, bench/compile_cost.py). One row and several rows
     need different kernels, and so do keys of one page and of several. Without this the first
     requests' second tokens pay for it. With a drafter the requests run again, longer and to
-    more pages, drafting every step with k going round from the limit down to 1 whatever was
-    accepted, a draft model's rows 0-2 tokens behind (the verify forwards of k + 1 positions,
-    the draft's fused k or k - 1 steps and its catch-ups); then the speculator forgets what it
-    measured. The warm-up's pages leave the prefix cache and the counters start again from zero.
+    more pages (two rows at once only in the smaller ones), drafting every step with k going
+    round from the limit down to 1 whatever was accepted, a draft model's rows 0-2 tokens
+    behind (the verify forwards of k + 1 positions, the draft's fused k or k - 1 steps and its
+    catch-ups); then the speculator forgets what it measured. The warm-up's pages leave the prefix cache and the counters start again from zero.
     """
     t0 = time.perf_counter()
     spec = engine.spec
@@ -54,7 +58,7 @@ def warm_up(engine: Any) -> float:
                 if lag is not None:
                     lag(step % 3)
 
-            _requests(engine, DRAFT_TOKENS, DRAFT_BUCKETS, each)
+            _requests(engine, DRAFT_TOKENS, DRAFT_BUCKETS, each, DRAFT_PAIRS_UPTO)
         finally:
             spec.num_draft, spec.pause = limit, pause
             spec.reset()
@@ -69,16 +73,18 @@ def warm_up(engine: Any) -> float:
 
 
 def _requests(engine: Any, tokens: int, buckets: tuple[int, ...] = (1, 2),
-              each: Callable[[int], None] | None = None) -> None:
-    """One request, then two at once, per key bucket of pages (EACH(step) before every step)."""
+              each: Callable[[int], None] | None = None, pairs_upto: int | None = None) -> None:
+    """One request, then two at once, per key bucket of pages (EACH(step) before every step;
+    two at once only in buckets up to PAIRS_UPTO, when given)."""
     page = engine.kv.page_size
     params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
     # keys of one page and of several (a dimension of 1 takes other kernels), one row and two;
     # a prompt of half a bucket's pages and 2 tokens has keys in that bucket (key_bucket)
-    for prompt in (min(4, page) if b == 1 else b // 2 * page + 2 for b in buckets):
+    for b in buckets:
+        prompt = min(4, page) if b == 1 else b // 2 * page + 2
         if prompt + tokens >= engine.context_length:
             break
-        for rows in (1, 2):
+        for rows in (1, 2) if pairs_upto is None or b <= pairs_upto else (1,):
             for i in range(rows):
                 engine.add(f"warm-up-{prompt}-{rows}-{i}", [3 + i] * prompt, params)
             step = 0
@@ -96,11 +102,8 @@ def compiled_functions(engine: Any) -> dict[str, int]:
 
 def compiled_owners(engine: Any) -> dict[str, Any]:
     """ENGINE's holders of compiled functions (``fns``: key -> function), by kind."""
-    fwd = engine._forward
-    owners = {"decode": fwd.compiled, "verify": fwd.compiled_verify}
-    drafter = engine.spec.drafter if engine.spec is not None else None
-    draft_fwd = getattr(drafter, "forward", None)
-    if draft_fwd is not None:
-        owners |= {"draft decode": draft_fwd.compiled, "draft verify": draft_fwd.compiled_verify,
-                   "draft fused": getattr(drafter, "fused", None)}
-    return {name: o for name, o in owners.items() if o is not None}
+    owners: dict[str, Any] = {}
+    for prefix, forward in engine.forwards().items():  # the target's, a draft model's
+        owners |= {prefix + name: o for name, o in forward.compiled_owners().items()}
+    fused = getattr(engine.spec.drafter, "fused", None) if engine.spec is not None else None
+    return owners | ({"draft fused": fused} if fused is not None else {})

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -84,9 +85,10 @@ class Server:
                 time.sleep(0.1)
         raise RuntimeError("HTTP never came up:\n" + "".join(self.lines[-40:]))
 
-    def worker(self, alias: str) -> dict:
+    def worker(self, alias: str) -> dict[str, Any]:
         """The gateway's view of an alias's worker (GET /v1/workers/{alias})."""
-        return httpx.get(f"{self.url}/workers/{alias}", timeout=10).json()
+        view: dict[str, Any] = httpx.get(f"{self.url}/workers/{alias}", timeout=10).json()
+        return view
 
     def tree(self) -> list[psutil.Process]:
         """The server process and all its descendants."""

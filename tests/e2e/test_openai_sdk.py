@@ -135,3 +135,4 @@ def test_workers_show_the_k8v4_working_set(server: Server) -> None:
     assert live["kv_format"] == "k8v4"
     assert live["kv_working_set_pages"] > 0 and live["kv_working_set_loads"] > 0
     assert live["kv_working_set_refused"] == 0
+    assert live["kv_dense_cache_bytes"] == 0  # the demo model's dense decode cache: freed, idle

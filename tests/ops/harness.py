@@ -132,7 +132,8 @@ def scrape(base: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return samples
 
 
-def monotonic_samples(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> dict:
+def monotonic_samples(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float]
+                      ) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """The samples that must never go down: counters and histogram buckets, counts and sums."""
     return {k: v for k, v in samples.items()
             if k[0].endswith(("_total", "_bucket", "_count", "_sum"))}

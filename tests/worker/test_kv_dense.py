@@ -16,7 +16,7 @@ from protocol.messages import SamplingParams
 from tests.conftest import shared_model
 from tests.worker.test_engine import PROMPTS, make_engine
 from worker.compile_mode import ROWS_ENV
-from worker.kv_dense import dense_status
+from worker.kv_dense import DenseCache, dense_status
 
 
 @pytest.fixture(scope="module", params=["stories260K", "stories260K-hd32"])
@@ -94,11 +94,23 @@ def _compare(model: tuple[str, Any, Any], rows: int, monkeypatch: pytest.MonkeyP
     for a, b in zip(logits_on, logits_off, strict=True):
         assert a.shape == b.shape and np.array_equal(a, b)
     assert engine is not None
-    status = dense_status(engine.kv.store)
-    assert status["steps"] > 0 and status["refilled"] > 0
+    cache = _cache(engine)
+    assert cache.steps > 0 and cache.refilled > 0
     if kind == "k8v4":  # filled pages were re-read from their float copies
-        assert status["pages_refreshed"] > 0
+        assert cache.pages_refreshed > 0
+    # idle: the arrays are freed; the status kept their most
+    assert cache.rows == 0 and cache.k == [None] * len(cache.k) and cache.nbytes == 0
+    status = dense_status(engine.dense_caches)
+    assert status["kv_dense_cache_bytes"] == 0 and status["kv_dense_cache_peak_bytes"] > 0
+    assert status["kv_dense_cache_steps"] == cache.steps
     return engine
+
+
+def _cache(engine: eng.Engine) -> DenseCache:
+    """The engine's target dense decode cache."""
+    cache = engine._forward.dense
+    assert cache is not None and engine.dense_caches == [cache]
+    return cache
 
 
 @pytest.mark.parametrize("rows", [1, 8, 32])
@@ -140,9 +152,9 @@ def test_large_models_gather_pages(model: tuple[str, Any, Any],
     kind, mdl, tok = model
     monkeypatch.setattr(kv_dense, "MAX_WEIGHT_BYTES", 0)
     engine = make_engine(mdl, tok, kind=kind, page_size=8, max_batch=8, compile_decode="off")
-    assert not engine._forward.dense
+    assert engine._forward.dense is None and not engine.dense_caches
     _run(engine, _prompts(tok, 8, False), 2, monkeypatch)
-    assert dense_status(engine.kv.store)["steps"] == 0
+    assert dense_status(engine.dense_caches)["kv_dense_cache_steps"] == 0
 
 
 def test_small_batches_gather_pages(model: tuple[str, Any, Any],
@@ -153,4 +165,29 @@ def test_small_batches_gather_pages(model: tuple[str, Any, Any],
         engine = make_engine(mdl, tok, kind=kind, page_size=8, max_batch=rows,
                              compile_decode="off")
         _run(engine, _prompts(tok, rows, False), 0, monkeypatch)
-        assert (dense_status(engine.kv.store)["steps"] > 0) == used, rows
+        assert (_cache(engine).steps > 0) == used, rows
+
+
+def test_a_draft_models_cache_is_the_engines_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A draft model's decode steps keep their own dense cache: the engine reports it and frees
+    it with the target's when no row runs."""
+    from tests.worker.test_draft_model import QUESTIONS
+    from worker.spec.controller import Speculator
+    from worker.spec.draft_load import draft_drafter
+
+    monkeypatch.setattr(kv_dense, "MIN_ROWS", 1)
+    mdl, tok = load("worker/demo_model/weights")[:2]
+    drafter = draft_drafter("demo-draft", tok, max_batch=8, context_length=512, memory="16MiB")
+    engine = make_engine(mdl, tok, kind="none", max_batch=8, compile_decode="off",
+                         spec=Speculator(drafter, 3))
+    assert drafter.forward.dense is not None and engine.dense_caches == [
+        engine._forward.dense, drafter.forward.dense]
+    for i, q in enumerate(QUESTIONS[:6]):
+        ids = tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)
+        engine.add(f"r{i}", ids, SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True))
+    held = []
+    while engine.has_work:
+        engine.step()
+        held.append(dense_status(engine.dense_caches)["kv_dense_cache_bytes"])
+    assert drafter.forward.dense.steps > 0 and max(held) > 0
+    assert all(c.rows == 0 and c.nbytes == 0 for c in engine.dense_caches)

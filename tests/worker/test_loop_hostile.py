@@ -87,6 +87,7 @@ def test_hostile_jobs_get_errors_while_a_valid_request_completes(loaded: LoadedM
     status = next(e for e in rig.others if isinstance(e, m.Status)).body
     assert status["running"] == status["waiting"] == 0
     assert status["kv_pages_used"] == status["prefix_cache_pages"]
+    assert status["kv_dense_cache_bytes"] == 0  # idle: the dense decode cache is freed
 
 
 def test_a_request_aborted_while_tokenizing_never_answers(loaded: LoadedModel) -> None:

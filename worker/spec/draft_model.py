@@ -69,7 +69,8 @@ class DraftModelDrafter:
         rows = None if compile is None else rows_for("auto" if compile else "off", AUTO_MAX_ROWS, model)
         self.forward = Forward(model, store, dtype, compile_rows=rows)
         # a greedy proposal's later steps in one compiled call (with compiled forwards)
-        self.fused = (FusedDraft(self.forward._decode, store, self.forward.cascade, dtype)
+        self.fused = (FusedDraft(self.forward._decode, store, self.forward.cascade, dtype,
+                                 self.forward.dense)
                       if self.forward.compiled is not None and not store.quantized else None)
         self.vocab = int(model.args.vocab_size) if hasattr(model, "args") else None
         self.rows: dict[int, DraftRow] = {}

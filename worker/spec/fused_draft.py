@@ -19,17 +19,21 @@ import mlx.core as mx
 
 from cache.paged_kv import PagedKVStore
 from worker.compiled_decode import CompiledDecode, Run, batch_inputs
+from worker.kv_dense import DenseCache
 from worker.paged_batch import PagedBatch
 
 
 class FusedDraft(CompiledDecode):
     """Greedy draft steps (k per call) through compiled functions keyed by the batches' shapes."""
 
-    def __init__(self, run: Run, store: PagedKVStore, cascade: bool, dtype: mx.Dtype) -> None:
+    def __init__(self, run: Run, store: PagedKVStore, cascade: bool, dtype: mx.Dtype,
+                 dense: DenseCache | None = None) -> None:
+        """DENSE: the store's dense decode cache (the steps gather pages and mark their writes)."""
         # rows: the caller's limit (the drafter asks the compiled verify's ``takes``)
         super().__init__(run, store, max_rows=0)
         self.cascade = cascade
         self.dtype = dtype
+        self.dense = dense
 
     def __call__(self, tokens: mx.array, pages: list[list[int]], starts: list[int],  # type: ignore[override]
                  steps: int) -> mx.array:
@@ -39,7 +43,8 @@ class FusedDraft(CompiledDecode):
         """
         assert not self.store.quantized
         batches = [PagedBatch(self.store, pages, [s + i for s in starts], [1] * len(starts),
-                              self.dtype, cascade=self.cascade, bucket=True) for i in range(steps)]
+                              self.dtype, cascade=self.cascade, bucket=True, dense=self.dense,
+                              gather=True) for i in range(steps)]
         names: list[tuple[str, ...]] = []
         arrays: list[mx.array] = []
         for batch in batches:
