@@ -6,9 +6,9 @@ and its exponential (``simd::exp`` in ``mlx/backend/cpu/simd/math.h``: a Cephes 
 six ``std::fma`` calls) dominates it: at 32 decode rows of stories260K it is ~60% of attention.
 ``exp`` below is that function written in MLX ops (each fma as an exact float64 product plus a
 float64 add, rounded to float32 once more; ``floor`` from a truncating cast), compiled into a few
-fused kernels: 0.72-0.75x the softmax's time at decode sizes, and the same float32 bits for every input (checked
-over all 2^32 floats by ``bench/exp_replica.py``; the sum runs left to right as the kernel's
-does). ``sdpa`` repeats the fallback's ops around it, so attention outputs are bit-identical.
+fused kernels: 0.72-0.75x the softmax's time at decode sizes, and the same float32 bits for every
+input (checked over all 2^32 floats by ``bench/exp_replica.py``; the sum runs left to right as
+the kernel's does). ``sdpa`` repeats the fallback's ops around it: bit-identical outputs.
 """
 
 from __future__ import annotations
