@@ -289,6 +289,9 @@ def _router(original: Any) -> Any:
             if sinks is not None:
                 raise ValueError("paged attention does not support attention sinks")
             return paged_attention(queries, keys, scale, mask)
+        if (sinks is None and isinstance(cache, PagedView)  # full-precision pages, gathered
+                and cpu_softmax.fits(queries, keys, values, mask)):
+            return cpu_softmax.sdpa(queries, keys, values, scale, mask)
         result: mx.array = original(queries, keys, values, cache=cache, scale=scale, mask=mask,
                                     sinks=sinks)
         return result

@@ -78,7 +78,8 @@ def stories() -> tuple[Any, Any]:
 def test_engine_logits_are_the_fused_calls(stories: tuple[Any, Any], rows: int, compiled: int,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """Every sampled logits array of prefill and decode (plain and compiled steps, rows joining
-    and leaving) equals the one with the fused call, bit for bit."""
+    and leaving; mlx-lm's attention call on gathered or dense full-precision keys, routed by
+    ``attention.install``) equals the one with the fused call, bit for bit."""
     mdl, tok = stories
     monkeypatch.setenv(ROWS_ENV, str(compiled))
     prompts = _prompts(tok, rows, False)
@@ -101,4 +102,5 @@ def test_engine_logits_are_the_fused_calls(stories: tuple[Any, Any], rows: int, 
     assert len(logits_on) == len(logits_off)
     for a, b in zip(logits_on, logits_off, strict=True):
         assert a.shape == b.shape and np.array_equal(a, b)
-    assert any(shape[2] == 1 for shape in calls) and any(shape[2] > 1 for shape in calls)
+    if rows > 1:  # a single row passes no mask array (None or "causal"): the fused call
+        assert any(shape[2] == 1 for shape in calls) and any(shape[2] > 1 for shape in calls)
