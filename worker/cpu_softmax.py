@@ -19,9 +19,12 @@ F32, F64 = mx.float32, mx.float64
 LOG2E = 1.442695  # the float32 constant simd::exp multiplies by
 POLY = (1.535336188319500e-4, 1.339887440266574e-3, 9.618437357674640e-3, 5.550332471162809e-2,
         2.402264791363012e-1, 6.931472028550421e-1, 1.0)  # Horner, highest degree first
-# score arrays up to this size take the replica: larger ones spill its float64 intermediates out
-# of cache (replica / mx.softmax: 0.72 at 16K floats, 0.75 at 35K, 0.66 at 131K, 0.83 at 262K,
-# 1.72 at 524K, 2.73 at 1M)
+# score arrays (B x query heads x queries x keys) from MIN_SCORES to MAX_SCORES take the replica.
+# Below, its extra kernels cost more than the exponentials save; above, its float64 intermediates
+# spill out of cache. sdpa / fused call at stories260K's decode shapes (8 heads, head_dim 8;
+# p20 of 300 calls, session 10): 1.23 at 4K scores, 1.01 at 8K, 0.87-1.38 at 16K,
+# 0.78-0.79 at 32K, 0.73-0.74 at 64K, 0.84 at 131K; the softmax alone: 0.83 at 262K, 1.72 at 524K
+MIN_SCORES = 20_000
 MAX_SCORES = 1 << 18
 ENABLED = True  # tests and bench/profile runs compare against the fused call with this off
 FLOAT32_MIN = -3.4028234663852886e38  # finfo(float32).min: the fallback's masked score
@@ -66,7 +69,7 @@ def fits(queries: mx.array, keys: mx.array, values: mx.array, mask: object) -> b
     bsz, hq, n, _ = queries.shape
     return (ENABLED and mx.default_device() == mx.cpu and isinstance(mask, mx.array) and mask.dtype == mx.bool_
             and queries.dtype == keys.dtype == values.dtype == F32 and mask.ndim <= 4
-            and bsz * hq * n * keys.shape[2] <= MAX_SCORES)
+            and MIN_SCORES <= bsz * hq * n * keys.shape[2] <= MAX_SCORES)
 
 
 def sdpa(queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask: mx.array

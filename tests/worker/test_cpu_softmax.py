@@ -39,8 +39,10 @@ def test_exp_gives_mx_exp_bits_on_every_exponent() -> None:
 
 @pytest.mark.parametrize(("shape", "rep"), [((32, 4, 1, 136, 8), 2), ((3, 8, 1, 40, 16), 1),
                                             ((2, 2, 5, 33, 64), 4), ((1, 4, 16, 16, 8), 2)])
-def test_sdpa_gives_the_fused_calls_bits(shape: tuple[int, ...], rep: int) -> None:
+def test_sdpa_gives_the_fused_calls_bits(shape: tuple[int, ...], rep: int,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Decode and prompt shapes, grouped queries, a row with every key masked."""
+    monkeypatch.setattr(cpu_softmax, "MIN_SCORES", 0)
     bsz, hkv, n, length, d = shape
     rng = np.random.default_rng(1)
     q = mx.array(rng.standard_normal((bsz, hkv * rep, n, d)).astype(np.float32) * 3)
@@ -57,8 +59,10 @@ def test_sdpa_gives_the_fused_calls_bits(shape: tuple[int, ...], rep: int) -> No
         assert _same_bits(traced(q, k, v, mask), want)
 
 
-def test_fits_only_cpu_float32_boolean_masks() -> None:
+def test_fits_only_cpu_float32_boolean_masks(monkeypatch: pytest.MonkeyPatch) -> None:
     q, k = mx.zeros((1, 2, 1, 8)), mx.zeros((1, 2, 4, 8))
+    assert not cpu_softmax.fits(q, k, k, mx.ones((1, 1, 1, 4), mx.bool_))  # too few scores
+    monkeypatch.setattr(cpu_softmax, "MIN_SCORES", 0)
     assert cpu_softmax.fits(q, k, k, mx.ones((1, 1, 1, 4), mx.bool_))
     assert not cpu_softmax.fits(q, k, k, None)
     assert not cpu_softmax.fits(q, k, k, "causal")
@@ -82,6 +86,7 @@ def test_engine_logits_are_the_fused_calls(stories: tuple[Any, Any], rows: int, 
     ``attention.install``) equals the one with the fused call, bit for bit."""
     mdl, tok = stories
     monkeypatch.setenv(ROWS_ENV, str(compiled))
+    monkeypatch.setattr(cpu_softmax, "MIN_SCORES", 0)  # every batch size takes it
     prompts = _prompts(tok, rows, False)
     calls = []
     original = cpu_softmax.sdpa
