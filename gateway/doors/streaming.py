@@ -21,34 +21,6 @@ def sse(obj: Any) -> bytes:
     return b"data: " + msgspec.json.encode(obj) + b"\n\n"
 
 
-async def batched(
-    streams: list[Stream], firsts: list[RequestOutput]
-) -> AsyncIterator[list[tuple[int, RequestOutput | Terminal]]]:
-    """Like ``merged``, but in lists: with one stream, every item already waiting comes at once
-    (a client that fell behind gets them in one write; the bytes are the same)."""
-    if len(streams) != 1:
-        async for got in merged(streams, firsts):
-            yield [got]
-        return
-    stream = streams[0]
-    item: RequestOutput | Terminal = firsts[0]
-    while True:
-        batch: list[tuple[int, RequestOutput | Terminal]] = [(0, item)]
-        while not _ends(item) and not stream.queue.empty():
-            item = stream.queue.get_nowait()
-            batch.append((0, item))
-        if _ends(item):
-            stream.done = True
-            yield batch
-            return
-        yield batch
-        item = await stream.queue.get()
-
-
-def _ends(item: RequestOutput | Terminal) -> bool:
-    return isinstance(item, Terminal) or item.finish_reason is not None
-
-
 async def merged(
     streams: list[Stream], firsts: list[RequestOutput]
 ) -> AsyncIterator[tuple[int, RequestOutput | Terminal]]:

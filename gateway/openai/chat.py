@@ -23,17 +23,16 @@ from gateway.doors.disconnect import until_disconnected
 from gateway.doors.jobs import chat_params, encodable
 from gateway.doors.kinds import require_kind
 from gateway.doors.relay import abort_all, error_for, peek_first, submit_all
-from gateway.doors.streaming import DONE, SSE_HEADERS, batched, merged, sse
+from gateway.doors.streaming import DONE, SSE_HEADERS, merged, sse
 from gateway.doors.structured import grammar_for, thinks
 from gateway.images.body import read_image_body
 from gateway.images.intake import ImageParts, require_vision
-from gateway.openai.chat_chunks import ChatChunks
 from gateway.openai.chat_input import chat_messages, chat_tools
 from gateway.openai.logprobs import chat_logprobs
 from gateway.openai.schemas import ChatCompletionRequest
 from gateway.plane.hub import Hub, Terminal
 from gateway.served import ServedModel
-from protocol.messages import Generate, RequestOutput
+from protocol.messages import Generate
 
 
 class ChatEndpoint:
@@ -125,49 +124,41 @@ class ChatEndpoint:
     async def _stream(self, cid: str, created: int, req: ChatCompletionRequest,
                       asms: list[ChoiceAssembler], streams: Any, firsts: Any,
                       include_usage: bool) -> AsyncIterator[bytes]:
-        out = ChatChunks(cid, created, req.model, include_usage)
+        def chunk(choices: list[dict[str, Any]], **extra: Any) -> bytes:
+            return sse({"id": cid, "object": "chat.completion.chunk", "created": created,
+                        "model": req.model, "choices": choices, **extra})
+
         try:
             for a in asms:
-                yield out.chunk([{"index": a.index, "delta": {"role": "assistant", "content": "",
-                                                              "refusal": None},
-                                  "logprobs": None, "finish_reason": None}])
-            async for batch in batched(streams, firsts):  # what waits goes out in one write
-                events: list[bytes] = []
-                for i, item in batch:
-                    if isinstance(item, Terminal) or item.error is not None:
-                        yield b"".join([*events, sse(error_for(item).body())])
-                        return
-                    events.append(self._event(req, out, asms[i], i, item))
-                if any(events):
-                    yield b"".join(events)
+                yield chunk([{"index": a.index, "delta": {"role": "assistant", "content": "",
+                                                          "refusal": None},
+                              "logprobs": None, "finish_reason": None}])
+            async for i, item in merged(streams, firsts):
+                if isinstance(item, Terminal) or item.error is not None:
+                    yield sse(error_for(item).body())
+                    return
+                a = asms[i]
+                before = len(a.logprobs)
+                delta = a.feed(item)
+                d: dict[str, Any] = {}
+                if delta.content:
+                    d["content"] = delta.content
+                if delta.reasoning:
+                    d["reasoning_content"] = delta.reasoning
+                if delta.tool_calls and (req.parallel_tool_calls is not False or
+                                         all(tc["index"] == 0 for tc in delta.tool_calls)):
+                    d["tool_calls"] = [tc for tc in delta.tool_calls
+                                       if req.parallel_tool_calls is not False or tc["index"] == 0]
+                lp = chat_logprobs(a.logprobs[before:]) if req.logprobs else None
+                if d or a.finish_reason is not None or lp:
+                    yield chunk([{"index": i, "delta": d, "logprobs": lp,
+                                  "finish_reason": a.finish_reason}],
+                                **({"usage": None} if include_usage else {}))
             if include_usage:
-                yield out.chunk([], usage=_usage(asms))
+                yield chunk([], usage=_usage(asms))
             yield DONE
         finally:
             abort_all(self.hub, streams)
-
-    @staticmethod
-    def _event(req: ChatCompletionRequest, out: ChatChunks, a: ChoiceAssembler, i: int,
-               item: RequestOutput) -> bytes:
-        """The event one output of choice I adds to the stream (b"" when it adds nothing)."""
-        before = len(a.logprobs)
-        delta = a.feed(item)
-        lp = chat_logprobs(a.logprobs[before:]) if req.logprobs else None
-        if (delta.content and not delta.reasoning and not delta.tool_calls and lp is None
-                and a.finish_reason is None):
-            return out.content(i, delta.content)  # the commonest event, from a template
-        d: dict[str, Any] = {}
-        if delta.content:
-            d["content"] = delta.content
-        if delta.reasoning:
-            d["reasoning_content"] = delta.reasoning
-        if delta.tool_calls and (req.parallel_tool_calls is not False or
-                                 all(tc["index"] == 0 for tc in delta.tool_calls)):
-            d["tool_calls"] = [tc for tc in delta.tool_calls
-                               if req.parallel_tool_calls is not False or tc["index"] == 0]
-        if d or a.finish_reason is not None or lp:
-            return out.delta(i, d, lp, a.finish_reason)
-        return b""
 
 
 def _usage(asms: list[ChoiceAssembler]) -> dict[str, Any]:
