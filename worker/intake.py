@@ -97,6 +97,7 @@ class Intake:
         self._done: deque[Prepared] = deque()
         self._live: dict[str, int] = {}  # request id -> seq of its job in intake (loop side only)
         self._seq = 0
+        self._prepared = 0  # jobs the thread has finished (it alone writes this)
         try:  # any one-time tokenizer setup (truncation/padding reset) happens on this thread
             tokenizer.encode("warm up")
         except Exception as exc:
@@ -111,6 +112,11 @@ class Intake:
     def pending(self) -> int:
         """Jobs submitted and neither collected nor cancelled."""
         return len(self._live)
+
+    @property
+    def preparing(self) -> int:
+        """Jobs handed to the thread that it has not finished preparing yet."""
+        return self._seq - self._prepared
 
     @property
     def has_news(self) -> bool:
@@ -197,6 +203,7 @@ class Intake:
                     p.error = JobError(f"structured output is not available: {exc}",
                                        "invalid_grammar")
             self._done.append(p)
+            self._prepared += 1
             self._wake_loop()
 
     def _compile(self, job: Generate) -> Compiling:

@@ -24,6 +24,9 @@ from worker.validate import read_job
 log = logging.getLogger("rapid_mlx.worker")
 
 HEARTBEAT_INTERVAL = 0.5
+# before a step, the loop waits up to this long for prompts intake is still preparing, so a
+# burst of requests starts in one prefill step instead of one that holds only the first
+INTAKE_WAIT = 0.02
 # plain ints: pyzmq's enum members cost microseconds per call, once per step here
 _EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
 
@@ -73,9 +76,8 @@ class WorkerLoop:
                     woke = self._take_jobs()
                 else:
                     woke = self._drain(timeout_ms=int(HEARTBEAT_INTERVAL * 1000))
-                if woke or self.intake.has_news:
-                    for prepared in self.intake.ready():
-                        self._admit(prepared)
+                if woke or self.intake.has_news or self.intake.preparing:
+                    self._collect()
                 # jobs waiting in intake would wait forever: let the supervisor restart us
                 if self.intake.pending and not self.intake.alive:
                     raise RuntimeError("the intake thread died")
@@ -86,6 +88,22 @@ class WorkerLoop:
                     self.running, self.stop_reason = False, "drained after SIGTERM"
         finally:
             self.intake.close()
+
+    def _collect(self) -> None:
+        """Admit the prepared prompts, first waiting (bounded) for those intake is on now
+        (jobs arriving meanwhile join intake too)."""
+        deadline = time.monotonic() + INTAKE_WAIT
+        while self.intake.preparing and self.intake.alive and self.running:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            events = dict(self._poller.poll(max(int(left * 1000), 1)))
+            if self.sock in events:
+                self._take_jobs()
+            for prepared in self.intake.ready():
+                self._admit(prepared)
+        for prepared in self.intake.ready():
+            self._admit(prepared)
 
     # ---- socket side --------------------------------------------------------------------
 

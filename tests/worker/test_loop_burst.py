@@ -1,0 +1,37 @@
+"""A burst of requests sent together starts in one prefill step: the loop waits (bounded) for
+the prompts intake is still preparing instead of stepping with the first one alone."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from protocol import messages as m
+from tests.worker.loop_harness import LoopRig
+from worker.embedded import embedded_model_path
+from worker.loader import LoadedModel, load_model
+
+
+@pytest.fixture(scope="module")
+def loaded() -> LoadedModel:
+    return load_model(str(embedded_model_path()))
+
+
+@pytest.fixture
+def rig(loaded: LoadedModel) -> Iterator[LoopRig]:
+    r = LoopRig(loaded)
+    yield r
+    r.close()
+
+
+def test_a_burst_gets_its_first_tokens_from_one_step(rig: LoopRig) -> None:
+    rids = [f"burst-{i}" for i in range(6)]
+    for i, rid in enumerate(rids):
+        rig.send(m.Generate(request_id=rid, params=m.SamplingParams(max_tokens=4),
+                            messages=[{"role": "user", "content": f"Repeat after me: cat {i}"}]))
+    assert rig.wait(lambda: all(rig.finished(r) for r in rids), 60)
+    assert rig.error is None
+    firsts = {rig.outputs[r][0][0] for r in rids}  # arrival time of each first output's frame
+    assert len(firsts) == 1, "the first tokens came from more than one step"
+    assert rig.loop.intake.preparing == 0
