@@ -93,17 +93,19 @@ def test_sigkill_of_one_replica_fails_only_its_started_streams(tmp_path: Path) -
         victim = next(r for r in wl.replicas(srv.url, "a") if r["replica"] == "r0")
         outcomes, killed_at = _kill_run(srv, victim["pid"], 16)
         failed = [o for o in outcomes if not o.ok]
-        print(f"16 streams, r0 SIGKILLed: {len(failed)} failed, "
+        print(f"16 streams ({int(_routed(srv, 'r0'))} on r0), r0 SIGKILLed: {len(failed)} failed, "
               f"{16 - len(failed)} finished; failures ended "
               f"{[round(o.ended_at - killed_at, 3) for o in failed]} s after the kill")
-        # r0 held 8 streams: at most 4 had started (max batch 4); those fail, fast
-        assert 1 <= len(failed) <= 4, [o.error for o in failed]
+        # r0 held about half the streams (least_loaded reads heartbeats too, so not always 8):
+        # at most 4 had started (max batch 4); those fail, fast
+        held = int(_routed(srv, "r0"))
+        assert 5 <= held <= 11 and 1 <= len(failed) <= 4, (held, [o.error for o in failed])
         assert all(o.status == 200 and o.chunks > 0 for o in failed)  # it had started
         assert all(o.ended_at - killed_at < 2.0 for o in failed)
         # the rest finished, among them r0's queued ones, served by the survivor
         retried = sum(v for (name, _), v in scrape(srv.base).items()
                       if name == "rapid_mlx_replica_retries_total")
-        assert retried >= 16 // 2 - len(failed), retried
+        assert retried == held - len(failed), (retried, held)
         assert stream_chat(srv.url, "a", 8).ok  # new work is served (survivor or restarted)
         info = srv.worker("a")
         assert "SIGKILL" in (info["last_exit"] or "") and info["restarts"] >= 1
