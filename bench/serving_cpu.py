@@ -25,35 +25,15 @@ from typing import Any
 from bench.prompts import user_messages
 from bench.servers import Server, ServerGroup
 from bench.serving import run_batch
+from bench.stream_overhead import group_cpu as thread_cpu
 
 ENGINE_KEYS = ("steps", "overlapped_steps", "decode_rows", "sync_step_seconds")
 
 
 def group_cpu(server: Server) -> dict[str, float]:
-    """CPU seconds (user + system) so far of every thread of the server's processes, keyed
-    "role/thread": role gateway, worker or server (a peer); thread main, or its name and rank."""
-    import psutil
-
-    out: dict[str, float] = {}
-    if server.proc is None:
-        return out
-    root = psutil.Process(server.proc.pid)
-    for p in [root, *root.children(recursive=True)]:
-        try:
-            cmd = " ".join(p.cmdline())
-            threads = p.threads()
-        except psutil.Error:
-            continue
-        role = "worker" if "-m worker" in cmd else "gateway" if "gateway" in cmd else "server"
-        for rank, t in enumerate(sorted(threads, key=lambda t: t.id)):
-            try:
-                comm = Path(f"/proc/{p.pid}/task/{t.id}/comm").read_text().strip()
-            except OSError:
-                comm = "?"
-            kind = "main" if t.id == p.pid else f"{comm}#{rank}"
-            key = f"{role}/{kind}"
-            out[key] = out.get(key, 0.0) + t.user_time + t.system_time
-    return out
+    """CPU seconds so far of every thread of the server's processes, keyed "role/thread"
+    (thread main, or its /proc name and rank: bench.stream_overhead.group_cpu)."""
+    return thread_cpu(server, lambda comm, rank: f"{comm}#{rank}")
 
 
 def client_cpu() -> float:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.prompts import user_messages
@@ -35,9 +36,16 @@ def one(server: Server, messages: list[dict[str, str]], max_tokens: int) -> dict
             "decode_tps": (tokens - 1) / decode if decode else 0.0}
 
 
-def group_cpu(server: Server) -> dict[str, float]:
+def short_thread_name(comm: str, rank: int) -> str:
+    """A server thread's name in stream_overhead's tables: ZeroMQ's I/O thread, or its rank."""
+    return "zmq-io" if comm.startswith("ZMQ") else f"thread{rank}"
+
+
+def group_cpu(server: Server, name: Callable[[str, int], str] = short_thread_name
+              ) -> dict[str, float]:
     """CPU seconds (user + system) used so far by each thread of the server's processes, keyed
-    by process role and thread (main, the MLX compute thread "mlx", ZeroMQ I/O, other)."""
+    "role/thread": role gateway, worker or server (a peer); thread main, or NAME(comm, rank) of
+    the thread's /proc comm and its rank among the process's threads by id."""
     import psutil
 
     out: dict[str, float] = {}
@@ -53,13 +61,10 @@ def group_cpu(server: Server) -> dict[str, float]:
         role = "worker" if "-m worker" in cmd else "gateway" if "gateway" in cmd else "server"
         for rank, t in enumerate(sorted(threads, key=lambda t: t.id)):
             try:
-                with open(f"/proc/{p.pid}/task/{t.id}/comm") as f:
-                    comm = f.read().strip()
+                comm = Path(f"/proc/{p.pid}/task/{t.id}/comm").read_text().strip()
             except OSError:
                 comm = "?"
-            kind = ("main" if t.id == p.pid else "zmq-io" if comm.startswith("ZMQ")
-                    else f"thread{rank}")
-            key = f"{role}/{kind}"
+            key = f"{role}/{'main' if t.id == p.pid else name(comm, rank)}"
             out[key] = out.get(key, 0.0) + t.user_time + t.system_time
     return out
 

@@ -3,26 +3,8 @@ the prompts intake is still preparing instead of stepping with the first one alo
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
 from protocol import messages as m
 from tests.worker.loop_harness import LoopRig
-from worker.embedded import embedded_model_path
-from worker.loader import LoadedModel, load_model
-
-
-@pytest.fixture(scope="module")
-def loaded() -> LoadedModel:
-    return load_model(str(embedded_model_path()))
-
-
-@pytest.fixture
-def rig(loaded: LoadedModel) -> Iterator[LoopRig]:
-    r = LoopRig(loaded)
-    yield r
-    r.close()
 
 
 def test_a_burst_gets_its_first_tokens_from_one_step(rig: LoopRig) -> None:

@@ -3,31 +3,16 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import msgspec
-import pytest
 
 from protocol import messages as m
 from tests.worker.loop_harness import LoopRig
 from tests.worker.test_engine import _reference
-from worker.embedded import embedded_model_path
-from worker.loader import LoadedModel, load_model
+from worker.loader import LoadedModel
 
 VOCAB = 4096  # the demo model's
-
-
-@pytest.fixture(scope="module")
-def loaded() -> LoadedModel:
-    return load_model(str(embedded_model_path()))
-
-
-@pytest.fixture
-def rig(loaded: LoadedModel) -> Iterator[LoopRig]:
-    r = LoopRig(loaded)
-    yield r
-    r.close()
 
 
 def _gen(rid: str, params: m.SamplingParams | None = None, **kw: Any) -> m.Generate:
