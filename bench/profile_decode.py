@@ -5,7 +5,8 @@
     ... --threads 1,2,default   # one child process per OPENBLAS_NUM_THREADS value, wall only
     ... --against ../base       # the same in a checkout of the code before (copy these files in)
 
-Both sides decode greedily, ignoring EOS, from distinct 64-token random prompts, after warm-up
+OpenBLAS gets the worker's thread count (`worker.blas` policy: one thread for these models)
+unless OPENBLAS_NUM_THREADS is set. Both sides decode greedily, ignoring EOS, from distinct 64-token random prompts, after warm-up
 (every row decoding). "wall" is ms per step of the real loop (ours overlapped, mlx-lm's
 BatchGenerator with its async_eval pipelining), median over the repeats, taken in turns; its
 "wall:" columns split it into graph building, page tables, "sync" (the host blocked in
@@ -165,9 +166,12 @@ def _timed(spans: Spans, step: Any, steps: int) -> dict[str, float]:
 
 def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Every (model, kv, rows) cell: wall medians in turns, then one split run per side."""
+    from worker.blas import apply_blas_policy
+
     results = []
     for name in args.models.split(","):
         model, tok = load(name)
+        apply_blas_policy(model)  # the worker's OpenBLAS threads (one here), unless env says
         for rows in map(int, args.rows.split(",")):
             cells: dict[str, list[dict[str, float]]] = {}
             kinds = args.kv.split(",")
@@ -220,7 +224,10 @@ def variants(args: argparse.Namespace) -> None:
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     plan: list[tuple[str, str, dict[str, str]]] = []
     for value in filter(None, args.threads.split(",")):
-        env = dict(base, **({"OPENBLAS_NUM_THREADS": value} if value != "default" else {}))
+        # "default": OpenBLAS's own choice (one thread per core), set explicitly so the child
+        # does not apply the worker's policy (one thread on a small model)
+        n = str(os.cpu_count() or 1) if value == "default" else value
+        env = dict(base, OPENBLAS_NUM_THREADS=n)
         plan.append((f"threads={value}", here, env))
     if args.against:  # with --threads N: both sides with that many OpenBLAS threads
         env = plan[0][2] if plan else base
