@@ -82,6 +82,11 @@ class Forward:
         owners = {"decode": self.compiled, "verify": self.compiled_verify}
         return {name: o for name, o in owners.items() if o is not None}
 
+    def idle(self) -> None:
+        """No row runs: free the dense decode cache (worker/kv_dense.py)."""
+        if self.dense is not None:
+            self.dense.reset()
+
     def __call__(self, rows: list[list[int]], kvs: list[RequestPages], starts: list[int],
                  want_logits: bool, embeds: list[mx.array | None] | None = None,
                  positions: mx.array | None = None) -> mx.array | None:

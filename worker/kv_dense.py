@@ -25,7 +25,7 @@ membership change moves them with one gather of whole rows).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 import mlx.core as mx
@@ -256,9 +256,11 @@ def _refilled(a: mx.array, plan: DensePlan, src: mx.array) -> mx.array:
     return a
 
 
-def dense_status(caches: list[DenseCache]) -> dict[str, int]:
-    """The dense decode caches in the worker status: bytes they hold now and at most so far
-    (beside the KV pages, outside their budget), decode steps that read them."""
-    return {"kv_dense_cache_bytes": sum(c.nbytes for c in caches),
-            "kv_dense_cache_peak_bytes": sum(c.peak_bytes for c in caches),
-            "kv_dense_cache_steps": sum(c.steps for c in caches)}
+def dense_status(caches: Iterable[DenseCache | None]) -> dict[str, int]:
+    """The dense decode caches in the worker status (None: a forward without one): bytes they
+    hold now and at most so far (beside the KV pages, outside their budget), decode steps that
+    read them."""
+    held = [c for c in caches if c is not None]
+    return {"kv_dense_cache_bytes": sum(c.nbytes for c in held),
+            "kv_dense_cache_peak_bytes": sum(c.peak_bytes for c in held),
+            "kv_dense_cache_steps": sum(c.steps for c in held)}
