@@ -30,6 +30,7 @@ class Shape(msgspec.Struct, tag="shape"):
     tail_pages: int
     kind: str
     work_pages: int = 0  # K8V4 float page copies (cache/paged_kv_work.py)
+    spare_bytes: int = 0  # what the pool leaves of the budget (the dense decode cache's)
 
 
 class Stop(msgspec.Struct, tag="stop"):
