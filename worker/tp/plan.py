@@ -33,13 +33,17 @@ class Shape(msgspec.Struct, tag="shape"):
     spare_bytes: int = 0  # what the pool leaves of the budget (the dense decode cache's)
 
 
+class Idle(msgspec.Struct, tag="idle"):
+    """No row runs on rank 0 now: free what only running rows need (the dense decode cache)."""
+
+
 class Stop(msgspec.Struct, tag="stop"):
     """Rank 0 is exiting cleanly: so do the others."""
 
     reason: str
 
 
-Plan = Call | Decode | Shape | Stop
+Plan = Call | Decode | Shape | Idle | Stop
 
 _decoder = msgspec.msgpack.Decoder(Plan)
 _encoder = msgspec.msgpack.Encoder()
