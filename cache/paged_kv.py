@@ -76,9 +76,11 @@ class PagedKVStore:
     """The page arrays of every layer; writes by slot, gathers by slot table."""
 
     def __init__(self, fmt: KVFormat, num_pages: int, tail_pages: int = 0,
-                 work_pages: int = 0) -> None:
+                 work_pages: int = 0, spare_bytes: int = 0) -> None:
         self.fmt = fmt
         self.num_pages = num_pages
+        # bytes of the memory budget these arrays leave unused (worker/kv_dense.py's cache)
+        self.spare_bytes = spare_bytes
         self.quantized = fmt.kind != "none"
         self.tail_pages = tail_pages if self.quantized else 0
         self.work_pages = work_pages if self.tail_pages else 0

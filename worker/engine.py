@@ -20,7 +20,6 @@ from worker.failures import EngineBroken, SendFailed, discard, error_output, ver
 from worker.forward import Forward
 from worker.grammar import masks
 from worker.kv_calibrate import calibrate_centers
-from worker.kv_dense import DenseCache
 from worker.kv_manager import KVManager
 from worker.request import EngineStats, Inflight, KVTooSmall, QueueFull, Request
 from worker.sampling import RowSampler, sample
@@ -72,10 +71,6 @@ class Engine:
         self.spec = spec  # speculative decoding (None: off)
         if spec is not None and hasattr(spec.drafter, "attach"):
             spec.drafter.attach(self._forward)  # an MTP drafter reads the target's hidden states
-        # the dense decode caches of the target's and a draft model's decode steps (small
-        # models, worker/kv_dense.py): freed whenever no row runs
-        self.dense_caches: list[DenseCache] = [
-            f.dense for f in self.forwards().values() if f.dense is not None]
         self.verified_rows = 0  # rows whose drafts the current step verified
         self._inflight: Inflight | None = None
         self._touched: list[Request] = []  # rows the current step has put at risk
@@ -164,9 +159,9 @@ class Engine:
         except Exception as exc:
             return self._recover(exc)
         self.failed_steps = 0
-        if not self.running:  # idle: free the dense decode caches (worker/kv_dense.py)
-            for cache in self.dense_caches:
-                cache.reset()
+        if not self.running:  # idle: free what only running rows need (dense decode caches)
+            for forward in self.forwards().values():
+                forward.idle()
         if self.spec is not None and (overlapped or self.verified_rows):
             made = self._sent + outputs if overlapped else outputs[flushed:]
             self._time_step(made, time.perf_counter() - t0 - self._prefill_s)

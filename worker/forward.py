@@ -48,6 +48,9 @@ class Tap(Protocol):
         """Before a decode_lazy: send its plan; the tokens as every rank will have them."""
         ...
 
+    def idle(self) -> None:
+        """No row runs: the other ranks free what only running rows need."""
+
 
 class Forward:
     """Calls the model for one group of rows and materializes the page writes at once.
@@ -81,6 +84,13 @@ class Forward:
         """Its holders of compiled functions (``fns``: key -> function): decode, verify."""
         owners = {"decode": self.compiled, "verify": self.compiled_verify}
         return {name: o for name, o in owners.items() if o is not None}
+
+    def idle(self) -> None:
+        """No row runs: free the dense decode cache (worker/kv_dense.py), on every rank."""
+        if self.dense is not None:
+            self.dense.reset()
+        if self.tap is not None:
+            self.tap.idle()
 
     def __call__(self, rows: list[list[int]], kvs: list[RequestPages], starts: list[int],
                  want_logits: bool, embeds: list[mx.array | None] | None = None,

@@ -12,8 +12,9 @@ write, so pages, the radix cache and preemption are unchanged) and attention rea
 
 The cache belongs to the ``Forward`` whose decode steps read it (one per store: the target's,
 a draft model's); every batch writing that store's pages is handed it. The engine frees its
-caches' arrays when no row runs; the worker status shows the bytes they hold (beside the KV
-pages, outside their budget: at most ``BUDGET``).
+caches' arrays when no row runs; the worker status shows the bytes they hold. They come out of
+the KV memory budget: at most what the store's pool leaves of it (``spare_bytes``, and at most
+``BUDGET``); a step whose cache would not fit gathers pages.
 
 Rows are refilled from the pages (the old gather, for those rows only) when they are new to the
 batch, and when a page they read was written by another batch (prefill, verify, a step not
@@ -25,7 +26,7 @@ membership change moves them with one gather of whole rows).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 import mlx.core as mx
@@ -42,7 +43,9 @@ MAX_WEIGHT_BYTES = 32 << 20
 # read-back and scatter cost more (stories260K, dense / gather wall per step, medians of 11
 # rounds: 1.16 at 1 row, 1.11 at 2, 0.90 at 4, 0.92 at 8; bench.dense_decode, session 9)
 MIN_ROWS = 4
-BUDGET = 1 << 30  # bytes of dense keys and values over all layers; above it steps gather pages
+# bytes of dense keys and values over all layers; above it, or above the store's spare bytes
+# (what its pool leaves of --kv-cache-memory), steps gather pages
+BUDGET = 1 << 30
 ENABLED = True  # tests compare against the gather with this off
 
 
@@ -81,6 +84,7 @@ class DenseCache:
         self.refilled = 0  # rows refilled from pages so far (stats, tests)
         self.pages_refreshed = 0  # K8V4: filled pages re-read from their float copies
         self.steps = 0
+        self.budget = min(BUDGET, store.spare_bytes)  # the most its arrays may hold
 
     def reset(self) -> None:
         """Forget everything and free the arrays (the next step refills every row)."""
@@ -122,7 +126,7 @@ def plan_dense(cache: DenseCache, pages: np.ndarray, starts: np.ndarray, length:
     # rebuild every row
     cap = max(-(-length // CHUNK) * CHUNK, cache.cap if cache.rows else 0)
     size = 2 * fmt.num_layers * bsz * h * cap * fmt.head_dim * fmt.dtype.size
-    if size > BUDGET:
+    if size > cache.budget:
         cache.reset()
         return None
     if cache.plan is not None and cache.applied != fmt.num_layers:  # a step that did not run
@@ -256,9 +260,12 @@ def _refilled(a: mx.array, plan: DensePlan, src: mx.array) -> mx.array:
     return a
 
 
-def dense_status(caches: list[DenseCache]) -> dict[str, int]:
-    """The dense decode caches in the worker status: bytes they hold now and at most so far
-    (beside the KV pages, outside their budget), decode steps that read them."""
-    return {"kv_dense_cache_bytes": sum(c.nbytes for c in caches),
-            "kv_dense_cache_peak_bytes": sum(c.peak_bytes for c in caches),
-            "kv_dense_cache_steps": sum(c.steps for c in caches)}
+def dense_status(caches: Iterable[DenseCache | None]) -> dict[str, int]:
+    """The dense decode caches in the worker status (None: a forward without one): bytes they
+    hold now, at most so far and at most allowed (what the KV pages leave of their budget),
+    decode steps that read them."""
+    held = [c for c in caches if c is not None]
+    return {"kv_dense_cache_bytes": sum(c.nbytes for c in held),
+            "kv_dense_cache_peak_bytes": sum(c.peak_bytes for c in held),
+            "kv_dense_cache_budget_bytes": sum(c.budget for c in held),
+            "kv_dense_cache_steps": sum(c.steps for c in held)}

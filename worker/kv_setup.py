@@ -81,7 +81,8 @@ def plan_kv(model: Any, dtype: mx.Dtype, *, kind: str, memory: str, page_size: i
 
     With K8V4 and WORKING_SET, float copies of running rows' full pages (worker/kv_working.py)
     get the budget the pool leaves, or WORK_SHARE of the budget taken from the pool if more, at
-    most every running row's whole context.
+    most every running row's whole context. What is left after both is the store's
+    ``spare_bytes``: the most the dense decode cache (worker/kv_dense.py) may hold.
     """
     layers, heads, dim = probe_kv_shape(model)
     reason = "requested"
@@ -103,4 +104,6 @@ def plan_kv(model: Any, dtype: mx.Dtype, *, kind: str, memory: str, page_size: i
         work = min(max(spare, int(left * work_share)) // float_page, max_batch * per_context)
         left -= work * float_page
     num_pages = max(min(left // fmt.bytes_per_page(), useful), per_context + 2)
-    return KVPlan(PagedKVStore(fmt, num_pages, tail_pages=tails, work_pages=work), kind, reason)
+    spare = max(left - num_pages * fmt.bytes_per_page(), 0)  # the dense decode cache's at most
+    return KVPlan(PagedKVStore(fmt, num_pages, tail_pages=tails, work_pages=work,
+                               spare_bytes=spare), kind, reason)

@@ -249,7 +249,7 @@ class WorkerLoop:
             "kv_bytes_per_token_per_layer": fmt.bytes_per_token_per_layer(),
             "kv_bytes_total": e.kv.store.nbytes(),
             "kv_full_precision_tail_pages": e.kv.tails.total if e.kv.tails else 0,
-            **working_set_status(e.kv.store), **dense_status(e.dense_caches),
+            **working_set_status(e.kv.store), **dense_status(f.dense for f in e.forwards().values()),
             "prefix_cache": e.kv.radix is not None,
             "prefix_cache_pages": e.kv.radix.num_pages if e.kv.radix else 0,
             "prefix_cache_queries": e.kv.stats.queries, "prefix_cache_hits": e.kv.stats.hits,

@@ -40,6 +40,16 @@ def takes_multipart(path: str, content_type: str | None) -> bool:
     return kind == "multipart/form-data" and path in MULTIPART_PATHS
 
 
+def _unsupported(path: str, got: str) -> APIError:
+    """The 415 for a body of type GOT at PATH, naming what PATH takes."""
+    if path in MULTIPART_PATHS:
+        return APIError(415, "Audio uploads must be multipart/form-data: send `Content-Type: "
+                        "multipart/form-data` with the audio in the form field 'file' "
+                        f"(got '{got}').", param="file", code="unsupported_media_type")
+    return APIError(415, f"Request bodies must be JSON: send `Content-Type: application/json` "
+                    f"(got '{got}').", code="unsupported_media_type")
+
+
 class EdgeMiddleware:
     """Refuse what no route should see: unknown Hosts (400), cross-site writes (403), non-JSON
     bodies (415, but multipart uploads to the audio endpoints); answer CORS preflights and add CORS headers for allowed origins."""
@@ -67,9 +77,7 @@ class EdgeMiddleware:
                             code="cross_origin_forbidden")
         if method == "POST" and not is_json(headers.get("content-type")) \
                 and not takes_multipart(scope.get("path", ""), headers.get("content-type")):
-            got = headers.get("content-type") or "none"
-            return APIError(415, f"Request bodies must be JSON: send `Content-Type: "
-                            f"application/json` (got '{got}').", code="unsupported_media_type")
+            return _unsupported(scope.get("path", ""), headers.get("content-type") or "none")
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from gateway.edge.errors import APIError
 from gateway.plane.drain import settle
 from gateway.plane.hub import AliasState, Hub, Terminal
-from gateway.plane.tp_group import group_command, is_group
+from gateway.plane.tp_group import group_command, group_folder, is_group
 from protocol.messages import SECRET_ENV
 
 log = logging.getLogger("rapid_mlx.gateway")
@@ -168,11 +168,12 @@ class Supervisor:
             # Own session: a terminal's Ctrl-C is the gateway's to handle (it stops its workers;
             # a worker still starting Python would print a KeyboardInterrupt traceback), and
             # killpg reaches every rank of a tensor-parallel group.
-            p.proc = await asyncio.create_subprocess_exec(
-                *self._command(p), stdin=asyncio.subprocess.DEVNULL,
-                env={**os.environ, SECRET_ENV: secret}, start_new_session=True)
-            self.hub.spawned(alias, p.boot_id, p.proc.pid)
-            code = await p.proc.wait()
+            with group_folder(p.spec.extra_args) as folder:  # removed once the group is gone
+                p.proc = await asyncio.create_subprocess_exec(
+                    *self._command(p), stdin=asyncio.subprocess.DEVNULL,
+                    env={**os.environ, SECRET_ENV: secret, **folder}, start_new_session=True)
+                self.hub.spawned(alias, p.boot_id, p.proc.pid)
+                code = await p.proc.wait()
             reason = f"exit code {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}"
             swapped, p.swap_exit = p.swap_exit, False
             self.hub.worker_gone(alias, p.boot_id, f"swapped ({reason})" if swapped else reason)

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from worker.tp.status import DIR_ENV
 
 
 def tensor_parallel(worker_args: list[str]) -> int:
@@ -25,3 +31,18 @@ def group_command(worker_cmd: list[str]) -> list[str]:
     """WORKER_CMD run as a group by worker.tp.launch, which exits when this gateway does."""
     return [sys.executable, "-m", "worker.tp.launch", "--parent-pid", str(os.getpid()), "--",
             *worker_cmd]
+
+
+@contextmanager
+def group_folder(worker_args: list[str]) -> Iterator[dict[str, str]]:
+    """For a group: a temp folder for its launcher and ranks (their hostfile and plan socket),
+    removed when the group is over however it ended (a SIGKILLed launcher cannot remove it);
+    yields the environment that hands it to them (empty for a single worker)."""
+    if not is_group(worker_args):
+        yield {}
+        return
+    folder = tempfile.mkdtemp(prefix="rapid-mlx-tp-")
+    try:
+        yield {DIR_ENV: folder}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -115,3 +115,31 @@ def test_public_flags_open_only_what_they_name(keyed: TestClient) -> None:
     assert keyed.get("/v1/models/m", headers={"Authorization": "Bearer k"}).status_code == 200
     r = keyed.get("/v1/models/zz", headers={"Authorization": "Bearer k"})
     assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+
+
+@pytest.fixture
+def open_app() -> Iterator[TestClient]:
+    app = build_app(GatewayConfig(served=[ServedModel("m", "x")], spawn_workers=False,
+                                  worker_address="inproc://edge-units-open"))
+    app.state.hub.sock.close(0)
+    app.state.hub.ctx.term()
+    yield TestClient(app, base_url="http://localhost")
+
+
+@pytest.mark.parametrize("ctype", ["text/plain", "application/x-www-form-urlencoded",
+                                   "application/octet-stream", None])
+def test_the_audio_uploads_415_names_multipart(open_app: TestClient, ctype: str | None) -> None:
+    """A body neither multipart nor JSON sent to an audio upload route: the 415 says what the
+    route takes (the JSON routes' 415 says JSON), in the OpenAI error shape."""
+    headers = {"Content-Type": ctype} if ctype else {}
+    for path in ("/v1/audio/transcriptions", "/v1/audio/translations"):
+        r = open_app.post(path, content=b"RIFF....WAVE", headers=headers)
+        assert r.status_code == 415, (path, r.text)
+        error = r.json()["error"]
+        assert set(error) == {"message", "type", "param", "code"}
+        assert error["type"] == "invalid_request_error" and error["param"] == "file"
+        assert error["code"] == "unsupported_media_type"
+        assert "multipart/form-data" in error["message"] and "JSON" not in error["message"]
+        assert f"got '{ctype or 'none'}'" in error["message"]
+    r = open_app.post("/v1/chat/completions", content=b"{}", headers=headers)
+    assert r.status_code == 415 and "application/json" in r.json()["error"]["message"]

@@ -142,6 +142,35 @@ def test_a_lost_rank_restarts_the_group(victim: str) -> None:
         srv.stop()
 
 
+def _group_folder(srv: Server) -> Path:
+    """The temp folder the group's ranks were handed (hostfile, plan socket)."""
+    folders = {p.environ().get("RAPID_MLX_TP_DIR") for p in _ranks(srv).values()}
+    assert len(folders) == 1 and None not in folders, folders
+    return Path(str(folders.pop()))
+
+
+def test_a_sigkilled_launchers_folder_is_removed_by_the_gateway() -> None:
+    """The launcher (worker.tp.launch) SIGKILLed cannot remove the group's temp folder: the
+    gateway, which made it, removes it when the group is gone, and the next group's on exit."""
+    srv = _serve(STORIES, "none", "--tensor-parallel", "2")
+    try:
+        boot = srv.worker("m")["boot_id"]
+        first = _group_folder(srv)
+        assert (first / "hosts.json").is_file()
+        launcher = next(p for p in srv.tree() if "worker.tp.launch" in p.cmdline())
+        launcher.send_signal(signal.SIGKILL)
+        wait_for(lambda: not first.exists(), timeout=30)
+        wait_for(lambda: srv.worker("m")["boot_id"] not in (None, boot)
+                 and srv.worker("m")["state"] == "ready", timeout=120)
+        second = _group_folder(srv)
+        assert second != first and second.is_dir()
+        text, n, _ = _complete(srv.url, "Once upon a time", 16)
+        assert n == 16 and text
+    finally:
+        srv.stop()
+    assert not second.exists()
+
+
 def test_hostfile_group_runs_through_mlx_launch(tmp_path: Path) -> None:
     """--tp-hostfile starts the ranks with mlx.launch itself (here both hosts are this one)."""
     hosts = tmp_path / "hosts.json"

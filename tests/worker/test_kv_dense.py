@@ -83,7 +83,9 @@ def _compare(model: tuple[str, Any, Any], rows: int, monkeypatch: pytest.MonkeyP
             pool = engine.kv.pool  # re-made in place: far too few pages for every row
             type(pool).__init__(pool, engine.kv.pages_for(max(map(len, prompts.values())) + 40) * 3)
         else:
-            engine = make_engine(mdl, tok, kind=kind, page_size=8, max_batch=rows, **kw)
+            # room for the K8V4 working set of every row's whole context and the dense cache
+            engine = make_engine(mdl, tok, kind=kind, memory="256MiB", page_size=8,
+                                 max_batch=rows, **kw)
         assert engine.kv.store.fmt.kind == kind
         results.append((_run(engine, prompts, late, monkeypatch), engine.stats.preemptions))
     (tokens_off, logits_off), pre_off = results[0]
@@ -100,16 +102,21 @@ def _compare(model: tuple[str, Any, Any], rows: int, monkeypatch: pytest.MonkeyP
         assert cache.pages_refreshed > 0
     # idle: the arrays are freed; the status kept their most
     assert cache.rows == 0 and cache.k == [None] * len(cache.k) and cache.nbytes == 0
-    status = dense_status(engine.dense_caches)
+    status = dense_status(_caches(engine))
     assert status["kv_dense_cache_bytes"] == 0 and status["kv_dense_cache_peak_bytes"] > 0
     assert status["kv_dense_cache_steps"] == cache.steps
     return engine
 
 
+def _caches(engine: eng.Engine) -> list[DenseCache]:
+    """The dense decode caches of the engine's forwards (target's, a draft model's)."""
+    return [f.dense for f in engine.forwards().values() if f.dense is not None]
+
+
 def _cache(engine: eng.Engine) -> DenseCache:
     """The engine's target dense decode cache."""
     cache = engine._forward.dense
-    assert cache is not None and engine.dense_caches == [cache]
+    assert cache is not None and _caches(engine) == [cache]
     return cache
 
 
@@ -152,9 +159,9 @@ def test_large_models_gather_pages(model: tuple[str, Any, Any],
     kind, mdl, tok = model
     monkeypatch.setattr(kv_dense, "MAX_WEIGHT_BYTES", 0)
     engine = make_engine(mdl, tok, kind=kind, page_size=8, max_batch=8, compile_decode="off")
-    assert engine._forward.dense is None and not engine.dense_caches
+    assert engine._forward.dense is None and not _caches(engine)
     _run(engine, _prompts(tok, 8, False), 2, monkeypatch)
-    assert dense_status(engine.dense_caches)["kv_dense_cache_steps"] == 0
+    assert dense_status(_caches(engine))["kv_dense_cache_steps"] == 0
 
 
 def test_small_batches_gather_pages(model: tuple[str, Any, Any],
@@ -180,7 +187,7 @@ def test_a_draft_models_cache_is_the_engines_too(monkeypatch: pytest.MonkeyPatch
     drafter = draft_drafter("demo-draft", tok, max_batch=8, context_length=512, memory="16MiB")
     engine = make_engine(mdl, tok, kind="none", max_batch=8, compile_decode="off",
                          spec=Speculator(drafter, 3))
-    assert drafter.forward.dense is not None and engine.dense_caches == [
+    assert drafter.forward.dense is not None and _caches(engine) == [
         engine._forward.dense, drafter.forward.dense]
     for i, q in enumerate(QUESTIONS[:6]):
         ids = tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)
@@ -188,6 +195,32 @@ def test_a_draft_models_cache_is_the_engines_too(monkeypatch: pytest.MonkeyPatch
     held = []
     while engine.has_work:
         engine.step()
-        held.append(dense_status(engine.dense_caches)["kv_dense_cache_bytes"])
+        held.append(dense_status(_caches(engine))["kv_dense_cache_bytes"])
     assert drafter.forward.dense.steps > 0 and max(held) > 0
-    assert all(c.rows == 0 and c.nbytes == 0 for c in engine.dense_caches)
+    assert all(c.rows == 0 and c.nbytes == 0 for c in _caches(engine))
+
+
+@pytest.mark.parametrize("memory", ["2MiB", "12MiB", "64MiB"])
+def test_the_dense_cache_stays_within_kv_cache_memory(model: tuple[str, Any, Any], memory: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pages and the dense decode cache together hold at most --kv-cache-memory: the cache gets
+    what the pool leaves; a step whose cache would not fit there gathers pages (same tokens)."""
+    from worker.kv_setup import parse_memory
+
+    kind, mdl, tok = model
+    monkeypatch.setattr(kv_dense, "MIN_ROWS", 1)
+    engine = make_engine(mdl, tok, kind=kind, memory=memory, page_size=16, max_batch=8,
+                         compile_decode="off")
+    store, cache = engine.kv.store, _cache(engine)
+    assert cache.budget == store.spare_bytes
+    got, _ = _run(engine, _prompts(tok, 8, False), 2, monkeypatch)
+    assert store.nbytes() + cache.peak_bytes <= parse_memory(memory)
+    status = dense_status(_caches(engine))
+    assert status["kv_dense_cache_budget_bytes"] == cache.budget
+    if memory == "64MiB":  # room to spare: the cache served the steps
+        assert cache.steps > 0
+    if memory == "2MiB":  # the pool takes it all
+        assert cache.steps == 0 and cache.budget < store.fmt.bytes_per_page()
+    reference = make_engine(mdl, tok, kind=kind, page_size=16, max_batch=8, compile_decode="off")
+    monkeypatch.setattr(kv_dense, "ENABLED", False)
+    assert _run(reference, _prompts(tok, 8, False), 2, monkeypatch)[0] == got

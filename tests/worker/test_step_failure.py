@@ -53,6 +53,9 @@ class _FailOnce:
         self.inner = engine._forward
         self.failed_with: set[str] = set()
 
+    def __getattr__(self, name: str) -> Any:  # the rest of Forward (idle, compiled, ...)
+        return getattr(self.inner, name)
+
     def _ids(self, kvs: list[Any]) -> set[str]:
         owners = {id(r.kv): r.id for r in self.engine.running}
         return {owners[id(kv)] for kv in kvs}
@@ -168,7 +171,7 @@ def test_steps_failing_in_a_row_or_torn_books_end_the_engine(model: tuple[Any, A
     def broken(*_: Any) -> Any:
         raise RuntimeError("device lost")
 
-    engine._forward = broken  # type: ignore[assignment]
+    monkeypatch.setattr(engine._forward, "_build", broken)  # every prefill call fails
     for i in range(3):
         engine.add(str(i), tok.encode(PROMPTS[i]), SamplingParams(max_tokens=4))
     outs = [o for _ in range(3) for o in engine.step()]

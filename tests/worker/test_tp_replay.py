@@ -85,9 +85,44 @@ def test_replayed_plans_write_the_same_pages(name: str, kind: str) -> None:
         assert np.array_equal(np.array(a), np.array(b))
 
 
+def test_a_follower_frees_its_dense_cache_when_rank_0_is_idle() -> None:
+    """Rank 0's engine tells the group once when no row runs (after forwards); a follower then
+    frees its dense decode cache as rank 0 frees its own."""
+    import worker.kv_dense as kv_dense
+
+    model, tok = load(str(shared_model("stories260K")))[:2]
+    engine = make_engine(model, tok, compile_decode="off")
+    tape = _Tape()
+    engine._forward.tap = Leader(tape)  # type: ignore[arg-type]
+    for i, text in enumerate(["Once upon a time", "The cat sat", "Lily and Tom", "One day",
+                              "The sun was", "Mom said"][: kv_dense.MIN_ROWS + 2]):
+        engine.add(str(i), tok.encode(text), SamplingParams(max_tokens=24, temperature=0.0,
+                                                            ignore_eos=True))
+    while engine.has_work:
+        engine.step()
+    engine.step()  # idle again: nothing more to tell
+    tape.plans.append(p.encode(p.Stop("done")))
+    kinds = [type(p.decode(b)).__name__ for b in tape.plans]
+    assert kinds[-2:] == ["Idle", "Stop"] and kinds.count("Idle") == 1, kinds
+    rank0 = engine._forward.dense
+    assert rank0 is not None and rank0.steps > 0 and rank0.nbytes == 0
+
+    store = plan_kv(model, model_dtype(model), kind="none", memory="64MiB", page_size=16,
+                    group_size=32, max_batch=32, context_length=512).store
+    follower = Forward(model, store, model_dtype(model))
+    follower.sharded = True
+    tape.plans.insert(len(tape.plans) - 2, p.encode(p.Stop("before the idle")))
+    assert follow(follower, tape) == "before the idle"  # type: ignore[arg-type]
+    cache = follower.dense
+    assert cache is not None and cache.steps == rank0.steps and cache.nbytes > 0
+    assert follow(follower, tape) == "done"  # type: ignore[arg-type]
+    assert cache.rows == 0 and cache.nbytes == 0 and cache.k[0] is None
+
+
 def test_plan_codec_round_trips() -> None:
     plans: list[p.Plan] = [p.Call([[1, 2], [3]], [[0], [4, 5]], [0, 7], [0, 16], True),
-                           p.Decode([[1]], [0], [9]), p.Shape(100, 4, "k8v4"), p.Stop("bye")]
+                           p.Decode([[1]], [0], [9]), p.Shape(100, 4, "k8v4", 8, 1 << 20),
+                           p.Idle(), p.Stop("bye")]
     assert [p.decode(p.encode(x)) for x in plans] == plans
 
 

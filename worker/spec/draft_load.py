@@ -80,7 +80,9 @@ def draft_store(model: Any, dtype: mx.Dtype, *, max_batch: int, context_length: 
     fmt = KVFormat(layers, heads, dim, page_size, dtype, "none")
     per_row = -(-context_length // page_size) + 1
     budget = parse_memory(memory) // fmt.bytes_per_page()
-    return PagedKVStore(fmt, max(min(max_batch * per_row + 1, budget), per_row + 1))
+    pages = max(min(max_batch * per_row + 1, budget), per_row + 1)
+    spare = max(parse_memory(memory) - pages * fmt.bytes_per_page(), 0)  # its dense decode cache
+    return PagedKVStore(fmt, pages, spare_bytes=spare)
 
 
 def draft_drafter(name: str, target_tokenizer: Any, *, max_batch: int, context_length: int,

@@ -29,6 +29,8 @@ def follow(forward: object, link: Link, parent: int | None = None) -> str:
         elif isinstance(plan, p.Decode):
             tokens = link.tokens(None, len(plan.starts))
             forward.feed(tokens, _pages(plan.pages, plan.tails), plan.starts)
+        elif isinstance(plan, p.Idle):  # rank 0 freed its dense decode cache: so do we
+            forward.idle()
         else:
             raise RuntimeError(f"unexpected plan {type(plan).__name__} from rank 0")
 

@@ -40,7 +40,7 @@ def _die_with_parent() -> None:
 def run_local(worker: list[str], ranks: int, port: int) -> int:
     """Start RANKS ranks on this machine (mlx.launch's env contract, without its busy-polling
     output relay: on a small machine it takes a whole core); any rank's exit ends the group."""
-    folder = tempfile.mkdtemp(prefix="rapid-mlx-tp-")
+    folder = _folder()
     hostfile = os.path.join(folder, "hosts.json")
     with open(hostfile, "w") as f:
         json.dump([[f"127.0.0.1:{port + r}"] for r in range(ranks)], f)
@@ -82,6 +82,15 @@ def run_local(worker: list[str], ranks: int, port: int) -> int:
     return code if code >= 0 else 128 - code
 
 
+def _folder() -> str:
+    """The group's temp folder: the supervisor's (it removes it even when we are SIGKILLed),
+    else a new one; removed when the group ends."""
+    given = os.environ.get(DIR_ENV)
+    if given and os.path.isdir(given):
+        return given
+    return tempfile.mkdtemp(prefix="rapid-mlx-tp-")
+
+
 def _how(code: int | None) -> str:
     if code is not None and code < 0:
         return f"killed by {signal.Signals(-code).name}"
@@ -90,7 +99,7 @@ def _how(code: int | None) -> str:
 
 def run_hosts(worker: list[str]) -> int:
     """Start the ranks of --tp-hostfile's machines with mlx.launch (ssh); rank 0's exit code."""
-    folder = tempfile.mkdtemp(prefix="rapid-mlx-tp-")
+    folder = _folder()
     status = os.path.join(folder, "status")
     child = subprocess.Popen(launch_command(worker), stdin=subprocess.DEVNULL,
                              env={**os.environ, STATUS_ENV: status, DIR_ENV: folder},

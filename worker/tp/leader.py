@@ -20,12 +20,14 @@ class Leader:
     def __init__(self, link: Link) -> None:
         self.link = link
         self.stopped = False
+        self.busy = False  # a forward was planned since the group was last told it is idle
 
     def call(self, rows: list[list[int]], kvs: list[RequestPages], starts: list[int],
              want_logits: bool, embeds: Any, positions: Any) -> None:
         """Send a Call plan (text rows only: the group has no image inputs)."""
         if positions is not None or (embeds is not None and any(e is not None for e in embeds)):
             raise ValueError("tensor parallel serves text models only")
+        self.busy = True
         self.link.send(p.Call(rows, [kv.pages for kv in kvs], [kv.tail for kv in kvs],
                               list(starts), want_logits))
 
@@ -34,8 +36,15 @@ class Leader:
         """Send a Decode plan; the tokens become an all_sum every rank takes part in."""
         if positions is not None:
             raise ValueError("tensor parallel serves text models only")
+        self.busy = True
         self.link.send(p.Decode([kv.pages for kv in kvs], [kv.tail for kv in kvs], list(starts)))
         return self.link.tokens(tokens, len(starts))
+
+    def idle(self) -> None:
+        """No row runs: tell the other ranks (once after forwards) to free their dense caches."""
+        if self.busy and not self.stopped:
+            self.busy = False
+            self.link.send(p.Idle())
 
     def stop(self, reason: str) -> None:
         """Tell the other ranks to exit (once; a broken group cannot hear it, so ignore that)."""

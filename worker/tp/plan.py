@@ -30,6 +30,11 @@ class Shape(msgspec.Struct, tag="shape"):
     tail_pages: int
     kind: str
     work_pages: int = 0  # K8V4 float page copies (cache/paged_kv_work.py)
+    spare_bytes: int = 0  # what the pool leaves of the budget (the dense decode cache's)
+
+
+class Idle(msgspec.Struct, tag="idle"):
+    """No row runs on rank 0 now: free what only running rows need (the dense decode cache)."""
 
 
 class Stop(msgspec.Struct, tag="stop"):
@@ -38,7 +43,7 @@ class Stop(msgspec.Struct, tag="stop"):
     reason: str
 
 
-Plan = Call | Decode | Shape | Stop
+Plan = Call | Decode | Shape | Idle | Stop
 
 _decoder = msgspec.msgpack.Decoder(Plan)
 _encoder = msgspec.msgpack.Encoder()

@@ -41,7 +41,8 @@ def share_store(plan: KVPlan, link: Link) -> KVPlan:
     store = plan.store
     link.open()
     if link.rank == 0:
-        link.send(p.Shape(store.num_pages, store.tail_pages, plan.kind, store.work_pages))
+        link.send(p.Shape(store.num_pages, store.tail_pages, plan.kind, store.work_pages,
+                          store.spare_bytes))
         return plan
     shape = link.receive()
     if not isinstance(shape, p.Shape):
@@ -52,4 +53,5 @@ def share_store(plan: KVPlan, link: Link) -> KVPlan:
     fmt = replace(store.fmt, kind=shape.kind)
     log.info("rank %d: KV pool resized to rank 0's %d pages", link.rank, shape.num_pages)
     return KVPlan(PagedKVStore(fmt, shape.num_pages, tail_pages=shape.tail_pages,
-                               work_pages=shape.work_pages), shape.kind, plan.reason)
+                               work_pages=shape.work_pages, spare_bytes=shape.spare_bytes),
+                  shape.kind, plan.reason)

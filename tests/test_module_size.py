@@ -1,0 +1,18 @@
+"""Modules stay small: each of the project's Python files holds under 500 lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+MAX_LINES = 500
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("protocol", "cache", "parsers", "gateway", "worker", "bench", "tests")
+
+
+def test_every_module_is_under_500_lines() -> None:
+    files = [f for pkg in PACKAGES for f in (ROOT / pkg).rglob("*.py")
+             if not any(part.startswith(".") for part in f.relative_to(ROOT).parts)]
+    assert len(files) > 100
+    long = {str(f.relative_to(ROOT)): n for f in files
+            if (n := len(f.read_text(encoding="utf-8").splitlines())) >= MAX_LINES}
+    assert not long, f"split these modules (one concept each): {long}"
