@@ -68,6 +68,10 @@ class EdgeMiddleware:
         if method == "POST" and not is_json(headers.get("content-type")) \
                 and not takes_multipart(scope.get("path", ""), headers.get("content-type")):
             got = headers.get("content-type") or "none"
+            if scope.get("path", "") in MULTIPART_PATHS:  # an upload route takes no JSON either
+                return APIError(415, "This endpoint takes an upload: send `Content-Type: "
+                                f"multipart/form-data` with the audio in the 'file' field (got "
+                                f"'{got}').", code="unsupported_media_type")
             return APIError(415, f"Request bodies must be JSON: send `Content-Type: "
                             f"application/json` (got '{got}').", code="unsupported_media_type")
         return None

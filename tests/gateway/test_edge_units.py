@@ -115,3 +115,15 @@ def test_public_flags_open_only_what_they_name(keyed: TestClient) -> None:
     assert keyed.get("/v1/models/m", headers={"Authorization": "Bearer k"}).status_code == 200
     r = keyed.get("/v1/models/zz", headers={"Authorization": "Bearer k"})
     assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+
+
+@pytest.mark.parametrize("ctype", ["application/x-www-form-urlencoded", "text/plain", None])
+def test_upload_routes_name_multipart_in_their_415(keyed: TestClient, ctype: str | None) -> None:
+    """An upload route refuses other bodies by saying what it takes: not JSON, which it refuses
+    too (a client told to send JSON would get a 400 next)."""
+    headers = {"Authorization": "Bearer k", **({"Content-Type": ctype} if ctype else {})}
+    for path in ("/v1/audio/transcriptions", "/v1/audio/translations"):
+        r = keyed.post(path, content=b"file=x", headers=headers)
+        err = r.json()["error"]
+        assert r.status_code == 415 and err["code"] == "unsupported_media_type", r.text
+        assert "multipart/form-data" in err["message"] and "JSON" not in err["message"]
