@@ -253,6 +253,9 @@ class Heartbeat(_Msg, tag="hb"):
     kv_used: int = 0
     kv_total: int = 0
     draining: bool = False  # SIGTERM: finishing its requests, then exiting; route nothing new
+    # jobs its intake thread is preparing (template, tokenizer, images: seconds for large
+    # images): work in progress, so the gateway does not take an idle engine for a hang
+    preparing: int = 0
 
 
 class Status(_Msg, tag="status"):

@@ -166,7 +166,8 @@ class WorkerLoop:
         self._send(m.Heartbeat(boot_id=self.boot_id, step=self.engine.stats.steps,
                                running=len(self.engine.running), waiting=len(self.engine.waiting),
                                kv_used=pool.num_used, kv_total=pool.total,
-                               draining=self.sigterm.draining))
+                               draining=self.sigterm.draining,
+                               preparing=self.intake.preparing))
 
     # ---- handlers -----------------------------------------------------------------------
 

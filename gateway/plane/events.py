@@ -137,6 +137,8 @@ def on_event(hub: Hub, identity: bytes, user_id: str | None, ev: m.Event,
                         st.alias)
         if ev.step != r.last_step:
             r.last_step, r.last_progress = ev.step, now
+        elif ev.preparing:  # its loop beats and its intake works on prompts: not hung
+            r.last_progress = now
     elif isinstance(ev, m.Status):
         fut = hub.status_waiters.get(ev.query_id)
         if fut is not None and not fut.done():

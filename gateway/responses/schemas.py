@@ -8,6 +8,11 @@ from msgspec import Meta
 
 from gateway.openai.schemas import MaxTokens, Temperature, TopP, _Body
 
+# OpenAI's bounds: 16 pairs, keys of at most 64 characters, values of at most 512. The map is
+# stored with the response: unbounded, one client could store 8 MiB of it per response.
+Metadata = Annotated[dict[Annotated[str, Meta(max_length=64)], Annotated[str, Meta(max_length=512)]],
+                     Meta(max_length=16)]
+
 
 class ContentPart(_Body):
     """A content part of an input message (`input_text`, `output_text`, `input_image`, ...)."""
@@ -94,7 +99,7 @@ class CreateResponse(_Body):
     stream: bool = False
     store: bool | None = None
     previous_response_id: str | None = None
-    metadata: dict[str, str] | None = None
+    metadata: Metadata | None = None
     reasoning: ReasoningParam | None = None
     text: TextParam | None = None
     user: str | None = None

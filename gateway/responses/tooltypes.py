@@ -7,12 +7,14 @@ Not served but known: the tools OpenAI runs on its side (web_search, file_search
 client-side tool types a model must be trained for (local_shell, custom, ...). Coding agents
 (Codex CLI) offer some of them on every request, so an offered one is left out of the prompt
 with a logged warning (the model simply never calls it, which any response may do); one that
-tool_choice forces is refused with a 400. An unknown type is refused with a 400 too.
+tool_choice forces is refused with a 400. An unknown type is refused with a 400 too, inside a
+namespace as at the top.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from typing import Any
 
 from gateway.edge.errors import bad_request
@@ -35,11 +37,18 @@ def _function(t: FunctionTool, param: str) -> dict[str, Any]:
     return {"type": "function", "function": {k: v for k, v in fn.items() if v is not None}}
 
 
+def _left_out(kind: str, param: str) -> None:
+    """Refuse (400) a tool type that is neither served nor known as one to leave out."""
+    if kind not in NOT_SERVED:
+        raise bad_request(f"Tool type {kind[:64]!r} is not supported: only function and "
+                          "namespace tools are served.", param=param, code="unsupported_parameter")
+
+
 def served_tools(tools: list[FunctionTool]) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """Chat-format function tools to render, and function name -> namespace for the calls."""
     out: list[dict[str, Any]] = []
     namespaces: dict[str, str] = {}
-    skipped: list[str] = []
+    skipped: Counter[str] = Counter()  # of NOT_SERVED names only: a short log line, client text-free
     for i, t in enumerate(tools):
         if t.type == "function":
             out.append(_function(t, f"tools[{i}]"))
@@ -48,21 +57,21 @@ def served_tools(tools: list[FunctionTool]) -> tuple[list[dict[str, Any]], dict[
                 raise bad_request("A namespace tool needs a name.", param=f"tools[{i}].name")
             for j, inner in enumerate(t.tools or []):
                 if inner.type != "function":
-                    skipped.append(f"{t.name}.{inner.type}")
+                    _left_out(inner.type, f"tools[{i}].tools[{j}].type")
+                    skipped[inner.type] += 1
                     continue
                 out.append(_function(inner, f"tools[{i}].tools[{j}]"))
                 namespaces[inner.name or ""] = t.name
-        elif t.type in NOT_SERVED:
-            skipped.append(t.type)
         else:
-            raise bad_request(f"Tool type '{t.type}' is not supported: only function and "
-                              "namespace tools are served.", param=f"tools[{i}].type",
-                              code="unsupported_parameter")
-    names = [t["function"]["name"] for t in out]
-    dup = next((n for n in names if names.count(n) > 1), None)
-    if dup is not None:
-        raise bad_request(f"Two tools are named '{dup}'.", param="tools")
+            _left_out(t.type, f"tools[{i}].type")
+            skipped[t.type] += 1
+    seen: set[str] = set()  # a set: a body may hold 100k tools (a list was quadratic)
+    for rendered in out:
+        name = rendered["function"]["name"]
+        if name in seen:
+            raise bad_request(f"Two tools are named '{name}'.", param="tools")
+        seen.add(name)
     if skipped:
         log.warning("responses: tool types not served here left out of the prompt: %s",
-                    ", ".join(skipped))
+                    ", ".join(k if n == 1 else f"{k} (x{n})" for k, n in skipped.items()))
     return out, namespaces

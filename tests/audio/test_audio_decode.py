@@ -46,3 +46,13 @@ def test_garbage_is_refused(data: bytes) -> None:
 def test_duration_limit(tone: dict[str, Path]) -> None:
     with pytest.raises(AudioError, match="longer than"):
         AudioDecoder(tone["wav" if "wav" in tone else "flac"].read_bytes(), 0.5).read(10 * SAMPLE_RATE)
+
+
+def test_an_upload_cannot_name_files_on_the_server(tone: dict[str, Path],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A playlist upload (FFmpeg's concat demuxer) would read audio files below the worker's
+    working directory and transcribe them: only self-contained containers are opened."""
+    monkeypatch.chdir(tone["flac"].parent)  # tone.flac is right there, a safe relative name
+    with pytest.raises(AudioError) as err:
+        AudioDecoder(b"ffconcat version 1.0\nfile tone.flac\n", 7200).read(10 * SAMPLE_RATE)
+    assert err.value.param == "file"

@@ -29,6 +29,10 @@ def comp(prompt: Any, **kw: Any) -> dict[str, Any]:
     return {"model": "default", "prompt": prompt, "max_tokens": 2, **kw}
 
 
+def resp(**kw: Any) -> dict[str, Any]:
+    return {"model": "default", "input": "hi", "max_output_tokens": 2, **kw}
+
+
 def tool(parameters: Any) -> list[dict[str, Any]]:
     return [{"type": "function", "function": {"name": "f", "parameters": parameters}}]
 
@@ -43,7 +47,7 @@ def raw_chat(extra: str) -> bytes:
             + extra + "}").encode()
 
 
-C, P = "/chat/completions", "/completions"
+C, P, R = "/chat/completions", "/completions", "/responses"
 # id, path, body (dict or raw bytes), status, param (None: not checked), code (None: not checked)
 CASES: list[tuple[str, str, Any, int, str | None, str | None]] = [
     # 1. seeds: any int64 works (negative ones too, as OpenAI); beyond int64 is a 400
@@ -126,6 +130,11 @@ CASES: list[tuple[str, str, Any, int, str | None, str | None]] = [
      None),
     ("template-kwargs-unknown", C, chat(chat_template_kwargs={"tokenize": True}), 400,
      "chat_template_kwargs", "unsupported_parameter"),
+    # 8. many tools: checked in linear time (50k distinct names took minutes of the event loop)
+    ("resp-tools-50k", R, resp(tools=[{"type": "function", "name": f"f{i}"} for i in range(50_000)]),
+     400, "input", "context_length_exceeded"),
+    ("resp-tools-dup", R, resp(tools=[{"type": "function", "name": f"f{min(i, 49_998)}"}
+                                      for i in range(50_000)]), 400, "tools", None),
     # these work
     ("ok-bias", C, chat(logit_bias={"5": -100, "6": 100}), 200, None, None),
     ("ok-bias-completions", P, comp("hi", logit_bias={"5": 3}), 200, None, None),

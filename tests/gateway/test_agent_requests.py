@@ -82,6 +82,9 @@ def test_a_call_into_a_namespace_carries_it() -> None:
     ([{"type": "namespace", "tools": []}], None, "tools[0].name"),
     ([{"type": "namespace", "name": "n", "tools": [{"type": "function"}]}], None,
      "tools[0].tools[0].name"),
+    # inside a namespace as at the top: hosted types are left out, unknown ones refused
+    ([{"type": "namespace", "name": "n", "tools": [{"type": "banana\nforged log line"}]}], None,
+     "tools[0].tools[0].type"),
 ])
 def test_refused_tools(tools: list[dict[str, Any]], choice: Any, param: str) -> None:
     with pytest.raises(APIError) as info:
@@ -92,3 +95,13 @@ def test_refused_tools(tools: list[dict[str, Any]], choice: Any, param: str) -> 
 def test_only_hosted_tools_offered_is_a_plain_answer() -> None:
     assert to_tools(_req(tools=[{"type": "web_search"}, {"type": "custom", "name": "x"}]),
                     None) == (None, False, "", None)
+
+
+def test_many_left_out_tools_log_one_short_line(caplog: pytest.LogCaptureFixture) -> None:
+    """A body of 100k hosted tools is one log line naming each type once, not 1 MB of log."""
+    tools = [{"type": "web_search"}] * 100_000 + [
+        {"type": "namespace", "name": "n", "tools": [{"type": "mcp"}] * 1000}]
+    with caplog.at_level(logging.WARNING, "rapid_mlx.gateway"):
+        assert to_tools(_req(tools=tools), None) == (None, False, "", None)
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "web_search" in line and "mcp" in line and len(line) < 300, line[:300]

@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from gateway.doors.choice import Delta
-from gateway.edge.errors import APIError
+from gateway.edge.errors import APIError, decode_body
 from gateway.responses.events import ResponseBuilder
 from gateway.responses.schemas import CreateResponse
 from gateway.responses.translate import (
@@ -152,3 +152,20 @@ def test_builder_incomplete_and_failed() -> None:
     failed = ResponseBuilder("resp_2", {}, True).fail("server_error", "boom")[-1]
     assert failed["response"]["status"] == "failed"
     assert failed["response"]["error"] == {"code": "server_error", "message": "boom"}
+
+
+@pytest.mark.parametrize(("metadata", "ok"), [
+    ({f"k{i}": "v" for i in range(16)}, True),
+    ({"k" * 64: "v" * 512}, True),
+    ({f"k{i}": "v" for i in range(17)}, False),  # OpenAI's bounds: 16 pairs,
+    ({"k" * 65: "v"}, False),  # keys of at most 64 characters,
+    ({"k": "v" * 513}, False),  # values of at most 512 (the map is stored with the response)
+])
+def test_metadata_is_bounded(metadata: dict[str, str], ok: bool) -> None:
+    body = msgspec.json.encode({"model": "m", "input": "hi", "metadata": metadata})
+    if ok:
+        assert decode_body(body, CreateResponse).metadata == metadata
+        return
+    with pytest.raises(APIError) as info:
+        decode_body(body, CreateResponse)
+    assert info.value.status == 400 and info.value.param == "metadata"

@@ -9,6 +9,9 @@ import av
 import numpy as np
 
 SAMPLE_RATE = 16000
+# FFmpeg demuxers an upload may use: self-contained containers only. Playlist demuxers (concat,
+# HLS...) open the files and URLs they name, so an upload would read audio off the server's disk.
+DEMUXERS = "wav,w64,mp3,flac,ogg,matroska,mov,aac,aiff,caf"
 
 
 class AudioError(ValueError):
@@ -33,7 +36,8 @@ class AudioDecoder:
         self.decoded = 0  # samples handed out so far
         self.done = False
         try:
-            self._container = av.open(io.BytesIO(data), mode="r", metadata_errors="ignore")
+            self._container = av.open(io.BytesIO(data), mode="r", metadata_errors="ignore",
+                                      container_options={"format_whitelist": DEMUXERS})
             streams = self._container.streams.audio
             if not streams:
                 raise AudioError("The file has no audio stream.")

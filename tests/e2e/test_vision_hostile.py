@@ -1,0 +1,63 @@
+"""Large images behind the real server: preparing them takes the worker's intake seconds, which
+is work, not a hang; the worker is not killed and the request (and others) are answered."""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from PIL import Image
+
+from tests.e2e.harness import Server
+from tests.image_samples import data_url
+from tests.vision_models import BUILDERS
+
+pytestmark = pytest.mark.slow
+
+CACHE = Path("/tmp/rapid-mlx-test-models")
+
+
+@pytest.fixture(scope="module")
+def srv() -> Iterator[Server]:
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    path = CACHE / "tiny-qwen2_vl"
+    if not (path / "model.safetensors").exists():
+        BUILDERS["qwen2_vl"](path)
+    # a short hang timeout: the images below take the intake longer than that to prepare
+    s = Server(str(path), "--served-model-name", "vl", "--hang-timeout", "1").wait_ready()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def _chat(parts: list[dict[str, Any]], max_tokens: int = 3) -> dict[str, Any]:
+    return {"model": "vl", "max_tokens": max_tokens, "temperature": 0,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "What?"}, *parts]}]}
+
+
+def test_slow_image_preparation_is_not_a_hang(srv: Server) -> None:
+    before = srv.worker("vl")
+    buf = io.BytesIO()
+    Image.new("L", (7000, 7000)).save(buf, format="PNG")  # 49 MP, under the 50 MP limit
+    big = {"type": "image_url", "image_url": {"url": data_url(buf.getvalue())}}
+    other: dict[str, Any] = {}
+
+    def small() -> None:  # a text request sent while the intake works on the images
+        other["r"] = httpx.post(f"{srv.url}/chat/completions", timeout=120,
+                                json={**_chat([]), "max_tokens": 8})
+
+    timer = threading.Timer(1.0, small)
+    timer.start()
+    r = httpx.post(f"{srv.url}/chat/completions", json=_chat([big] * 4), timeout=300)
+    timer.join()
+    assert r.status_code == 200, r.text
+    assert other["r"].status_code == 200, other["r"].text
+    after = srv.worker("vl")
+    assert (after["boot_id"], after["restarts"]) == (before["boot_id"], before["restarts"])
