@@ -57,9 +57,6 @@ class _FailOnce:
         owners = {id(r.kv): r.id for r in self.engine.running}
         return {owners[id(kv)] for kv in kvs}
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)  # the rest of Forward (e.g. ran_compiled)
-
     def __call__(self, rows: Any, kvs: list[Any], *args: Any) -> Any:
         ids = self._ids(kvs)
         if self.method == "__call__" and self.victim in ids and not self.failed_with:
