@@ -348,11 +348,10 @@ class Engine:
             outputs += self._deliver(previous)
             self._inflight = previous = None
             outputs = self._news = self._send_early(outputs)
-        if previous is not None and self.on_outputs is not None and not self._forward.ran_compiled:
+        if previous is not None and self.on_outputs is not None:
             # MLX's async_eval returns only when few of its tasks are left, and the stream
             # idles through the host work after it: hand MLX this step's first layers, then
-            # deliver and send the last step's tokens while it computes them (a compiled step
-            # is one call: no first part to hand over)
+            # deliver and send the last step's tokens while it computes them
             mx.async_eval(*self.kv.store.layer_arrays(self._split_layers))  # type: ignore[no-untyped-call]
             outputs += self._deliver(previous)
             self._inflight = previous = None

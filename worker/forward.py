@@ -72,7 +72,6 @@ class Forward:
         self.on_hidden: Callable[[mx.array, list[RequestPages], list[int], list[int]], None] | None = None
         rows = rows_for("off", AUTO_MAX_ROWS, model) if compile_rows is None else compile_rows
         self.compiled = CompiledDecode(self._decode, store, rows) if rows > 0 else None
-        self.ran_compiled = False  # whether the last decode_lazy call ran the compiled step
         # speculation's verify forwards (several positions per row) compile like decode steps
         self.compiled_verify = CompiledVerify(self._every, store, rows) if rows > 0 else None
         # decode steps attend a dense cache of the store's KV (worker/kv_dense.py; small models)
@@ -121,7 +120,6 @@ class Forward:
         if self.tap is not None:
             tokens = self.tap.decode(tokens, kvs, starts, positions)
         out = self._compiled(tokens[:, None], kvs, starts, positions)
-        self.ran_compiled = out is not None
         if out is not None:
             return out
         out = self._build(tokens[:, None], kvs, starts, [1] * len(starts), True, None, positions)
