@@ -219,11 +219,6 @@ class PagedKVStore:
         """Every page array (to materialize pending writes)."""
         return [a for arrays in (*self.k, *self.v) for a in arrays] + self.k_tail + self.v_tail
 
-    def layer_arrays(self, upto: int) -> list[mx.array]:
-        """The page arrays of layers < UPTO (a step's first layers: their pending writes)."""
-        return ([a for arrays in (*self.k[:upto], *self.v[:upto]) for a in arrays]
-                + self.k_tail[:upto] + self.v_tail[:upto])
-
     def nbytes(self) -> int:
         """Bytes held by all page arrays."""
         return sum(a.nbytes for a in self.arrays())

@@ -86,9 +86,6 @@ class Engine:
         self._sent: list[RequestOutput] = []  # outputs the current step sent through on_outputs
         self.failed_steps = 0  # in a row
         self._prefill_s = 0.0  # the current step's prefill seconds
-        # an overlapped step is handed to MLX in two parts, the first up to these layers' KV
-        # writes; the last step's tokens go out between the two (_overlapped_step)
-        self._split_layers = max(store.fmt.num_layers // 2, 1)
 
     # ---- intake -------------------------------------------------------------------------
 
@@ -345,14 +342,6 @@ class Engine:
             # a row's first tokens are read back (a compiled step has waited for their page
             # writes already) and go out before this step is handed to MLX: mx.async_eval
             # returns only when few of its tasks are left, a whole step later
-            outputs += self._deliver(previous)
-            self._inflight = previous = None
-            outputs = self._news = self._send_early(outputs)
-        if previous is not None and self.on_outputs is not None:
-            # MLX's async_eval returns only when few of its tasks are left, and the stream
-            # idles through the host work after it: hand MLX this step's first layers, then
-            # deliver and send the last step's tokens while it computes them
-            mx.async_eval(*self.kv.store.layer_arrays(self._split_layers))  # type: ignore[no-untyped-call]
             outputs += self._deliver(previous)
             self._inflight = previous = None
             outputs = self._news = self._send_early(outputs)
