@@ -256,6 +256,7 @@ class Heartbeat(_Msg, tag="hb"):
     # jobs its intake thread is preparing (template, tokenizer, images: seconds for large
     # images): work in progress, so the gateway does not take an idle engine for a hang
     preparing: int = 0
+    preparing_for: float = 0.0  # seconds the job intake is on has been preparing (0: none)
 
 
 class Status(_Msg, tag="status"):

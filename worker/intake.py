@@ -98,6 +98,7 @@ class Intake:
         self._live: dict[str, int] = {}  # request id -> seq of its job in intake (loop side only)
         self._seq = 0
         self._prepared = 0  # jobs the thread has finished (it alone writes this)
+        self._started = 0.0  # monotonic start of the job the thread is on (0: none)
         try:  # any one-time tokenizer setup (truncation/padding reset) happens on this thread
             tokenizer.encode("warm up")
         except Exception as exc:
@@ -117,6 +118,12 @@ class Intake:
     def preparing(self) -> int:
         """Jobs handed to the thread that it has not finished preparing yet."""
         return self._seq - self._prepared
+
+    @property
+    def preparing_for(self) -> float:
+        """Seconds the job the thread is on has been preparing (0.0 when it is on none)."""
+        started = self._started
+        return time.monotonic() - started if started else 0.0
 
     @property
     def has_news(self) -> bool:
@@ -186,6 +193,7 @@ class Intake:
     def _run(self) -> None:
         while (item := self._jobs.get()) is not None:
             seq, job = item
+            self._started = time.monotonic()
             p = Prepared(job=job, seq=seq)
             try:
                 p.ids, p.think_opened, p.vision = prepare_job(
@@ -202,6 +210,7 @@ class Intake:
                 except Exception as exc:  # no compiler, or it is shut down
                     p.error = JobError(f"structured output is not available: {exc}",
                                        "invalid_grammar")
+            self._started = 0.0
             self._done.append(p)
             self._prepared += 1
             self._wake_loop()

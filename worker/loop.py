@@ -167,7 +167,8 @@ class WorkerLoop:
                                running=len(self.engine.running), waiting=len(self.engine.waiting),
                                kv_used=pool.num_used, kv_total=pool.total,
                                draining=self.sigterm.draining,
-                               preparing=self.intake.preparing))
+                               preparing=self.intake.preparing,
+                               preparing_for=self.intake.preparing_for))
 
     # ---- handlers -----------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ import zmq.asyncio
 
 from gateway.edge.errors import APIError, unavailable
 from gateway.plane.curve import CurveServer
-from gateway.plane.events import read_events, reader_ended
+from gateway.plane.events import default_prepare_limit, read_events, reader_ended
 from gateway.plane.metrics import Metrics
 from gateway.plane.peers import PeerAuth, Rejections
 from gateway.plane.routing import Router, RoutingConfig, route_key
@@ -39,9 +39,13 @@ class Hub:
                  external: bool = False, curve: CurveServer | None = None,
                  worker_token: str | None = None, insecure: bool = False,
                  heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
-                 routing: RoutingConfig | None = None) -> None:
+                 routing: RoutingConfig | None = None,
+                 prepare_limit: float | None = None) -> None:
         self.address = address
         self.hang_timeout = hang_timeout
+        # a prompt preparing this long in a worker's intake is stuck, not slow (events.py)
+        self.prepare_limit = (prepare_limit if prepare_limit is not None
+                              else default_prepare_limit(hang_timeout))
         self.swap_wait = swap_wait
         self.external = external  # workers are started by someone else (--no-spawn-workers)
         self.aliases: dict[str, AliasState] = {}

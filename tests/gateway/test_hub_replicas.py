@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from gateway.plane.events import default_prepare_limit
 from gateway.plane.hub import Hub, Terminal
 from gateway.plane.replica_drain import drain_replica
 from protocol import messages as m
@@ -121,6 +122,39 @@ async def test_draining_one_replica_moves_new_work_to_the_other(address: str) ->
         assert await asyncio.wait_for(drain, 3) == 0
         bye = await _recv(holder)
         assert isinstance(bye, m.Shutdown) and bye.reason == "drained"
+
+
+async def test_a_preparing_intake_holds_off_the_watchdog_for_a_bounded_time(address: str) -> None:
+    """Heartbeats saying intake is preparing a prompt count as progress (large images take
+    seconds), but not once the job has been preparing for the hub's prepare limit (stuck)."""
+    hub = await _hub(address, external=True, insecure=True, hang_timeout=0.3, prepare_limit=3.0)
+    one = Peer(address, b"a:boot1")
+    try:
+        one.send(_ready("boot1"))
+        await _until(lambda: hub.serving(hub.aliases["a"]))
+        stream = hub.submit("a", _job(0))
+        assert isinstance(await _recv(one), m.Generate)
+        started = time.monotonic()
+        while time.monotonic() - started < 1.2:  # 4 hang timeouts, preparing a young job
+            one.send(m.encode(m.Heartbeat(boot_id="boot1", step=0, running=0, waiting=0,
+                                          preparing=1, preparing_for=0.5)))
+            await asyncio.sleep(0.05)
+        assert stream.queue.empty() and "boot1" in hub.aliases["a"].replicas
+        assert default_prepare_limit(30) == 300 and default_prepare_limit(1) == 120
+        stuck_for = 3.1
+        started = time.monotonic()
+        while stream.queue.empty() and time.monotonic() - started < 3.0:
+            one.send(m.encode(m.Heartbeat(boot_id="boot1", step=0, running=0, waiting=0,
+                                          preparing=1, preparing_for=stuck_for)))
+            await asyncio.sleep(0.05)
+        assert not stream.queue.empty(), "a job stuck in intake held off the watchdog for good"
+        end = stream.queue.get_nowait()
+        assert isinstance(end, Terminal) and "hung" in end.message
+        bye = await _recv(one)
+        assert isinstance(bye, m.Shutdown) and bye.reason == "hung"
+    finally:
+        one.close()
+        await hub.close()
 
 
 async def test_a_hung_replica_fails_only_its_own_requests(address: str) -> None:

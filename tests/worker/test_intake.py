@@ -190,3 +190,40 @@ def test_text_and_refusal_parts_still_render(tok: Any) -> None:
     ids, _ = prepare(tok, job, VOCAB, CTX)
     text = tok.decode(ids)
     assert "ab" in text and "c" in text and "NOPE" not in text
+
+
+class _BlockingTokenizer:
+    """Wraps a tokenizer; encoding blocks until released (a prompt that takes long to prepare)."""
+
+    def __init__(self, tok: Any) -> None:
+        import threading
+
+        self.tok, self.gate, self.entered = tok, threading.Event(), threading.Event()
+
+    def encode(self, *a: Any, **kw: Any) -> Any:
+        if a and a[0] != "warm up":
+            self.entered.set()
+            self.gate.wait(10)
+        return self.tok.encode(*a, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.tok, name)
+
+
+def test_preparing_for_is_the_age_of_the_job_being_prepared(tok: Any) -> None:
+    """The heartbeat's preparing_for: 0 when intake is on no job, then the seconds the job it
+    is on has taken so far (the gateway's watchdog bounds it), 0 again when it is done."""
+    blocking = _BlockingTokenizer(tok)
+    intake = Intake(blocking, VOCAB, CTX)
+    try:
+        assert intake.preparing_for == 0.0
+        intake.submit(_gen("slow", prompt="hello there"))
+        assert blocking.entered.wait(10)
+        time.sleep(0.3)
+        assert intake.preparing == 1 and intake.preparing_for >= 0.3
+        blocking.gate.set()
+        assert [p.job.request_id for p in _collect(intake, 1)] == ["slow"]
+        assert intake.preparing == 0 and intake.preparing_for == 0.0
+    finally:
+        blocking.gate.set()
+        intake.close()
