@@ -7,6 +7,7 @@ reads from the forger is counted in rapid_mlx_worker_plane_rejected_total."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -175,3 +176,4 @@ def test_forged_peers_change_nothing(transport: str, tmp_path: Path) -> None:
         assert _stream(srv.url) == clean  # and the alias still serves
     finally:
         srv.stop()
+        shutil.rmtree(run, ignore_errors=True)
