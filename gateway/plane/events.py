@@ -60,16 +60,6 @@ async def read_events(hub: Hub) -> None:
 
 
 BATCH = 256  # frames handled before the reader lets other tasks run
-# a worker whose intake is preparing a prompt (large images take seconds) is making progress,
-# but one job preparing for this many hang timeouts (and at least PREPARE_FLOOR seconds) is
-# stuck: the watchdog's clock runs again (Hub.prepare_limit)
-PREPARE_LIMIT = 10
-PREPARE_FLOOR = 120.0
-
-
-def default_prepare_limit(hang_timeout: float) -> float:
-    """Seconds one prompt may prepare in a worker's intake before the watchdog counts again."""
-    return max(PREPARE_LIMIT * hang_timeout, PREPARE_FLOOR)
 # plain ints: pyzmq's enum members cost microseconds per call on this path
 _EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
 

@@ -15,12 +15,12 @@ import zmq.asyncio
 
 from gateway.edge.errors import APIError, unavailable
 from gateway.plane.curve import CurveServer
-from gateway.plane.events import default_prepare_limit, read_events, reader_ended
+from gateway.plane.events import read_events, reader_ended
 from gateway.plane.metrics import Metrics
 from gateway.plane.peers import PeerAuth, Rejections
 from gateway.plane.routing import Router, RoutingConfig, route_key
 from gateway.plane.state import AliasState, Parked, Replica, Stream, Terminal
-from gateway.plane.watchdog import watchdog
+from gateway.plane.watchdog import default_prepare_limit, watchdog
 from protocol import messages as m
 
 __all__ = ["AliasState", "Hub", "Replica", "Stream", "Terminal"]  # the state types are re-exported

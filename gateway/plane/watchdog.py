@@ -20,6 +20,17 @@ log = logging.getLogger("rapid_mlx.gateway")
 SILENCE_LIMIT = 10.0  # seconds an external worker may send no event at all (it beats every 0.5 s)
 _PROBE = m.encode(m.Abort(request_ids=[]))  # a no-op job: can its connection still be routed?
 
+# a worker whose intake is preparing a prompt (large images take seconds) is making progress,
+# but one job preparing for this many hang timeouts (and at least PREPARE_FLOOR seconds) is
+# stuck: the watchdog's clock runs again (Hub.prepare_limit)
+PREPARE_LIMIT = 10
+PREPARE_FLOOR = 120.0
+
+
+def default_prepare_limit(hang_timeout: float) -> float:
+    """Seconds one prompt may prepare in a worker's intake before the watchdog counts again."""
+    return max(PREPARE_LIMIT * hang_timeout, PREPARE_FLOOR)
+
 
 async def watchdog(hub: Hub) -> None:
     """Every 0.25 s: expire parked jobs, find lost external workers and hung ones."""

@@ -9,9 +9,9 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from gateway.plane.events import default_prepare_limit
 from gateway.plane.hub import Hub, Terminal
 from gateway.plane.replica_drain import drain_replica
+from gateway.plane.watchdog import default_prepare_limit
 from protocol import messages as m
 from tests.gateway.test_hub_plane import Peer, _hub, _until
 from tests.gateway.test_hub_plane import address as address  # the fixture

@@ -79,9 +79,9 @@ def draft_store(model: Any, dtype: mx.Dtype, *, max_batch: int, context_length: 
                             "use a standard attention model as the draft") from exc
     fmt = KVFormat(layers, heads, dim, page_size, dtype, "none")
     per_row = -(-context_length // page_size) + 1
-    budget = parse_memory(memory) // fmt.bytes_per_page()
-    pages = max(min(max_batch * per_row + 1, budget), per_row + 1)
-    spare = max(parse_memory(memory) - pages * fmt.bytes_per_page(), 0)  # its dense decode cache
+    total = parse_memory(memory)
+    pages = max(min(max_batch * per_row + 1, total // fmt.bytes_per_page()), per_row + 1)
+    spare = max(total - pages * fmt.bytes_per_page(), 0)  # its dense decode cache
     return PagedKVStore(fmt, pages, spare_bytes=spare)
 
 
