@@ -26,7 +26,7 @@ from gateway.doors.streaming import SSE_HEADERS, merged
 from gateway.doors.structured import thinks
 from gateway.edge.offload import off_loop
 from gateway.images.body import read_image_body
-from gateway.images.intake import ImageParts, require_vision
+from gateway.images.intake import ImageParts
 from gateway.plane.hub import Hub, Stream, Terminal
 from gateway.served import ServedModel
 from protocol.messages import Generate, RequestOutput, SamplingParams
@@ -53,7 +53,7 @@ class MessagesEndpoint:
         alias = resolve_model(req.model, self.served, self.model_map)
         st = await self.hub.wait_ready(alias)
         require_kind(st, "generate", "/v1/messages")
-        pictures = require_vision(alias, st.facts, await images.load(self.allow_image_urls))
+        pictures = await images.for_model(alias, st.facts, self.allow_image_urls)
         served = self.served[alias]
         tools, parse_tools, prefix, grammar = await off_loop(size, chat_tools, req,
                                                              served.tool_call_parser)

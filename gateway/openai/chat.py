@@ -26,7 +26,7 @@ from gateway.doors.streaming import DONE, SSE_HEADERS, merged, sse
 from gateway.doors.structured import grammar_for, thinks
 from gateway.edge.offload import off_loop
 from gateway.images.body import read_image_body
-from gateway.images.intake import ImageParts, require_vision
+from gateway.images.intake import ImageParts
 from gateway.openai.chat_input import chat_messages, chat_tools
 from gateway.openai.logprobs import chat_logprobs
 from gateway.openai.schemas import ChatCompletionRequest
@@ -51,8 +51,7 @@ class ChatEndpoint:
         messages, grammar = await off_loop(size, _translate, req, images, size)
         st = await self.hub.wait_ready(req.model)
         require_kind(st, "generate", "/v1/chat/completions")
-        pictures = require_vision(req.model, st.facts,
-                                  await images.load(self.allow_image_urls))
+        pictures = await images.for_model(req.model, st.facts, self.allow_image_urls)
         served = self.served[req.model]
         params = chat_params(req, served.sampling, vocab_size(st.facts))
         tools, parse_tools, prefix, forced = await off_loop(size, chat_tools, req,

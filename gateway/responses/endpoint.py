@@ -21,7 +21,7 @@ from gateway.doors.structured import thinks
 from gateway.edge.errors import APIError
 from gateway.edge.offload import off_loop
 from gateway.images.body import read_image_body
-from gateway.images.intake import ImageParts, require_vision
+from gateway.images.intake import ImageParts
 from gateway.plane.hub import Hub, Stream, Terminal
 from gateway.responses.events import ResponseBuilder
 from gateway.responses.history import as_input
@@ -74,8 +74,7 @@ class ResponsesEndpoint:
         items = await self.conv.items(req, owner, size)  # previous turn + this input, as stored
         st = await self.hub.wait_ready(req.model)
         require_kind(st, "generate", "/v1/responses")
-        pictures = require_vision(req.model, st.facts,
-                                  await images.load(self.allow_image_urls))
+        pictures = await images.for_model(req.model, st.facts, self.allow_image_urls)
         served = self.served[req.model]
         d = served.sampling
         params = SamplingParams(
@@ -93,8 +92,8 @@ class ResponsesEndpoint:
             messages = await off_loop(size, to_messages,
                                       msgspec.structs.replace(req, input=as_input(items)), history)
             if history.refs:
-                pictures = require_vision(req.model, st.facts,
-                                          await history.load(self.allow_image_urls))
+                pictures = await history.for_model(req.model, st.facts,
+                                                   self.allow_image_urls)
         saver = self.conv.saver(req, owner, items)
         await off_loop(size, check_prompt_chars, messages, tools,
                        context_length(st.facts, served.context_length), "input")
