@@ -51,17 +51,21 @@ def test_slow_image_preparation_is_not_a_hang(srv: Server) -> None:
     Image.new("L", (7000, 7000)).save(buf, format="PNG")  # 49 MP, under the 50 MP limit
     big = {"type": "image_url", "image_url": {"url": data_url(buf.getvalue())}}
     other: dict[str, Any] = {}
+    order: list[str] = []
 
     def small() -> None:  # a text request sent while the intake works on the images
         other["r"] = httpx.post(f"{srv.url}/chat/completions", timeout=120,
                                 json={**_chat([]), "max_tokens": 8})
+        order.append("text")
 
     timer = threading.Timer(1.0, small)
     timer.start()
     r = httpx.post(f"{srv.url}/chat/completions", json=_chat([big] * 4), timeout=300)
+    order.append("images")
     timer.join()
     assert r.status_code == 200, r.text
     assert other["r"].status_code == 200, other["r"].text
+    assert order == ["text", "images"]  # the images prepare on their own lane: not in its way
     after = srv.worker("vl")
     assert (after["boot_id"], after["restarts"]) == (before["boot_id"], before["restarts"])
 
