@@ -1,4 +1,6 @@
-"""Validate and tokenize Generate jobs on one thread, off the step loop, in arrival order."""
+"""Validate and tokenize Generate jobs off the step loop: text jobs on one thread in arrival
+order, jobs with images (seconds of decoding and preprocessing each) on a second one of their
+own, so a text job submitted after a slow image job is not held behind it."""
 
 from __future__ import annotations
 
@@ -80,8 +82,16 @@ def prepare_job(tokenizer: Any, job: Generate, vocab: int, context_length: int,
     return ids, think_opened, images
 
 
+TEXT, IMAGES = 0, 1  # the lanes: jobs without images, jobs with images (vision models only)
+
+
 class Intake:
-    """One daemon thread preparing jobs; the loop polls ``fd`` and collects ``ready()`` ones."""
+    """Daemon threads preparing jobs (a text lane, and an image lane on a vision model); the loop
+    polls ``fd`` and collects ``ready()`` ones.
+
+    The image lane shares the tokenizer only to render the chat template as text (no encoding
+    there: the processor, a separate object, tokenizes), so the lanes never encode on one
+    tokenizer at once."""
 
     def __init__(self, tokenizer: Any, vocab: int, context_length: int,
                  chars_per_token: int = CHARS_PER_TOKEN,
@@ -93,12 +103,14 @@ class Intake:
         self.vocab = vocab
         self.context_length = context_length
         self.chars_per_token = chars_per_token
-        self._jobs: queue.SimpleQueue[tuple[int, Generate] | None] = queue.SimpleQueue()
-        self._done: deque[Prepared] = deque()
+        lanes = 2 if vision is not None else 1
+        self._jobs: list[queue.SimpleQueue[tuple[int, Generate] | None]] = [
+            queue.SimpleQueue() for _ in range(lanes)]
+        self._done: deque[Prepared] = deque()  # appended by the lanes' threads
         self._live: dict[str, int] = {}  # request id -> seq of its job in intake (loop side only)
         self._seq = 0
-        self._prepared = 0  # jobs the thread has finished (it alone writes this)
-        self._started = 0.0  # monotonic start of the job the thread is on (0: none)
+        self._prepared = [0] * lanes  # jobs each lane has finished (its thread alone writes)
+        self._started = [0.0] * lanes  # monotonic start of the job each lane is on (0: none)
         try:  # any one-time tokenizer setup (truncation/padding reset) happens on this thread
             tokenizer.encode("warm up")
         except Exception as exc:
@@ -106,8 +118,11 @@ class Intake:
         self.fd, self._wake = os.pipe()
         os.set_blocking(self.fd, False)
         os.set_blocking(self._wake, False)
-        self._thread = threading.Thread(target=self._run, name="intake", daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._run, args=(lane,), daemon=True,
+                                          name="intake" if lane == TEXT else "intake-images")
+                         for lane in range(lanes)]
+        for thread in self._threads:
+            thread.start()
 
     @property
     def pending(self) -> int:
@@ -116,14 +131,14 @@ class Intake:
 
     @property
     def preparing(self) -> int:
-        """Jobs handed to the thread that it has not finished preparing yet."""
-        return self._seq - self._prepared
+        """Jobs handed to the lanes that they have not finished preparing yet."""
+        return self._seq - sum(self._prepared)
 
     @property
     def preparing_for(self) -> float:
-        """Seconds the job the thread is on has been preparing (0.0 when it is on none)."""
-        started = self._started
-        return time.monotonic() - started if started else 0.0
+        """Seconds the longest-running job a lane is on has been preparing (0.0: on none)."""
+        now = time.monotonic()
+        return max((now - started for started in self._started if started), default=0.0)
 
     @property
     def has_news(self) -> bool:
@@ -132,14 +147,14 @@ class Intake:
 
     @property
     def alive(self) -> bool:
-        """True while the intake thread runs."""
-        return self._thread.is_alive()
+        """True while every intake thread runs."""
+        return all(thread.is_alive() for thread in self._threads)
 
     def submit(self, job: Generate) -> None:
-        """Queue JOB for preparation."""
+        """Queue JOB for preparation (on the image lane when it has images and there is one)."""
         self._seq += 1
         self._live[job.request_id] = self._seq
-        self._jobs.put((self._seq, job))
+        self._jobs[IMAGES if job.images and len(self._jobs) > 1 else TEXT].put((self._seq, job))
 
     def cancel(self, request_ids: list[str]) -> None:
         """Forget these requests: their prepared jobs are dropped when they come out."""
@@ -147,7 +162,8 @@ class Intake:
             self._live.pop(rid, None)
 
     def ready(self) -> list[Prepared]:
-        """Prepared jobs that are still wanted, in submission order."""
+        """Prepared jobs that are still wanted, in submission order among themselves (a job
+        still preparing on the other lane does not hold back those submitted after it)."""
         try:
             while os.read(self.fd, 4096):
                 pass
@@ -156,6 +172,7 @@ class Intake:
         arrived = []
         while self._done:
             arrived.append(self._done.popleft())
+        arrived.sort(key=lambda p: p.seq)  # two lanes may finish out of order
         held, now = [], time.monotonic()
         out = []
         for p in [*self._compiling, *arrived]:
@@ -181,19 +198,21 @@ class Intake:
             pass
 
     def close(self) -> None:
-        """Stop the thread (after the job it is on) and close the pipe."""
-        self._jobs.put(None)
+        """Stop the threads (after the jobs they are on) and close the pipe."""
+        for jobs in self._jobs:
+            jobs.put(None)
         if self.grammars is not None:
             self.grammars.close()
-        self._thread.join(timeout=5.0)
-        if not self._thread.is_alive():  # else the thread may still write: leave the pipe open
+        for thread in self._threads:
+            thread.join(timeout=5.0)
+        if not any(t.is_alive() for t in self._threads):  # else one may still write: pipe open
             os.close(self.fd)
             os.close(self._wake)
 
-    def _run(self) -> None:
-        while (item := self._jobs.get()) is not None:
+    def _run(self, lane: int) -> None:
+        while (item := self._jobs[lane].get()) is not None:
             seq, job = item
-            self._started = time.monotonic()
+            self._started[lane] = time.monotonic()
             p = Prepared(job=job, seq=seq)
             try:
                 p.ids, p.think_opened, p.vision = prepare_job(
@@ -210,9 +229,9 @@ class Intake:
                 except Exception as exc:  # no compiler, or it is shut down
                     p.error = JobError(f"structured output is not available: {exc}",
                                        "invalid_grammar")
-            self._started = 0.0
+            self._started[lane] = 0.0
             self._done.append(p)
-            self._prepared += 1
+            self._prepared[lane] += 1
             self._wake_loop()
 
     def _compile(self, job: Generate) -> Compiling:

@@ -16,7 +16,7 @@ from gateway.anthropic.models import resolve_model
 from gateway.anthropic.schemas import CountTokensRequest, MessagesRequest
 from gateway.anthropic.stream import event
 from gateway.anthropic.translate import chat_messages, chat_tools, sampling, template_kwargs
-from gateway.doors.checks import check_chars, context_length, text_chars
+from gateway.doors.checks import check_prompt_chars, context_length
 from gateway.doors.choice import ChoiceAssembler
 from gateway.doors.disconnect import until_disconnected
 from gateway.doors.jobs import encodable
@@ -24,8 +24,9 @@ from gateway.doors.kinds import require_kind
 from gateway.doors.relay import abort_all, error_for, peek_first, submit_all
 from gateway.doors.streaming import SSE_HEADERS, merged
 from gateway.doors.structured import thinks
+from gateway.edge.offload import off_loop
 from gateway.images.body import read_image_body
-from gateway.images.intake import ImageParts, require_vision
+from gateway.images.intake import ImageParts
 from gateway.plane.hub import Hub, Stream, Terminal
 from gateway.served import ServedModel
 from protocol.messages import Generate, RequestOutput, SamplingParams
@@ -48,24 +49,24 @@ class MessagesEndpoint:
     async def _submit(self, req: CountTokensRequest, size: int, params: SamplingParams,
                       mid: str) -> tuple[list[Stream], Callable[[bool], ChoiceAssembler]]:
         images = ImageParts()
-        messages = chat_messages(req, images)
-        images.check_body(size)
+        messages = await off_loop(size, _translate, req, images, size)
         alias = resolve_model(req.model, self.served, self.model_map)
         st = await self.hub.wait_ready(alias)
         require_kind(st, "generate", "/v1/messages")
-        pictures = require_vision(alias, st.facts, await images.load(self.allow_image_urls))
+        pictures = await images.for_model(alias, st.facts, self.allow_image_urls)
         served = self.served[alias]
-        tools, parse_tools, prefix, grammar = chat_tools(req, served.tool_call_parser)
+        tools, parse_tools, prefix, grammar = await off_loop(size, chat_tools, req,
+                                                             served.tool_call_parser)
         if grammar is not None:
             grammar.after_think = thinks(served.reasoning_parser, template_kwargs(req))
         ctx = context_length(st.facts, served.context_length)
-        check_chars(text_chars(messages) + text_chars(tools), ctx, "messages")
+        await off_loop(size, check_prompt_chars, messages, tools, ctx, "messages")
         if params.max_tokens >= ctx:  # more than any answer could get here (Claude Code: 128000)
             params.max_tokens = 0  # the worker gives the rest of the context instead
         job = Generate(request_id=mid, params=params, messages=messages, tools=tools,
                        chat_template_kwargs=template_kwargs(req), assistant_prefix=prefix,
                        grammar=grammar, images=pictures)
-        encodable(job)
+        await off_loop(size, encodable, job)
         streams = submit_all(self.hub, alias, [job])
 
         def assembler(think_opened: bool) -> ChoiceAssembler:
@@ -168,6 +169,13 @@ class MessagesEndpoint:
         finally:
             first.cancel()
             abort_all(self.hub, streams)
+
+
+def _translate(req: CountTokensRequest, images: ImageParts, size: int) -> list[dict[str, Any]]:
+    """The request's messages (its images recorded in IMAGES), checked."""
+    messages = chat_messages(req, images)
+    images.check_body(size)
+    return messages
 
 
 def _message(mid: str, req: MessagesRequest, asm: ChoiceAssembler,

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from gateway.openai.schemas import MaxTokens, Temperature, TopP
+from gateway.openai.schemas import MaxTokens, Temperature, TopP, User
 
 
 class _In(msgspec.Struct, omit_defaults=True):
@@ -90,6 +90,12 @@ class AnthropicThinking(_In, kw_only=True):
     budget_tokens: Annotated[int, Meta(ge=1)] | None = None
 
 
+class AnthropicMetadata(msgspec.Struct):
+    """`metadata`: only `user_id` (at most 256 characters, as Anthropic's API)."""
+
+    user_id: User | None = None
+
+
 class CountTokensRequest(_In, kw_only=True):
     """POST /v1/messages/count_tokens."""
 
@@ -110,6 +116,6 @@ class MessagesRequest(CountTokensRequest, kw_only=True):
     top_p: TopP | None = None
     top_k: Annotated[int, Meta(ge=0)] | None = None
     stream: bool = False
-    metadata: dict[str, Any] | None = None
+    metadata: AnthropicMetadata | None = None
     service_tier: str | None = None
 

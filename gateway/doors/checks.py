@@ -78,6 +78,11 @@ def check_chars(chars: int, ctx: int, param: str) -> None:
                           param=param, code="context_length_exceeded")
 
 
+def check_prompt_chars(messages: Any, tools: Any, ctx: int, param: str) -> None:
+    """check_chars of the characters of MESSAGES and TOOLS (a walk of every string in them)."""
+    check_chars(text_chars(messages) + text_chars(tools), ctx, param)
+
+
 def one_kind(value: str | list[Any], param: str) -> list[Any]:
     """VALUE (an OpenAI prompt/input) as a list of items: strings or token-id lists, one kind."""
     if isinstance(value, str):
@@ -99,7 +104,8 @@ def split_prompt(prompt: str | list[Any], vocab: int, ctx: int) -> list[dict[str
             check_chars(len(p), ctx, "prompt")
             out.append({"prompt": p})
             continue
-        bad = next((t for t in p if t >= vocab), None)  # the schema already refused t < 0
+        bad = next((t for t in p if t >= vocab), None) if max(p, default=0) >= vocab \
+            else None  # the schema already refused t < 0; max() walks at C speed
         if bad is not None:
             raise bad_request(f"prompt holds token id {bad}, outside the model's vocabulary of "
                               f"{vocab} tokens (ids are 0 to {vocab - 1}).", param="prompt",

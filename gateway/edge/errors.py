@@ -12,6 +12,7 @@ from starlette.responses import JSONResponse, Response
 
 from gateway.edge.jsonguard import JSONLimitError, check_json
 from gateway.edge.limits import BODY_READ_TIMEOUT_S, MAX_BODY_BYTES
+from gateway.edge.offload import off_loop
 
 
 class APIError(Exception):
@@ -111,8 +112,10 @@ async def read_raw(request: Request, limit: int = MAX_BODY_BYTES,
 
 
 async def read_body(request: Request, type_: type[T]) -> T:
-    """Read, bound-check, decode and validate a JSON request body, or raise the matching 4xx."""
-    return decode_body(await read_raw(request), type_)
+    """Read, bound-check, decode and validate a JSON request body, or raise the matching 4xx
+    (a large body is decoded off the event loop)."""
+    raw = await read_raw(request)
+    return await off_loop(len(raw), decode_body, raw, type_)
 
 
 def decode_body(raw: bytes, type_: type[T]) -> T:

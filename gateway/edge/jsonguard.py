@@ -25,6 +25,7 @@ except ImportError:  # pragma: no cover
     _np = None
 _RUN = re.compile(rb"\[+|\]+")
 _SIGNED = bytes.maketrans(b"[]", b"\x01\xff")  # +1 / -1 as int8
+_VECTOR_BYTES = 64 * 1024  # strip_strings goes vectorized from this size
 
 
 def _above(bound: str) -> str:
@@ -53,7 +54,13 @@ def strip_strings(raw: bytes) -> bytes:
         return raw
     # drop escape pairs first (left to right, as a decoder reads them): no quote left is escaped
     plain = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
-    return b"".join(plain.split(b'"')[::2])  # quotes now alternate: open, close, open...
+    if _np is None or len(plain) < _VECTOR_BYTES:
+        return b"".join(plain.split(b'"')[::2])  # quotes now alternate: open, close, open...
+    # the same, vectorized: splitting a body of 100k short strings makes a million bytes objects
+    arr = _np.frombuffer(plain, dtype=_np.uint8)
+    quote = arr == 0x22
+    inside = _np.cumsum(quote, dtype=_np.int32) & 1  # odd from an opening quote to its closing
+    return bytes(arr[(inside == 0) & ~quote].tobytes())
 
 
 def depth_exceeds(skeleton: bytes, limit: int = MAX_JSON_DEPTH) -> bool:

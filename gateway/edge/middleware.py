@@ -40,6 +40,12 @@ def takes_multipart(path: str, content_type: str | None) -> bool:
     return kind == "multipart/form-data" and path in MULTIPART_PATHS
 
 
+def shown_encoding(encoding: str) -> str:
+    """A Content-Encoding value as an error message may quote it: short, printable ASCII."""
+    clean = "".join(c if " " <= c <= "~" else "?" for c in encoding[:40])
+    return clean + ("..." if len(encoding) > 40 else "")
+
+
 def _unsupported(path: str, got: str) -> APIError:
     """The 415 for a body of type GOT at PATH, naming what PATH takes."""
     if path in MULTIPART_PATHS:
@@ -51,8 +57,8 @@ def _unsupported(path: str, got: str) -> APIError:
 
 
 class EdgeMiddleware:
-    """Refuse what no route should see: unknown Hosts (400), cross-site writes (403), non-JSON
-    bodies (415, but multipart uploads to the audio endpoints); answer CORS preflights and add CORS headers for allowed origins."""
+    """Refuse what no route should see: unknown Hosts (400), cross-site writes (403), compressed
+    bodies and non-JSON ones (415, but multipart uploads to the audio endpoints); answer CORS preflights and add CORS headers for allowed origins."""
 
     def __init__(self, app: ASGIApp, hosts: HostPolicy, cors: CorsPolicy) -> None:
         self.app = app
@@ -75,6 +81,11 @@ class EdgeMiddleware:
             return APIError(403, "Cross-origin requests are refused; start the server with "
                             "--cors-allow-origins ORIGIN to let browser pages from ORIGIN call it.",
                             code="cross_origin_forbidden")
+        encoding = headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("identity", ""):  # read as is, a gzip body would be garbage JSON
+            return APIError(415, f"Request bodies must not be compressed: send the body without "
+                            f"`Content-Encoding` (got '{shown_encoding(encoding)}').",
+                            code="unsupported_content_encoding")
         if method == "POST" and not is_json(headers.get("content-type")) \
                 and not takes_multipart(scope.get("path", ""), headers.get("content-type")):
             return _unsupported(scope.get("path", ""), headers.get("content-type") or "none")

@@ -8,6 +8,7 @@ from starlette.requests import Request
 
 from gateway.edge.errors import decode_body, read_raw, too_large
 from gateway.edge.limits import MAX_BODY_BYTES
+from gateway.edge.offload import off_loop
 from gateway.images.limits import MAX_IMAGE_BODY_BYTES
 
 T = TypeVar("T")
@@ -20,4 +21,4 @@ async def read_image_body(request: Request, type_: type[T]) -> tuple[T, int]:
     raw = await read_raw(request, MAX_IMAGE_BODY_BYTES)
     if len(raw) > MAX_BODY_BYTES and raw.find(b"base64") < 0:
         raise too_large(MAX_BODY_BYTES)
-    return decode_body(raw, type_), len(raw)
+    return await off_loop(len(raw), decode_body, raw, type_), len(raw)

@@ -48,6 +48,21 @@ class ImageParts:
         if size > MAX_BODY_BYTES and size - self.inline_chars() > MAX_BODY_BYTES:
             raise too_large(MAX_BODY_BYTES)
 
+    async def for_model(self, alias: str, facts: ModelFacts | None,
+                        allow_urls: bool) -> list[ImageData]:
+        """The images as the worker takes them, or the first 400. A model without vision gets
+        the no-vision 400 once the parts' cheap checks pass (URL scheme, MIME type, base64,
+        sizes): before any image is fetched or decoded, which could take seconds."""
+        if self.refs and not has_vision(facts):
+            total = 0
+            for ref in self.refs:
+                if ref.data is not None or (ref.url or "")[:5].lower() == "data:":
+                    total = _add(total, len((await _bytes(ref, False, 0.0))[1]), ref)
+                else:
+                    _remote(ref, allow_urls)
+            raise no_vision(alias, self.refs[0].param)
+        return require_vision(alias, facts, await self.load(allow_urls))
+
     async def load(self, allow_urls: bool) -> list[CheckedImage]:
         """Every image decoded and checked (URLs fetched when ALLOW_URLS), or the first 400."""
         out: list[CheckedImage] = []
@@ -55,10 +70,7 @@ class ImageParts:
         deadline = asyncio.get_running_loop().time() + FETCH_REQUEST_S  # for URLs
         for ref in self.refs:
             fmt, data = await _bytes(ref, allow_urls, deadline)
-            total += len(data)
-            if total > MAX_IMAGE_BODY_BYTES:
-                raise image_error(f"The request's images are more than {MAX_IMAGE_BODY_BYTES} "
-                                  "bytes in all.", ref.param, "image_too_large")
+            total = _add(total, len(data), ref)
             async with _decoding():
                 out.append(await asyncio.to_thread(check_image, data, ref.param, fmt,
                                                    ref.detail))
@@ -76,27 +88,42 @@ def _decoding() -> asyncio.Semaphore:
     return _slots[0][1]
 
 
+def _add(total: int, size: int, ref: ImageRef) -> int:
+    """TOTAL + SIZE bytes of images, refused (400) over MAX_IMAGE_BODY_BYTES."""
+    if total + size > MAX_IMAGE_BODY_BYTES:
+        raise image_error(f"The request's images are more than {MAX_IMAGE_BODY_BYTES} "
+                          "bytes in all.", ref.param, "image_too_large")
+    return total + size
+
+
+def _remote(ref: ImageRef, allow_urls: bool) -> str:
+    """REF's http(s) URL, refused (400) when URLs are not fetched or the scheme is another."""
+    url = ref.url or ""
+    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+    if scheme not in ("http", "https"):
+        raise image_error(f"The image URL {shown(url)!r} is neither a data: URL nor http(s).",
+                          ref.param, "unsupported_image_url")
+    if not allow_urls:
+        raise image_error("Image URLs are not fetched by this server: send the image as a "
+                          "data URL (data:image/png;base64,...), or start the server with "
+                          "--allow-image-urls.", ref.param, "image_urls_disabled")
+    return url
+
+
 async def _bytes(ref: ImageRef, allow_urls: bool, deadline: float) -> tuple[str | None, bytes]:
     """The Pillow format REF's MIME type promises (None: a download, sniffed only) and bytes."""
     if ref.data is not None:
         fmt = check_mime(ref.media_type or "", ref.param)
         return fmt, decode_base64(ref.data, ref.param)
     url = ref.url or ""
-    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
-    if scheme == "data":
+    if url[:5].lower() == "data:":
         return parse_data_url(url, ref.param)
-    if scheme in ("http", "https"):
-        if not allow_urls:
-            raise image_error("Image URLs are not fetched by this server: send the image as a "
-                              "data URL (data:image/png;base64,...), or start the server with "
-                              "--allow-image-urls.", ref.param, "image_urls_disabled")
-        left = deadline - asyncio.get_running_loop().time()
-        if left <= 0:
-            raise image_error(f"Fetching the request's image URLs took longer than "
-                              f"{FETCH_REQUEST_S:g} s in all.", ref.param, "image_fetch_failed")
-        return None, await fetch(url, ref.param, total=min(FETCH_TOTAL_S, left))
-    raise image_error(f"The image URL {shown(url)!r} is neither a data: URL nor http(s).",
-                      ref.param, "unsupported_image_url")
+    url = _remote(ref, allow_urls)
+    left = deadline - asyncio.get_running_loop().time()
+    if left <= 0:
+        raise image_error(f"Fetching the request's image URLs took longer than "
+                          f"{FETCH_REQUEST_S:g} s in all.", ref.param, "image_fetch_failed")
+    return None, await fetch(url, ref.param, total=min(FETCH_TOTAL_S, left))
 
 
 def has_vision(facts: ModelFacts | None) -> bool:

@@ -11,11 +11,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from gateway.doors.checks import (
-    check_chars,
     check_fanout,
+    check_prompt_chars,
     check_template_kwargs,
     context_length,
-    text_chars,
     vocab_size,
 )
 from gateway.doors.choice import ChoiceAssembler
@@ -25,14 +24,15 @@ from gateway.doors.kinds import require_kind
 from gateway.doors.relay import abort_all, error_for, peek_first, submit_all
 from gateway.doors.streaming import DONE, SSE_HEADERS, merged, sse
 from gateway.doors.structured import grammar_for, thinks
+from gateway.edge.offload import off_loop
 from gateway.images.body import read_image_body
-from gateway.images.intake import ImageParts, require_vision
+from gateway.images.intake import ImageParts
 from gateway.openai.chat_input import chat_messages, chat_tools
 from gateway.openai.logprobs import chat_logprobs
 from gateway.openai.schemas import ChatCompletionRequest
 from gateway.plane.hub import Hub, Terminal
 from gateway.served import ServedModel
-from protocol.messages import Generate
+from protocol.messages import Generate, GrammarSpec
 
 
 class ChatEndpoint:
@@ -48,19 +48,14 @@ class ChatEndpoint:
         """Handle one POST /v1/chat/completions."""
         req, size = await read_image_body(request, ChatCompletionRequest)
         images = ImageParts()
-        messages = chat_messages(req, images)
-        images.check_body(size)
-        check_fanout(1, req.n)
-        check_template_kwargs(req.chat_template_kwargs)
-        fmt = req.response_format
-        grammar = grammar_for(fmt.type, fmt.json_schema) if fmt else None
+        messages, grammar = await off_loop(size, _translate, req, images, size)
         st = await self.hub.wait_ready(req.model)
         require_kind(st, "generate", "/v1/chat/completions")
-        pictures = require_vision(req.model, st.facts,
-                                  await images.load(self.allow_image_urls))
+        pictures = await images.for_model(req.model, st.facts, self.allow_image_urls)
         served = self.served[req.model]
         params = chat_params(req, served.sampling, vocab_size(st.facts))
-        tools, parse_tools, prefix, forced = chat_tools(req, served.tool_call_parser)
+        tools, parse_tools, prefix, forced = await off_loop(size, chat_tools, req,
+                                                            served.tool_call_parser)
         grammar = forced or grammar  # a forced call comes before any response format
         kwargs = dict(req.chat_template_kwargs or {})
         if req.reasoning_effort is not None:
@@ -68,13 +63,13 @@ class ChatEndpoint:
         if grammar is not None:
             grammar.after_think = thinks(served.reasoning_parser, kwargs)
         cid = f"chatcmpl-{uuid.uuid4().hex}"
-        check_chars(text_chars(messages) + text_chars(tools),
-                    context_length(st.facts, served.context_length), "messages")
+        await off_loop(size, check_prompt_chars, messages, tools,
+                       context_length(st.facts, served.context_length), "messages")
         jobs = [Generate(request_id=f"{cid}-{i}", params=params, messages=messages, tools=tools,
                          chat_template_kwargs=kwargs, assistant_prefix=prefix, grammar=grammar,
                          images=pictures)
                 for i in range(req.n)]
-        encodable(jobs[0])  # the choices differ only in request_id
+        await off_loop(size, encodable, jobs[0])  # the choices differ only in request_id
         streams = submit_all(self.hub, req.model, jobs)
         try:
             firsts = await until_disconnected(request, peek_first(self.hub, streams))
@@ -159,6 +154,17 @@ class ChatEndpoint:
             yield DONE
         finally:
             abort_all(self.hub, streams)
+
+
+def _translate(req: ChatCompletionRequest, images: ImageParts,
+               size: int) -> tuple[list[dict[str, Any]], GrammarSpec | None]:
+    """The request's messages (its images recorded in IMAGES) and response format, checked."""
+    messages = chat_messages(req, images)
+    images.check_body(size)
+    check_fanout(1, req.n)
+    check_template_kwargs(req.chat_template_kwargs)
+    fmt = req.response_format
+    return messages, grammar_for(fmt.type, fmt.json_schema) if fmt else None
 
 
 def _usage(asms: list[ChoiceAssembler]) -> dict[str, Any]:

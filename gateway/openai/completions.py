@@ -68,6 +68,13 @@ class CompletionsEndpoint:
             raise
         if req.suffix:
             raise bad_request("suffix is not supported.", param="suffix")
+        if req.best_of is not None and req.best_of < req.n:  # as OpenAI answers
+            raise bad_request("best_of must be greater than or equal to n.", param="best_of",
+                              code="invalid_value")
+        if req.best_of is not None and req.best_of > req.n:
+            raise bad_request("best_of greater than n is not supported (no completions are "
+                              "ranked server-side): ask for n completions instead.",
+                              param="best_of", code="unsupported_parameter")
         check_fanout(prompt_count(req.prompt), req.n)  # before any job exists
         fmt = req.response_format
         grammar = grammar_for(fmt.type, fmt.json_schema) if fmt else None

@@ -16,6 +16,8 @@ MaxTokens = Annotated[int, Meta(ge=1)]
 N = Annotated[int, Meta(ge=1, le=16)]
 TopLogprobs = Annotated[int, Meta(ge=0, le=20)]
 Seed = Annotated[int, Meta(ge=INT64_MIN, le=INT64_MAX)]
+USER_CHARS = 256  # `user`: an end-user id (a hash, an email: RFC 5321 caps those at 254)
+User = Annotated[str, Meta(max_length=USER_CHARS)]
 TokenId = Annotated[int, Meta(ge=0)]  # the upper bound, the vocabulary size, is the model's
 TokenIds = Annotated[list[TokenId], Meta(min_length=1)]
 # str, list[str], list[int] or list[list[int]]: msgspec unions allow one array type, so the
@@ -128,7 +130,7 @@ class ChatCompletionRequest(_Body):
     reasoning_effort: str | None = None
     response_format: ResponseFormat | None = None
     logit_bias: LogitBias | None = None
-    user: str | None = None
+    user: User | None = None
 
 
 class CompletionRequest(_Body):
@@ -155,7 +157,8 @@ class CompletionRequest(_Body):
     logit_bias: LogitBias | None = None
     response_format: ResponseFormat | None = None  # an extension: structured output
     suffix: str | None = None
-    user: str | None = None
+    best_of: N | None = None  # only best_of == n, which is what n alone does (checked at the door)
+    user: User | None = None
 
 
 # ---- responses ---------------------------------------------------------------------------

@@ -104,7 +104,7 @@ ERROR_STATUSES: dict[str, tuple[str, tuple[str, ...] | None]] = {
     "404": ("Unknown model (or stored response)", None),
     "413": ("The body is larger than the limit", ("post",)),
     "415": ("The body is not `application/json` (or, on the audio uploads, "
-            "`multipart/form-data`)", ("post",)),
+            "`multipart/form-data`), or it is compressed (`Content-Encoding`)", ("post",)),
     "503": ("Model not ready or busy (see Retry-After)", None)}
 
 

@@ -36,9 +36,14 @@ def route_key(job: m.Work) -> str:
 
 def _full_key(job: m.Work) -> str:
     if isinstance(job, m.Generate):
-        if job.messages is not None:
-            return "".join(f"<{msg.get('role', '')}>{_content(msg.get('content'))}"
-                           for msg in job.messages)
+        if job.messages is not None:  # stops at KEY_CHARS: a body may hold 100k messages
+            parts, size = [], 0
+            for msg in job.messages:
+                parts.append(f"<{msg.get('role', '')}>{_content(msg.get('content'))}")
+                size += len(parts[-1])
+                if size >= KEY_CHARS:
+                    break
+            return "".join(parts)
         if job.prompt_ids is not None:
             return "".join(chr(0xE000 + (t % 0x10000)) for t in job.prompt_ids)
         return job.prompt or ""

@@ -10,7 +10,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from gateway.doors.checks import check_chars, check_template_kwargs, context_length, text_chars
+from gateway.doors.checks import check_prompt_chars, check_template_kwargs, context_length
 from gateway.doors.choice import ChoiceAssembler
 from gateway.doors.disconnect import until_disconnected
 from gateway.doors.jobs import _pick, encodable
@@ -19,8 +19,9 @@ from gateway.doors.relay import abort_all, error_for, outputs, peek_first, submi
 from gateway.doors.streaming import SSE_HEADERS
 from gateway.doors.structured import thinks
 from gateway.edge.errors import APIError
+from gateway.edge.offload import off_loop
 from gateway.images.body import read_image_body
-from gateway.images.intake import ImageParts, require_vision
+from gateway.images.intake import ImageParts
 from gateway.plane.hub import Hub, Stream, Terminal
 from gateway.responses.events import ResponseBuilder
 from gateway.responses.history import as_input
@@ -34,7 +35,7 @@ from gateway.responses.translate import (
     to_tools,
 )
 from gateway.served import ServedModel
-from protocol.messages import Generate, RequestOutput, SamplingParams
+from protocol.messages import Generate, GrammarSpec, RequestOutput, SamplingParams
 
 
 def event_bytes(ev: dict[str, Any]) -> bytes:
@@ -68,16 +69,12 @@ class ResponsesEndpoint:
         """Handle one POST /v1/responses."""
         req, size = await read_image_body(request, CreateResponse)
         images = ImageParts()
-        messages = to_messages(req, images)  # checks this request's own input items first
-        images.check_body(size)
-        grammar = to_grammar(req)
-        check_template_kwargs(req.chat_template_kwargs)
+        messages, grammar = await off_loop(size, _translate, req, images, size)
         owner = self.conv.owner(request)
-        items = await self.conv.items(req, owner)  # previous turn + this input, as stored
+        items = await self.conv.items(req, owner, size)  # previous turn + this input, as stored
         st = await self.hub.wait_ready(req.model)
         require_kind(st, "generate", "/v1/responses")
-        pictures = require_vision(req.model, st.facts,
-                                  await images.load(self.allow_image_urls))
+        pictures = await images.for_model(req.model, st.facts, self.allow_image_urls)
         served = self.served[req.model]
         d = served.sampling
         params = SamplingParams(
@@ -87,24 +84,26 @@ class ResponsesEndpoint:
             min_p=_pick(None, d, "min_p", 0.0),
             repetition_penalty=_pick(None, d, "repetition_penalty", 1.0),
             presence_penalty=_pick(None, d, "presence_penalty", 0.0), ignore_eos=req.ignore_eos)
-        tools, parse_tools, prefix, forced = to_tools(req, served.tool_call_parser)
+        tools, parse_tools, prefix, forced = await off_loop(size, to_tools, req,
+                                                            served.tool_call_parser)
         grammar = forced or grammar  # a forced call comes before any text.format
         if req.previous_response_id is not None:  # the stored turns, then this input
             history = ImageParts()  # the stored turns' images, then this input's, in order
-            messages = to_messages(msgspec.structs.replace(req, input=as_input(items)), history)
+            messages = await off_loop(size, to_messages,
+                                      msgspec.structs.replace(req, input=as_input(items)), history)
             if history.refs:
-                pictures = require_vision(req.model, st.facts,
-                                          await history.load(self.allow_image_urls))
+                pictures = await history.for_model(req.model, st.facts,
+                                                   self.allow_image_urls)
         saver = self.conv.saver(req, owner, items)
-        check_chars(text_chars(messages) + text_chars(tools),
-                    context_length(st.facts, served.context_length), "input")
+        await off_loop(size, check_prompt_chars, messages, tools,
+                       context_length(st.facts, served.context_length), "input")
         if grammar is not None:
             grammar.after_think = thinks(served.reasoning_parser, template_kwargs(req))
         rid = f"resp_{uuid.uuid4().hex}"
         job = Generate(request_id=rid, params=params, messages=messages, tools=tools,
                        chat_template_kwargs=template_kwargs(req), assistant_prefix=prefix,
                        grammar=grammar, images=pictures)
-        encodable(job)
+        await off_loop(size, encodable, job)
         streams = submit_all(self.hub, req.model, [job])
         try:
             (first,) = await until_disconnected(request, peek_first(self.hub, streams))
@@ -162,6 +161,16 @@ class ResponsesEndpoint:
             yield event_bytes(await saver.final(b, last))  # stored before it is sent
         finally:
             abort_all(self.hub, [stream])
+
+
+def _translate(req: CreateResponse, images: ImageParts,
+               size: int) -> tuple[list[dict[str, Any]], GrammarSpec | None]:
+    """The request's own messages (its images recorded in IMAGES) and grammar, checked."""
+    messages = to_messages(req, images)  # checks this request's own input items first
+    images.check_body(size)
+    grammar = to_grammar(req)
+    check_template_kwargs(req.chat_template_kwargs)
+    return messages, grammar
 
 
 def _echo(req: CreateResponse, params: SamplingParams, store: bool) -> dict[str, Any]:

@@ -29,6 +29,7 @@ class ResponseBuilder:
         self.output: list[dict[str, Any]] = []
         self.open: dict[str, Any] | None = None
         self.calls: dict[int, dict[str, Any]] = {}  # parser call index -> item
+        self.where: dict[str, int] = {}  # item id -> its output index (items only get appended)
         self.reasoning_tokens = 0.0
         self.namespaces: dict[str, str] = {}  # function name -> its namespace tool's name
 
@@ -52,6 +53,12 @@ class ResponseBuilder:
         return [self._ev("response.created", response=self.response("in_progress")),
                 self._ev("response.in_progress", response=self.response("in_progress"))]
 
+    def _append(self, item: dict[str, Any]) -> int:
+        """Add ITEM to the output; its index there."""
+        self.where[item["id"]] = len(self.output)
+        self.output.append(item)
+        return len(self.output) - 1
+
     def _open(self, kind: str) -> list[dict[str, Any]]:
         evs = self._close("completed") if self.open is not None else []
         if kind == "reasoning":
@@ -61,8 +68,7 @@ class ResponseBuilder:
             item = {"id": _id("msg"), "type": "message", "role": "assistant", "content": [],
                     "status": "in_progress"}
         self.open = item
-        self.output.append(item)
-        idx = len(self.output) - 1
+        idx = self._append(item)
         part = ({"type": "reasoning_text", "text": ""} if kind == "reasoning" else
                 {"type": "output_text", "text": "", "annotations": [], "logprobs": []})
         evs.append(self._ev("response.output_item.added", output_index=idx, item=dict(
@@ -76,7 +82,7 @@ class ResponseBuilder:
         item, self.open = self.open, None
         if item is None:
             return []
-        idx = self.output.index(item)
+        idx = self.where[item["id"]]
         item["status"] = status
         part = item["content"][0]
         if item["type"] == "reasoning":
@@ -116,14 +122,13 @@ class ResponseBuilder:
             if item["name"] in self.namespaces:
                 item["namespace"] = self.namespaces[item["name"]]
             self.calls[index] = item
-            self.output.append(item)
-            evs.append(self._ev("response.output_item.added", output_index=len(self.output) - 1,
+            evs.append(self._ev("response.output_item.added", output_index=self._append(item),
                                 item=dict(item)))
         args = tc["function"].get("arguments") or ""
         if args:
             item["arguments"] += args
             evs.append(self._ev("response.function_call_arguments.delta", item_id=item["id"],
-                                output_index=self.output.index(item), delta=args))
+                                output_index=self.where[item["id"]], delta=args))
         return evs
 
     def feed(self, delta: Delta, new_tokens: int) -> list[dict[str, Any]]:
@@ -148,7 +153,7 @@ class ResponseBuilder:
         status = "incomplete" if finish_reason == "length" else "completed"
         evs = self._close(status)
         for item in self.calls.values():
-            idx = self.output.index(item)
+            idx = self.where[item["id"]]
             item["status"] = status
             evs.append(self._ev("response.function_call_arguments.done", item_id=item["id"],
                                 name=item["name"], output_index=idx,

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from msgspec import Meta
 
-from gateway.openai.schemas import MaxTokens, Temperature, TopP, _Body
+from gateway.openai.schemas import MaxTokens, Temperature, TopP, User, _Body
 
 # OpenAI's bounds: 16 pairs, keys of at most 64 characters, values of at most 512. The map is
 # stored with the response: unbounded, one client could store 8 MiB of it per response.
@@ -102,6 +102,6 @@ class CreateResponse(_Body):
     metadata: Metadata | None = None
     reasoning: ReasoningParam | None = None
     text: TextParam | None = None
-    user: str | None = None
+    user: User | None = None
     chat_template_kwargs: dict[str, Any] | None = None  # extension, as on chat completions
     ignore_eos: bool = False  # extension, as on chat completions

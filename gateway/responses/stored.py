@@ -17,6 +17,7 @@ from starlette.requests import Request
 
 from gateway.edge.auth import bearer
 from gateway.edge.errors import APIError, bad_request
+from gateway.edge.offload import off_loop
 from gateway.responses.events import ResponseBuilder
 from gateway.responses.history import input_items, replay
 from gateway.responses.schemas import CreateResponse
@@ -49,7 +50,7 @@ class Conversations:
         keep = self.store is not None and req.store is not False
         return Saver(self if keep else None, owner, items)
 
-    async def items(self, req: CreateResponse, owner: str) -> list[dict[str, Any]]:
+    async def items(self, req: CreateResponse, owner: str, size: int = 0) -> list[dict[str, Any]]:
         """The whole conversation of this turn as stored items: the previous turn's input and
         output (when `previous_response_id` names one of OWNER's), then this request's input."""
         history: list[dict[str, Any]] = []
@@ -64,7 +65,7 @@ class Conversations:
                                   code="previous_response_not_found")
             response, history = found
             history += replay(response)
-        return history + input_items(req, {it["id"] for it in history})
+        return history + await off_loop(size, input_items, req, {it["id"] for it in history})
 
     async def save(self, owner: str, response: dict[str, Any],
                    items: list[dict[str, Any]]) -> None:

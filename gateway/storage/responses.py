@@ -76,13 +76,13 @@ class ResponseStore:
     async def put(self, rid: str, owner: str, response: dict[str, Any],
                   items: list[dict[str, Any]]) -> None:
         """Store (or replace) RESPONSE with its input ITEMS; committed when this returns."""
+        await self._run(self._put, rid, owner, int(response.get("created_at") or time.time()),
+                        response, items)  # encoded there too: off the event loop
+
+    def _put(self, rid: str, owner: str, created_at: int, response: dict[str, Any],
+             items: list[dict[str, Any]]) -> None:
         body = msgspec.json.encode(response)
         rows = [(it["id"], msgspec.json.encode(it)) for it in items]
-        await self._run(self._put, rid, owner, int(response.get("created_at") or time.time()),
-                        body, rows)
-
-    def _put(self, rid: str, owner: str, created_at: int, body: bytes,
-             rows: list[tuple[str, bytes]]) -> None:
         db = self._db()
         with _transaction(db):
             db.execute("DELETE FROM responses WHERE id = ?", (rid,))  # a re-put replaces

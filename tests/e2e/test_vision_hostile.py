@@ -1,5 +1,7 @@
-"""Large images behind the real server: preparing them takes the worker's intake seconds, which
-is work, not a hang; the worker is not killed and the request (and others) are answered."""
+"""Images behind the real server with a vision model: preparing large ones takes the worker's
+intake seconds, which is work, not a hang (the worker is not killed and the request and others
+are answered); images only the decoder finds wrong, and URLs to private addresses, get their
+400 (a text-only model answers the no-vision 400 before looking: test_images.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import pytest
 from PIL import Image
 
 from tests.e2e.harness import Server
-from tests.image_samples import data_url
+from tests.image_samples import data_url, encoded, png_header_only, truncated_png
 from tests.vision_models import BUILDERS
 
 pytestmark = pytest.mark.slow
@@ -30,7 +32,8 @@ def srv() -> Iterator[Server]:
     if not (path / "model.safetensors").exists():
         BUILDERS["qwen2_vl"](path)
     # a short hang timeout: the images below take the intake longer than that to prepare
-    s = Server(str(path), "--served-model-name", "vl", "--hang-timeout", "1").wait_ready()
+    s = Server(str(path), "--served-model-name", "vl", "--hang-timeout", "1",
+               "--allow-image-urls").wait_ready()
     try:
         yield s
     finally:
@@ -48,16 +51,40 @@ def test_slow_image_preparation_is_not_a_hang(srv: Server) -> None:
     Image.new("L", (7000, 7000)).save(buf, format="PNG")  # 49 MP, under the 50 MP limit
     big = {"type": "image_url", "image_url": {"url": data_url(buf.getvalue())}}
     other: dict[str, Any] = {}
+    order: list[str] = []
 
     def small() -> None:  # a text request sent while the intake works on the images
         other["r"] = httpx.post(f"{srv.url}/chat/completions", timeout=120,
                                 json={**_chat([]), "max_tokens": 8})
+        order.append("text")
 
     timer = threading.Timer(1.0, small)
     timer.start()
     r = httpx.post(f"{srv.url}/chat/completions", json=_chat([big] * 4), timeout=300)
+    order.append("images")
     timer.join()
     assert r.status_code == 200, r.text
     assert other["r"].status_code == 200, other["r"].text
+    assert order == ["text", "images"]  # the images prepare on their own lane: not in its way
     after = srv.worker("vl")
     assert (after["boot_id"], after["restarts"]) == (before["boot_id"], before["restarts"])
+
+
+DECODER = [
+    ("truncated-png", data_url(truncated_png()), "invalid_image", None),
+    ("20k-x-20k", data_url(png_header_only(20000, 20000)), "image_too_large", None),
+    ("wrong-mime", data_url(encoded("JPEG"), "image/png"), "image_type_mismatch", None),
+    ("metadata-address", "http://169.254.169.254/latest/", "image_url_refused", "private"),
+    ("loopback", "http://localhost:9/a.png", "image_url_refused", "private"),
+]
+
+
+@pytest.mark.parametrize(("name", "url", "code", "said"), DECODER, ids=[d[0] for d in DECODER])
+def test_images_the_decoder_or_fetcher_refuses(srv: Server, name: str, url: str, code: str,
+                                               said: str | None) -> None:
+    r = httpx.post(f"{srv.url}/chat/completions", timeout=60,
+                   json=_chat([{"type": "image_url", "image_url": {"url": url}}]))
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["code"] == code and err["param"] == "messages[0].content[1].image_url", err
+    assert said is None or said in err["message"]

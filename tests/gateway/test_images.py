@@ -332,3 +332,29 @@ async def test_decodes_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
 
     await asyncio.gather(*(one() for _ in range(6)))
     assert peak[0] == MAX_CONCURRENT_DECODES
+
+
+async def test_text_model_refuses_before_decoding_or_fetching() -> None:
+    """for_model: a model without vision answers the no-vision 400 without decoding (a truncated
+    PNG) or fetching (a URL that would be refused as private): only the body's own checks run."""
+    text_only, vision = ModelFacts(model="m"), ModelFacts(model="m", capabilities=["vision"])
+    broken = ImageParts()
+    broken.add(ImageRef("p", url=data_url(truncated_png())))
+    broken.add(ImageRef("q", url="http://127.0.0.1:9/a.png"))
+    with pytest.raises(APIError) as info:
+        await broken.for_model("tiny", text_only, allow_urls=True)
+    assert (info.value.code, info.value.param) == ("model_has_no_vision", "p")
+    with pytest.raises(APIError) as info:
+        await broken.for_model("v", vision, allow_urls=True)
+    assert (info.value.code, info.value.param) == ("invalid_image", "p")
+    bad = ImageParts()
+    bad.add(ImageRef("p", url="data:image/png;base64,@@@"))  # the body's own checks still run
+    with pytest.raises(APIError) as info:
+        await bad.for_model("tiny", text_only, allow_urls=False)
+    assert info.value.code == "invalid_base64"
+    off = ImageParts()
+    off.add(ImageRef("p", url="https://example.com/a.png"))
+    with pytest.raises(APIError) as info:
+        await off.for_model("tiny", text_only, allow_urls=False)
+    assert info.value.code == "image_urls_disabled"
+    assert await ImageParts().for_model("tiny", text_only, allow_urls=False) == []

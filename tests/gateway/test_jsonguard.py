@@ -114,3 +114,13 @@ def test_depth_without_numpy(raw: bytes, monkeypatch: pytest.MonkeyPatch) -> Non
     with_numpy = jsonguard._max_depth(brackets)
     monkeypatch.setattr(jsonguard, "_np", None)
     assert jsonguard._max_depth(brackets) == with_numpy
+
+
+def test_large_bodies_strip_the_same_vectorized() -> None:
+    """From 64 KiB strip_strings goes vectorized: the same skeleton as splitting on quotes."""
+    one = b'{"a\\\\": "x\\"]]", "b": [1, {"c": "[[\\\\"}], "d": "\\u005d"},'
+    raw = b"[" + one * 5000 + b'{"e": "unclosed [[['
+    plain = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    assert len(raw) > 64 * 1024
+    assert strip_strings(raw) == b"".join(plain.split(b'"')[::2])
+    assert not depth_exceeds(strip_strings(raw))

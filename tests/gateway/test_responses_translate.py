@@ -142,6 +142,34 @@ def test_builder_events_add_up() -> None:
     assert all(o["status"] == "completed" for o in resp["output"])
 
 
+def test_builder_output_indexes_name_their_items() -> None:
+    """Every event's output_index is where its item sits in the output (the builder keeps the
+    indexes instead of searching the list: thousands of calls stay linear), items interleaved:
+    reasoning, text, many parallel calls fed in turns, then text again."""
+    b = ResponseBuilder("resp_1", {"model": "m"}, parallel_tool_calls=True)
+    evs = b.start() + b.feed(Delta(reasoning="r"), 1) + b.feed(Delta(content="a"), 1)
+    calls = 300
+    for i in range(calls):
+        evs += b.feed(Delta(tool_calls=[{"index": i, "id": f"c{i}", "type": "function",
+                                         "function": {"name": "f", "arguments": "{"}}]), 1)
+    for i in range(calls):
+        evs += b.feed(Delta(tool_calls=[{"index": i, "function": {"arguments": "}"}}]), 1)
+    evs += b.feed(Delta(content="b"), 1)
+    evs += b.finish("tool_calls", _usage())
+    output = evs[-1]["response"]["output"]
+    assert len(output) == calls + 3 and [o["type"] for o in output[:3]] == [
+        "reasoning", "message", "function_call"] and output[-1]["type"] == "message"
+    seen = 0
+    for ev in evs:
+        if "output_index" not in ev:
+            continue
+        seen += 1
+        item_id = ev.get("item_id") or ev["item"]["id"]
+        assert output[ev["output_index"]]["id"] == item_id, ev["type"]
+    assert seen > 5 * calls  # each call: added, two deltas, arguments done, item done
+    assert [e["sequence_number"] for e in evs] == list(range(len(evs)))
+
+
 def test_builder_incomplete_and_failed() -> None:
     b = ResponseBuilder("resp_1", {}, parallel_tool_calls=True)
     b.feed(Delta(content="Hel"), 1)

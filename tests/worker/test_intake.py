@@ -227,3 +227,47 @@ def test_preparing_for_is_the_age_of_the_job_being_prepared(tok: Any) -> None:
     finally:
         blocking.gate.set()
         intake.close()
+
+
+def test_a_text_job_passes_an_image_job_still_preparing(tok: Any,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a vision model jobs with images prepare on a lane of their own: a text job submitted
+    after one whose images take long (here: until the test lets it go) comes out first; the
+    heartbeat still counts and ages the image job, and it comes out once done. (One lane, as
+    before, held the text job behind it.)"""
+    import threading
+
+    from worker import intake as intake_mod
+    from worker.vision.inputs import VisionInput
+
+    entered, gate = threading.Event(), threading.Event()
+
+    def slow_images(tokenizer: Any, processor: Any, token: int, job: m.Generate
+                    ) -> tuple[VisionInput, bool]:
+        entered.set()
+        gate.wait(30)
+        return VisionInput(ids=[5, 6, 7], pixels={}, spans=[(1, 2)]), False
+
+    monkeypatch.setattr(intake_mod, "render_images", slow_images)
+    intake = Intake(tok, VOCAB, CTX, vision=(object(), 6))
+    image = m.ImageData(data=b"png", sha256="0" * 64)
+    try:
+        intake.submit(_gen("pic", messages=[{"role": "user", "content": [{"type": "image"}]}],
+                           images=[image]))
+        assert entered.wait(10)
+        intake.submit(_gen("text", messages=[{"role": "user", "content": "hello"}]))
+        first = _collect(intake, 1)
+        assert [p.job.request_id for p in first] == ["text"] and first[0].error is None
+        assert intake.preparing == 1 and intake.preparing_for > 0.0 and not gate.is_set()
+        gate.set()
+        (pic,) = _collect(intake, 1)
+        assert pic.job.request_id == "pic" and pic.ids == [5, 6, 7] and pic.error is None
+        assert intake.preparing == 0 and intake.preparing_for == 0.0 and intake.alive
+        intake.submit(_gen("late", messages=[{"role": "user", "content": [{"type": "image"}]}],
+                           images=[image]))
+        intake.cancel(["late"])  # cancelling works on the image lane too
+        intake.submit(_gen("after", prompt="hi"))
+        assert [p.job.request_id for p in _collect(intake, 1)] == ["after"]
+    finally:
+        gate.set()
+        intake.close()
