@@ -2,7 +2,11 @@
 
 Keys are token-id tuples whose length is a multiple of the page size; each node owns one page per
 page of its key. Requests lock the path to the node they use so its pages cannot be evicted.
-Only full pages are shared. Eviction frees least-recently-used unlocked leaves.
+Only full pages are shared. Eviction frees least-recently-used unlocked leaves: a heap of
+(last access, node) entries, pushed whenever a node becomes an unlocked leaf or an unlocked leaf
+is touched, and checked when popped (lazy invalidation), so finding the next victim costs
+O(log n) instead of a walk over every node; the evictable page count is kept as nodes lock,
+unlock, join and leave.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ class Node:
         self.children: dict[tuple[int, ...], Node] = {}
         self.lock_ref = 0
         self.last_access = next(_clock)
+        self.evicted = False
+        self.queued: int | None = None  # the access time of its entry in the eviction heap
 
     @property
     def is_leaf(self) -> bool:
@@ -48,6 +54,11 @@ class RadixCache:
         self.root = Node((), [], None)
         self.root.lock_ref = 1  # never evicted
         self.num_pages = 0
+        self._evictable = 0  # pages of unlocked nodes
+        self._nodes_alive = 0
+        # (last_access, seq, node) of unlocked leaves; stale entries are skipped when popped
+        self._heap: list[tuple[int, int, Node]] = []
+        self._seq = itertools.count()
 
     def _first(self, key: Sequence[int]) -> tuple[int, ...]:
         return tuple(key[: self.page_size])
@@ -64,6 +75,7 @@ class RadixCache:
             if common < len(child.key):
                 child = self._split(child, common)
             child.last_access = next(_clock)
+            self._offer(child)
             pages.extend(child.pages)
             node = child
         return pages, node
@@ -102,6 +114,7 @@ class RadixCache:
         node.parent.children[self._first(upper.key)] = upper
         node.key, node.pages, node.parent = node.key[at:], node.pages[pages_at:], upper
         upper.children[self._first(node.key)] = node
+        self._nodes_alive += 1
         return upper
 
     def insert(self, tokens: Sequence[int], pages: Sequence[int]) -> tuple[list[int], Node]:
@@ -118,6 +131,9 @@ class RadixCache:
                        node)
             node.children[self._first(new.key)] = new
             self.num_pages += len(new.pages)
+            self._evictable += len(new.pages)
+            self._nodes_alive += 1
+            self._offer(new)
             tree_pages.extend(new.pages)
             node = new
         return tree_pages, node
@@ -126,6 +142,8 @@ class RadixCache:
         """Protect NODE and its ancestors from eviction."""
         n: Node | None = node
         while n is not None:
+            if n.lock_ref == 0:
+                self._evictable -= len(n.pages)
             n.lock_ref += 1
             n = n.parent
 
@@ -135,26 +153,54 @@ class RadixCache:
         while n is not None:
             n.lock_ref -= 1
             assert n.lock_ref >= 0, "unbalanced unlock"
+            if n.lock_ref == 0:
+                self._evictable += len(n.pages)
+                self._offer(n)
             n = n.parent
 
     def evictable_pages(self) -> int:
         """Pages held by nodes no request locks."""
-        return sum(len(n.pages) for n in self._nodes() if n.lock_ref == 0)
+        return self._evictable
+
+    def _offer(self, node: Node) -> None:
+        """Queue NODE for eviction if it is an unlocked leaf (under its current last access)."""
+        if (node.lock_ref or node.children or node is self.root
+                or node.queued == node.last_access):  # its entry is queued already
+            return
+        node.queued = node.last_access
+        heapq.heappush(self._heap, (node.last_access, next(self._seq), node))
+        if len(self._heap) > 2 * self._nodes_alive + 64:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop the heap's outdated entries (amortized: it grew past twice the live nodes)."""
+        self._heap = [e for e in self._heap if not e[2].evicted and e[2].queued == e[0]]
+        heapq.heapify(self._heap)
+
+    def _pop(self) -> Node | None:
+        """The least recently used unlocked leaf, off the heap (None: there is none)."""
+        while self._heap:
+            access, _, node = heapq.heappop(self._heap)
+            if node.evicted or node.queued != access:
+                continue  # outdated: the node was touched (queued again) or is gone
+            node.queued = None  # its next offer queues it again
+            if node.lock_ref == 0 and not node.children:
+                return node
+        return None
 
     def evict(self, num_pages: int) -> list[int]:
         """Free at least NUM_PAGES pages (if possible) from LRU unlocked leaves; return them."""
-        heap = [(n.last_access, id(n), n) for n in self._nodes() if n.is_leaf and n.lock_ref == 0]
-        heapq.heapify(heap)
         freed: list[int] = []
-        while heap and len(freed) < num_pages:
-            _, _, node = heapq.heappop(heap)
+        while len(freed) < num_pages and (node := self._pop()) is not None:
             freed.extend(node.pages)
             self.num_pages -= len(node.pages)
+            self._evictable -= len(node.pages)
+            self._nodes_alive -= 1
+            node.evicted = True
             parent = node.parent
             assert parent is not None
             del parent.children[self._first(node.key)]
-            if parent is not self.root and parent.is_leaf and parent.lock_ref == 0:
-                heapq.heappush(heap, (parent.last_access, id(parent), parent))
+            self._offer(parent)
         return freed
 
     def _nodes(self) -> list[Node]:
