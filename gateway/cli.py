@@ -69,7 +69,7 @@ def _served(models: tuple[str, ...], names: tuple[str, ...], tool_parser: str | 
     return out
 
 
-class _Size(click.ParamType):
+class _Size(click.ParamType[int]):
     name = "BYTES"
 
     def convert(self, value: Any, param: Any, ctx: Any) -> int:
