@@ -145,12 +145,17 @@ class ResponseStore:
     def _reclaim(self, db: sqlite3.Connection) -> None:
         """Give free pages beyond the slack (RECLAIM_SLACK, at most an eighth of the byte bound)
         back to the file system; outside a transaction, as executescript steps the pragma to
-        its end (execute frees one page)."""
-        free = db.execute("PRAGMA freelist_count").fetchone()[0]
-        slack = min(RECLAIM_SLACK, self.max_bytes // 8) if self.max_bytes > 0 else RECLAIM_SLACK
-        keep = slack // db.execute("PRAGMA page_size").fetchone()[0]
-        if free > keep:
-            db.executescript(f"PRAGMA incremental_vacuum({free - keep});")
+        its end (execute frees one page). Housekeeping: a failure is logged, never raised, as
+        the caller's transaction is committed already."""
+        try:
+            free = db.execute("PRAGMA freelist_count").fetchone()[0]
+            slack = min(RECLAIM_SLACK, self.max_bytes // 8) if self.max_bytes > 0 \
+                else RECLAIM_SLACK
+            keep = slack // db.execute("PRAGMA page_size").fetchone()[0]
+            if free > keep:
+                db.executescript(f"PRAGMA incremental_vacuum({free - keep});")
+        except sqlite3.Error:
+            log.exception("could not give free pages of %s back", self.path)
 
     def _seq(self, rid: str, owner: str) -> tuple[int, bytes] | None:
         row = self._db().execute("SELECT seq, body FROM responses WHERE id = ? AND owner = ?",

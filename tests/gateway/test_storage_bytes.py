@@ -166,3 +166,28 @@ def test_a_version_1_database_is_upgraded(tmp_path: Path) -> None:
         assert db.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental, after VACUUM
         assert db.execute("SELECT count(*) FROM input_items").fetchone()[0] == 3  # cascaded
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+
+class _NoVacuum:
+    """A connection whose executescript (the vacuum) fails, as a disk error would."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.conn, name)
+
+    def executescript(self, sql: str) -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+
+def test_a_failed_reclaim_never_fails_the_put(tmp_path: Path) -> None:
+    async def body(s: ResponseStore) -> None:
+        await s._run(lambda: setattr(s, "_conn", _NoVacuum(s._db())))
+        for i in range(4):  # each evicts the one before and frees its pages
+            assert await s.put(f"resp_{i}", "", _resp(f"resp_{i}"), _items(str(i), 4, 64 * KIB))
+        assert await s.delete("resp_3", "")
+        assert await s.count() == 0 and await s.usage() == 0
+        await s._run(lambda: setattr(s, "_conn", s._db().conn))  # type: ignore[attr-defined]
+    _with_store(tmp_path, body, max_bytes=300 * KIB)
