@@ -24,6 +24,7 @@ from gateway.config import GatewayConfig
 from gateway.served import ServedModel
 from gateway.storage.paths import RESPONSES_DB, default_data_dir, prepare_data_dir
 from gateway.storage.schema import SchemaError, connect
+from gateway.storage.sizes import parse_size
 
 DEFAULT_ALIAS = "default"  # the embedded demo model (gateway/data/aliases.toml)
 
@@ -66,6 +67,16 @@ def _served(models: tuple[str, ...], names: tuple[str, ...], tool_parser: str | 
     if len({s.alias for s in out}) != len(out):
         raise click.UsageError("two models would share an alias; use --served-model-name")
     return out
+
+
+class _Size(click.ParamType[int]):
+    name = "BYTES"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int:
+        try:
+            return value if isinstance(value, int) else parse_size(str(value))
+        except ValueError:
+            self.fail(f"{value!r} is not a size such as 1GiB, 512MiB, 100MB or 65536", param, ctx)
 
 
 def _data_dir(path: str | None) -> str:
@@ -231,6 +242,9 @@ def _group_args(ranks: int, hostfile: str | None, port: int) -> list[str]:
                                               "bound)")
 @click.option("--responses-max-age", default=30.0, show_default=True,
               type=click.FloatRange(min=0), help="days a stored response is kept (0: no bound)")
+@click.option("--responses-max-bytes", default="1GiB", show_default=True, type=_Size(),
+              help="keep at most this much stored JSON, oldest dropped first; a response larger "
+                   "on its own is answered but not stored (0: no bound)")
 @_edge_options
 def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
           api_keys: tuple[str, ...], tool_call_parser: str | None, reasoning_parser: str | None,
@@ -246,7 +260,7 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
           curve_dir: str | None, worker_token_file: str | None, insecure_worker_transport: bool,
           heartbeat_timeout: float, model_map: tuple[str, ...], data_dir: str | None,
           no_store: bool, responses_max_count: int, responses_max_age: float,
-          **edge: Any) -> None:
+          responses_max_bytes: int, **edge: Any) -> None:
     """Serve MODELS (aliases, Hugging Face repo ids or local folders); none: the embedded demo."""
     if no_spawn_workers and not worker_address:
         raise click.UsageError("--no-spawn-workers needs --worker-address (where workers connect)")
@@ -293,7 +307,8 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
         allow_image_urls=edge["allow_image_urls"],
         alias_models={name: entry.repo for name, entry in aliases.items()},
         data_dir=None if no_store else _data_dir(data_dir), store_responses=not no_store,
-        responses_max_count=responses_max_count, responses_max_age_days=responses_max_age)
+        responses_max_count=responses_max_count, responses_max_age_days=responses_max_age,
+        responses_max_bytes=responses_max_bytes)
     refusal = config.exposure_error() or config.worker_plane_problem()
     if refusal:
         raise click.ClickException(refusal)

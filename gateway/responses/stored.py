@@ -70,10 +70,12 @@ class Conversations:
     async def save(self, owner: str, response: dict[str, Any],
                    items: list[dict[str, Any]]) -> None:
         """Commit RESPONSE (and the conversation ITEMS) before the client is told it finished;
-        a failure is a 500 rather than a `completed` the store cannot back."""
+        a failure is a 500 rather than a `completed` the store cannot back. One larger than the
+        whole --responses-max-bytes is answered with `store: false` (and not stored)."""
         assert self.store is not None
         try:
-            await self.store.put(response["id"], owner, response, items)
+            if not await self.store.put(response["id"], owner, response, items):
+                response["store"] = False
         except Exception as exc:
             log.exception("could not store response %s", response["id"])
             raise APIError(500, f"The response could not be stored: {exc}",

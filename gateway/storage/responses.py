@@ -9,13 +9,20 @@ transaction). Durability is in `schema.connect`: WAL with synchronous=NORMAL.
 Owners: rows carry the SHA-256 of the API key that created them ('' without keys); every read
 and delete matches it, so another key's response looks exactly like an unknown one.
 
-Retention, checked in the transaction of every insert (two indexed deletes, usually empty): at
-most MAX_COUNT responses (the most recently stored), none older than MAX_AGE seconds.
+Retention, checked in the transaction of every insert (indexed deletes, usually empty): at most
+MAX_COUNT responses (the most recently stored), none older than MAX_AGE seconds, and at most
+MAX_BYTES of stored JSON (a response's body and input items; the oldest go first). The byte total
+is kept by triggers in the database itself (schema.USAGE), so deletes, expiry, restarts and
+other processes never put it off; it is recomputed once at open all the same. A response larger
+than MAX_BYTES on its own is not stored (`put` says False) and evicts nothing. Freed pages go
+back to the file system (incremental auto-vacuum) beyond a slack (RECLAIM_SLACK, at most an
+eighth of MAX_BYTES) kept for the next inserts to reuse, so the file follows the bound.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import time
 from collections.abc import Callable
@@ -28,7 +35,9 @@ import msgspec
 from gateway.storage.schema import connect
 from gateway.storage.schema import transaction as _transaction
 
+log = logging.getLogger("rapid_mlx.gateway")
 T = TypeVar("T")
+RECLAIM_SLACK = 4 << 20  # bytes of free pages kept in the file for the next inserts
 Order = Literal["asc", "desc"]
 
 
@@ -39,10 +48,12 @@ class UnknownItem(LookupError):
 class ResponseStore:
     """Stored responses and their input items, in one SQLite file."""
 
-    def __init__(self, path: Path, max_count: int = 0, max_age: float = 0.0) -> None:
+    def __init__(self, path: Path, max_count: int = 0, max_age: float = 0.0,
+                 max_bytes: int = 0) -> None:
         self.path = path
         self.max_count = max_count  # 0: no count bound
         self.max_age = max_age  # seconds; 0: no age bound
+        self.max_bytes = max_bytes  # 0: no byte bound
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rapid-mlx-store")
         self._conn: sqlite3.Connection | None = None
 
@@ -55,13 +66,16 @@ class ResponseStore:
         return self._conn
 
     async def open(self) -> None:
-        """Open the database (creating it) and apply the age bound."""
+        """Open the database (creating or upgrading it) and apply the bounds."""
         await self._run(self._open)
 
     def _open(self) -> None:
-        self._conn = connect(self.path)
-        with _transaction(self._conn):
-            self._prune_age(self._conn)
+        self._conn = db = connect(self.path)
+        with _transaction(db):
+            db.execute("UPDATE usage SET bytes = (SELECT coalesce(sum(size), 0) FROM responses)")
+            self._prune_age(db)
+            self._prune_bytes(db)
+        self._reclaim(db)
 
     async def close(self) -> None:
         """Close the connection and stop the thread."""
@@ -74,31 +88,74 @@ class ResponseStore:
             self._conn = None
 
     async def put(self, rid: str, owner: str, response: dict[str, Any],
-                  items: list[dict[str, Any]]) -> None:
-        """Store (or replace) RESPONSE with its input ITEMS; committed when this returns."""
-        await self._run(self._put, rid, owner, int(response.get("created_at") or time.time()),
+                  items: list[dict[str, Any]]) -> bool:
+        """Store (or replace) RESPONSE with its input ITEMS; committed when this returns. False
+        (nothing stored, nothing evicted) when they alone are larger than the byte bound."""
+        return await self._run(self._put, rid, owner, int(response.get("created_at") or time.time()),
                         response, items)  # encoded there too: off the event loop
 
     def _put(self, rid: str, owner: str, created_at: int, response: dict[str, Any],
-             items: list[dict[str, Any]]) -> None:
+             items: list[dict[str, Any]]) -> bool:
         body = msgspec.json.encode(response)
         rows = [(it["id"], msgspec.json.encode(it)) for it in items]
+        size = len(body) + sum(len(b) for _, b in rows)
+        if 0 < self.max_bytes < size:
+            log.warning("response %s not stored: %d bytes, more than --responses-max-bytes %d",
+                        rid, size, self.max_bytes)
+            return False
         db = self._db()
         with _transaction(db):
             db.execute("DELETE FROM responses WHERE id = ?", (rid,))  # a re-put replaces
-            seq = db.execute("INSERT INTO responses (id, owner, created_at, body) "
-                             "VALUES (?, ?, ?, ?)", (rid, owner, created_at, body)).lastrowid
+            seq = db.execute("INSERT INTO responses (id, owner, created_at, size, body) "
+                             "VALUES (?, ?, ?, ?, ?)",
+                             (rid, owner, created_at, size, body)).lastrowid
             db.executemany("INSERT INTO input_items (response_seq, pos, id, body) "
                            "VALUES (?, ?, ?, ?)",
                            [(seq, pos, iid, b) for pos, (iid, b) in enumerate(rows)])
             if self.max_count > 0 and seq is not None:
                 db.execute("DELETE FROM responses WHERE seq <= ?", (seq - self.max_count,))
             self._prune_age(db)
+            self._prune_bytes(db)
+        self._reclaim(db)
+        return True
 
     def _prune_age(self, db: sqlite3.Connection) -> None:
         if self.max_age > 0:
             db.execute("DELETE FROM responses WHERE created_at < ?",
                        (int(time.time() - self.max_age),))
+
+    def _prune_bytes(self, db: sqlite3.Connection) -> None:
+        """Delete the oldest responses until the total fits the byte bound."""
+        excess = self._bytes(db) - self.max_bytes
+        if self.max_bytes <= 0 or excess <= 0:
+            return
+        cut, cur = None, db.execute("SELECT seq, size FROM responses ORDER BY seq")
+        for seq, size in cur:
+            cut, excess = seq, excess - size
+            if excess <= 0:
+                break
+        cur.close()
+        if cut is not None:
+            db.execute("DELETE FROM responses WHERE seq <= ?", (cut,))
+
+    @staticmethod
+    def _bytes(db: sqlite3.Connection) -> int:
+        return int(db.execute("SELECT bytes FROM usage").fetchone()[0])
+
+    def _reclaim(self, db: sqlite3.Connection) -> None:
+        """Give free pages beyond the slack (RECLAIM_SLACK, at most an eighth of the byte bound)
+        back to the file system; outside a transaction, as executescript steps the pragma to
+        its end (execute frees one page). Housekeeping: a failure is logged, never raised, as
+        the caller's transaction is committed already."""
+        try:
+            free = db.execute("PRAGMA freelist_count").fetchone()[0]
+            slack = min(RECLAIM_SLACK, self.max_bytes // 8) if self.max_bytes > 0 \
+                else RECLAIM_SLACK
+            keep = slack // db.execute("PRAGMA page_size").fetchone()[0]
+            if free > keep:
+                db.executescript(f"PRAGMA incremental_vacuum({free - keep});")
+        except sqlite3.Error:
+            log.exception("could not give free pages of %s back", self.path)
 
     def _seq(self, rid: str, owner: str) -> tuple[int, bytes] | None:
         row = self._db().execute("SELECT seq, body FROM responses WHERE id = ? AND owner = ?",
@@ -157,7 +214,12 @@ class ResponseStore:
         db = self._db()
         with _transaction(db):
             cur = db.execute("DELETE FROM responses WHERE id = ? AND owner = ?", (rid, owner))
+        self._reclaim(db)
         return cur.rowcount > 0
+
+    async def usage(self) -> int:
+        """Bytes of stored JSON (all owners), the total the byte bound applies to."""
+        return await self._run(lambda: self._bytes(self._db()))
 
     async def count(self) -> int:
         """How many responses are stored (all owners)."""

@@ -240,3 +240,52 @@ def test_survives_a_restart(tmp_path: Path) -> None:
         assert follow.status in ("completed", "incomplete")
     finally:
         again.stop()
+
+
+def test_byte_bound_drops_the_oldest_and_the_file_follows() -> None:
+    bound = 24 << 10
+    srv = Server("--responses-max-bytes", "24KiB").wait_ready()
+    try:
+        client = _client(srv)
+        note = "Summarize this note in one word. " + "The quick brown fox jumps. " * 60
+        made = [_ask(client, f"{i}. {note}") for i in range(16)]  # ~3 KiB each: twice the bound
+        assert all(r.store for r in made)
+        db = Path(srv.own_data_dir or "") / "responses.sqlite3"
+        with sqlite3.connect(db) as conn:
+            sizes = dict(conn.execute("SELECT id, size FROM responses"))
+        assert 0 < sum(sizes.values()) <= bound
+        kept = [r.id for r in made if r.id in sizes]
+        assert 2 <= len(kept) < len(made) and kept == [r.id for r in made[-len(kept):]]
+        for gone in made[:-len(kept)]:  # the oldest first
+            with pytest.raises(openai.NotFoundError):
+                client.responses.retrieve(gone.id)
+        assert [client.responses.retrieve(rid).id for rid in kept] == kept
+        follow = _ask(client, "One more word?", previous_response_id=kept[-1])
+        assert follow.store and client.responses.retrieve(follow.id).id == follow.id
+        assert db.stat().st_size <= 4 * bound, db.stat().st_size  # pages, indexes, slack
+    finally:
+        srv.stop()
+
+
+def test_a_response_larger_than_the_byte_bound_is_answered_not_stored() -> None:
+    srv = Server("--responses-max-bytes", "200").wait_ready()
+    try:
+        client = _client(srv)
+        resp = _ask(client)
+        assert resp.status in ("completed", "incomplete") and resp.store is False
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(resp.id)
+        with pytest.raises(openai.BadRequestError):
+            _ask(client, previous_response_id=resp.id)
+        last: dict[str, Any] = {}
+        with httpx.stream("POST", f"{srv.url}/responses", timeout=60, json={
+                "model": "default", "input": "Say hello.", "reasoning": NO_THINK,
+                "stream": True, "temperature": 0, "max_output_tokens": 12}) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    last = json.loads(line[6:])
+        assert last["type"] in ("response.completed", "response.incomplete")
+        assert last["response"]["store"] is False
+        assert any("not stored" in line for line in srv.lines)
+    finally:
+        srv.stop()

@@ -107,18 +107,27 @@ def test_serve_storage_flags(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     assert CliRunner().invoke(cli.main, ["serve"]).exit_code == 0
     assert seen[-1].data_dir == str(tmp_path / "xdg" / "rapid-mlx") and seen[-1].store_responses
     assert (seen[-1].responses_max_count, seen[-1].responses_max_age_days) == (10000, 30.0)
+    assert seen[-1].responses_max_bytes == 1 << 30
     out = CliRunner().invoke(cli.main, ["serve", "--no-store", "--data-dir", str(tmp_path / "n"),
                                         "--responses-max-count", "3",
-                                        "--responses-max-age", "0.5"])
+                                        "--responses-max-age", "0.5",
+                                        "--responses-max-bytes", "64MiB"])
     assert out.exit_code == 0, out.output
     assert seen[-1].data_dir is None and not seen[-1].store_responses
     assert (seen[-1].responses_max_count, seen[-1].responses_max_age_days) == (3, 0.5)
+    assert seen[-1].responses_max_bytes == 64 << 20
     assert not (tmp_path / "n").exists()  # --no-store creates nothing
     (tmp_path / "file").write_text("")
     out = CliRunner().invoke(cli.main, ["serve", "--data-dir", str(tmp_path / "file" / "d")])
     assert out.exit_code == 1 and "--data-dir" in out.output and len(seen) == 2
     out = CliRunner().invoke(cli.main, ["serve", "--responses-max-count", "-1"])
     assert out.exit_code == 2
+    for size, want in [("0", 0), ("1.5kb", 1500), ("4096", 4096), ("2GiB", 2 << 30)]:
+        assert CliRunner().invoke(cli.main, ["serve", "--responses-max-bytes", size]).exit_code == 0
+        assert seen[-1].responses_max_bytes == want
+    for size in ["-1", "lots", "1TB", "nanMB", "1.5"]:
+        out = CliRunner().invoke(cli.main, ["serve", "--responses-max-bytes", size])
+        assert out.exit_code == 2 and "--responses-max-bytes" in out.output, (size, out.output)
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "responses.sqlite3").write_text("not a database, just text" * 100)

@@ -107,3 +107,19 @@ def test_a_failed_write_is_never_reported_completed(tmp_path: Path) -> None:
     assert last["type"] == "response.failed" and "could not be stored" in str(last)
     failed = b.fail("server_error", "worker died")
     assert asyncio.run(saver.failed(failed)) == failed  # no second error on top
+
+
+def test_a_response_over_the_byte_bound_is_answered_store_false(tmp_path: Path) -> None:
+    async def body() -> None:
+        store = ResponseStore(tmp_path / "r.sqlite3", max_bytes=100)
+        await store.open()
+        try:
+            saver = Conversations(store, keyed=False).saver(_req(), "", [])
+            b = ResponseBuilder("resp_1", {"store": True}, True)
+            done = {"type": "response.completed", "response": b.response("completed")}
+            last = await saver.final(b, done)  # no error: the request does not fail
+            assert last["type"] == "response.completed" and last["response"]["store"] is False
+            assert await store.get("resp_1", "") is None
+        finally:
+            await store.close()
+    asyncio.run(body())
