@@ -10,8 +10,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 
+from gateway.ops.schemas import HealthReport, OneAliasHealth, WorkerInfo, WorkerList
 from tests.conftest import shared_model
 from tests.e2e.harness import Server
 
@@ -78,6 +80,9 @@ def test_workers_show_a_tenant_no_requests_pids_or_paths(server: Server) -> None
                     assert view["pid"] is None and f'"pid": {full["pid"]}' not in \
                         json.dumps(view)
                     assert view["model"] == "stories260K" and view["state"] == "ready"
+                    for body in (tenant, admin):  # both in the documented (OpenAPI) shape
+                        msgspec.json.decode(body, type=WorkerList if path == "/workers"
+                                            else WorkerInfo)
                     seen += rid in admin  # then key-one's view was taken while it ran
             if seen >= 2:
                 break
@@ -95,6 +100,8 @@ def test_health_and_models_show_a_tenant_no_pids_or_paths(server: Server) -> Non
         anonymous = c.get("/health").json()["models"]["m"]  # --public-health: no key at all
         admin = c.get("/health", headers=ADMIN).json()["models"]["m"]
         tenant = c.get("/health/m", headers=ONE).json()
+        msgspec.json.decode(c.get("/health", headers=ONE).content, type=HealthReport)
+        msgspec.convert(tenant, OneAliasHealth)
     assert admin["pid"] > 0 and admin["model"] == model
     for view in (anonymous, tenant):
         assert view["pid"] is None and view["model"] == "stories260K"
