@@ -63,6 +63,7 @@ def build_app(config: GatewayConfig) -> Starlette:
               worker_token=config.worker_token(), insecure=config.insecure_worker_transport,
               heartbeat_timeout=config.heartbeat_timeout,
               routing=RoutingConfig(policy=config.routing))
+    hub.exit_reasons_public = not config.api_keys
     for s in config.served:
         hub.add_alias(s.alias, s.model)
     supervisor = Supervisor(

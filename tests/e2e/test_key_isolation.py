@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,7 +17,7 @@ import pytest
 
 from gateway.ops.schemas import HealthReport, OneAliasHealth, WorkerInfo, WorkerList
 from tests.conftest import shared_model
-from tests.e2e.harness import Server
+from tests.e2e.harness import ROOT, Server
 
 pytestmark = pytest.mark.slow
 
@@ -148,3 +150,24 @@ def test_another_tenants_response_looks_missing(server: Server) -> None:
         assert c.get(f"/responses/{rid}", headers=ONE).json()["id"] == rid  # nothing deleted
         follow = _ask(c, ONE, previous_response_id=rid)  # and its owner still continues it
         assert follow["previous_response_id"] == rid
+
+
+def test_a_failed_models_reason_is_not_in_a_tenants_error(tmp_path: Path) -> None:
+    arch = tmp_path / "arch-model"
+    shutil.copytree(ROOT / "worker" / "demo_model" / "weights", arch)
+    config = json.loads((arch / "config.json").read_text())
+    (arch / "config.json").write_text(json.dumps({**config, "model_type": "no_such_arch"}))
+    demo = str(ROOT / "worker" / "demo_model" / "weights")  # all failed: the server exits
+    srv = Server(demo, str(arch), "--served-model-name", "good", "--served-model-name", "arch",
+                 "--api-key", "key-one", "--admin-key", "adm-key").wait_ready(120)
+    try:
+        r = httpx.post(f"{srv.url}/chat/completions", headers=ONE, timeout=10, json={
+            "model": "arch", "messages": [{"role": "user", "content": "x"}]})
+        message = r.json()["error"]["message"]
+        assert r.status_code == 503 and "state: failed" in message, message
+        assert "no_such_arch" not in message and str(tmp_path) not in message, message
+        assert "/v1/health with the admin key" in message
+        admin = httpx.get(f"{srv.url}/health/arch", headers=ADMIN, timeout=10).json()
+        assert admin["state"] == "failed" and "no_such_arch" in admin["last_exit"], admin
+    finally:
+        srv.stop()
