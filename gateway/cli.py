@@ -150,9 +150,9 @@ def _group_args(ranks: int, hostfile: str | None, port: int) -> list[str]:
 @click.option("--port", default=8000, show_default=True, type=int)
 @click.option("--served-model-name", "names", multiple=True, help="alias per MODEL, in order")
 @click.option("--api-key", "api_keys", multiple=True, envvar="RAPID_MLX_API_KEYS",
-              help="accept only these keys (default: any); a key sees its own stored responses, "
-              "and no pids, paths or requests of others in /v1/workers, /v1/health, /v1/models "
-              "(the --admin-key does)")
+              help="accept only these keys (default: any); each is a tenant: it sees only its "
+              "own stored responses, and no requests, pids or paths in /v1/workers, /v1/health, "
+              "/v1/models (the --admin-key does)")
 @click.option("--tool-call-parser", default=None)
 @click.option("--reasoning-parser", default=None)
 @click.option("--aliases", "aliases_file", default=None, envvar="RAPID_MLX_ALIASES",
