@@ -5,16 +5,22 @@ every 20 ms from another thread) while a body of many tiny items is handled, per
 
 Each tree (a checkout) serves the demo model in turn, round by round (the machine is noisy). The
 bodies are far over the demo model's context, so each ends in a 400 after the full decode,
-translation and checks: the work measured.
+translation and checks: the work measured. The continuation case (`/v1/responses+previous`) is a
+small body whose `previous_response_id` names a stored conversation of as many tiny items,
+written into each server's data directory before it starts (as a model with a longer context
+would have left it).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -31,6 +37,41 @@ def bodies(n: int) -> dict[str, dict[str, Any]]:
             "/v1/chat/completions": {"model": "default", "messages": [item] * n, "max_tokens": 1},
             "/v1/messages": {"model": "default", "max_tokens": 1,
                              "messages": [{"role": "assistant", "content": [use] * (n // 2)}]}}
+
+
+CONTINUED = "/v1/responses+previous"  # the continuation case's name
+STORED_ID = "resp_" + "b" * 32
+
+
+def continuation() -> dict[str, Any]:
+    """A small body continuing the stored conversation STORED_ID."""
+    return {"model": "default", "previous_response_id": STORED_ID, "input": "and then?",
+            "max_output_tokens": 1}
+
+
+def store_conversation(data_dir: Path, n: int) -> None:
+    """Write STORED_ID (no API key) with N tiny input items into DATA_DIR's response store."""
+    from gateway.storage.paths import RESPONSES_DB
+    from gateway.storage.responses import ResponseStore
+
+    items = [{"id": f"msg_{i}", "type": "message", "role": "user",
+              "content": [{"type": "input_text", "text": "a"}]} for i in range(n)]
+    response = {"id": STORED_ID, "object": "response", "created_at": int(time.time()),
+                "status": "completed", "model": "default",
+                "output": [{"id": "msg_out", "type": "message", "role": "assistant",
+                            "status": "completed",
+                            "content": [{"type": "output_text", "text": "b"}]}]}
+
+    async def put() -> None:
+        store = ResponseStore(data_dir / RESPONSES_DB)
+        await store.open()
+        try:
+            await store.put(STORED_ID, "", response, items)
+        finally:
+            await store.close()
+
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    asyncio.run(put())
 
 
 def one(base: str, path: str, raw: bytes) -> tuple[float, float, int]:
@@ -50,7 +91,7 @@ def one(base: str, path: str, raw: bytes) -> tuple[float, float, int]:
     th.start()
     time.sleep(0.3)
     t0 = time.perf_counter()
-    r = httpx.post(base + path, content=raw, timeout=120,
+    r = httpx.post(base + path.split("+")[0], content=raw, timeout=120,
                    headers={"content-type": "application/json"})
     took = time.perf_counter() - t0
     stop.set()
@@ -58,12 +99,14 @@ def one(base: str, path: str, raw: bytes) -> tuple[float, float, int]:
     return took, max(lat), r.status_code
 
 
-def serve(tree: Path) -> tuple[Any, str]:
-    """Start TREE's server (its own harness) in a subprocess; (handle, base URL)."""
+def serve(tree: Path, data_dir: Path) -> tuple[Any, str]:
+    """Start TREE's server (its own harness) on DATA_DIR in a subprocess; (handle, base URL)."""
     code = ("import sys, time; sys.path.insert(0, sys.argv[1]); "
-            "from tests.e2e.harness import Server; s = Server().wait_ready(); "
+            "from tests.e2e.harness import Server; "
+            "s = Server('--data-dir', sys.argv[2]).wait_ready(); "
             "print(s.base, flush=True); sys.stdin.read(); s.stop()")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(tree)], cwd=tree, text=True,
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tree), str(data_dir)], cwd=tree,
+                            text=True,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert proc.stdout is not None
     return proc, proc.stdout.readline().strip()
@@ -75,12 +118,24 @@ def main() -> None:
     ap.add_argument("--items", type=int, default=110_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--trees", nargs="+", default=["."])
+    ap.add_argument("--paths", nargs="+", default=[*bodies(1), CONTINUED],
+                    help="which cases to run (default: all)")
     args = ap.parse_args()
-    raws = {p: json.dumps(b).encode() for p, b in bodies(args.items).items()}
+    raws = {p: json.dumps(b).encode() for p, b in bodies(args.items).items() if p in args.paths}
+    if CONTINUED in args.paths:
+        raws[CONTINUED] = json.dumps(continuation()).encode()
+    stored = Path(tempfile.mkdtemp(prefix="loop-stall-"))
+    if CONTINUED in args.paths:
+        store_conversation(stored / "template", args.items)
     results: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for rnd in range(args.rounds):
-        for tree in args.trees:
-            proc, base = serve(Path(tree).resolve())
+        for t, tree in enumerate(args.trees):
+            data = stored / f"r{rnd}-t{t}"  # a fresh copy: nothing of a run leaks into the next
+            if CONTINUED in args.paths:
+                shutil.copytree(stored / "template", data)
+            else:
+                data.mkdir()
+            proc, base = serve(Path(tree).resolve(), data)
             try:
                 for path, raw in raws.items():
                     took, worst, status = one(base, path, raw)
@@ -92,6 +147,8 @@ def main() -> None:
                 assert proc.stdin is not None
                 proc.stdin.close()
                 proc.wait(60)
+                shutil.rmtree(data, ignore_errors=True)
+    shutil.rmtree(stored, ignore_errors=True)
     for (tree, path), rows in results.items():
         print(f"median {tree} {path}: took {statistics.median(r[0] for r in rows) * 1000:.0f} "
               f"ms, worst /livez {statistics.median(r[1] for r in rows) * 1000:.0f} ms")

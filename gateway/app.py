@@ -19,7 +19,7 @@ from gateway.anthropic.endpoint import MessagesEndpoint
 from gateway.audio.speech import SpeechEndpoint
 from gateway.audio.transcriptions import AudioEndpoints
 from gateway.config import GatewayConfig
-from gateway.edge.auth import ApiKeyMiddleware, public_paths
+from gateway.edge.auth import ApiKeyMiddleware, Operators, public_paths
 from gateway.edge.cors import CorsPolicy
 from gateway.edge.errors import APIError, handle_api_error, handle_http_error, handle_unexpected
 from gateway.edge.hosts import HostPolicy
@@ -63,6 +63,7 @@ def build_app(config: GatewayConfig) -> Starlette:
               worker_token=config.worker_token(), insecure=config.insecure_worker_transport,
               heartbeat_timeout=config.heartbeat_timeout,
               routing=RoutingConfig(policy=config.routing))
+    hub.exit_reasons_public = not config.api_keys
     for s in config.served:
         hub.add_alias(s.alias, s.model)
     supervisor = Supervisor(
@@ -71,7 +72,8 @@ def build_app(config: GatewayConfig) -> Starlette:
         max_start_crashes=config.max_start_crashes, backoff=config.restart_backoff,
         replicas=config.replicas,
     ) if config.spawn_workers else None
-    info = InfoEndpoints(hub, served, _version())
+    operators = Operators(config.api_keys, config.admin_key)  # who sees other tenants' requests
+    info = InfoEndpoints(hub, served, _version(), operators)
     audio = AudioEndpoints(hub)
 
     def on_ready(st: AliasState) -> None:
@@ -81,8 +83,8 @@ def build_app(config: GatewayConfig) -> Starlette:
                         st.facts.model_type)
 
     hub.on_ready = on_ready
-    health = HealthEndpoints(hub, terse=bool(config.api_keys))
-    workers = WorkersEndpoints(hub)
+    health = HealthEndpoints(hub, terse=bool(config.api_keys), operators=operators)
+    workers = WorkersEndpoints(hub, operators)
     targets = SwapTargets(config.alias_models, [s.model for s in config.served],
                           config.swap_allow_paths, config.swap_allow_repos)
     admin = AdminEndpoints(hub, supervisor, config.admin_key, config.swap_drain_timeout, targets)
@@ -155,7 +157,8 @@ def build_app(config: GatewayConfig) -> Starlette:
             Middleware(EdgeMiddleware, hosts=HostPolicy(config.host, config.allowed_hosts),
                        cors=CorsPolicy(config.cors_allow_origins)),
             Middleware(ApiKeyMiddleware, keys=config.api_keys, public=public_paths(
-                config.public_metrics, config.public_health, config.public_docs)),
+                config.public_metrics, config.public_health, config.public_docs),
+                       admin_key=config.admin_key),
         ],
         exception_handlers={APIError: handle_api_error, HTTPException: handle_http_error,
                             Exception: handle_unexpected},

@@ -161,7 +161,9 @@ def _group_args(ranks: int, hostfile: str | None, port: int) -> list[str]:
 @click.option("--port", default=8000, show_default=True, type=int)
 @click.option("--served-model-name", "names", multiple=True, help="alias per MODEL, in order")
 @click.option("--api-key", "api_keys", multiple=True, envvar="RAPID_MLX_API_KEYS",
-              help="accept only these keys (default: any)")
+              help="accept only these keys (default: any); each is a tenant: it sees only its "
+              "own stored responses, and no requests, pids or paths in /v1/workers, /v1/health, "
+              "/v1/models (the --admin-key does)")
 @click.option("--tool-call-parser", default=None)
 @click.option("--reasoning-parser", default=None)
 @click.option("--aliases", "aliases_file", default=None, envvar="RAPID_MLX_ALIASES",
@@ -221,7 +223,8 @@ def _group_args(ranks: int, hostfile: str | None, port: int) -> list[str]:
 @click.option("--restart-backoff", default=0.5, show_default=True, type=float,
               help="first restart delay; doubles after each crash at start-up")
 @click.option("--admin-key", default=None, envvar="RAPID_MLX_ADMIN_KEY",
-              help="enable admin endpoints (hot swap) with this bearer key (default: disabled)")
+              help="enable admin endpoints (hot swap) with this bearer key (default: disabled); "
+              "with --api-key it also shows /v1/workers and /v1/health in full")
 @click.option("--curve-dir", default=None, type=click.Path(file_okay=False),
               help="CURVE keys (see `rapid-mlx keys`): only listed workers may join")
 @click.option("--worker-token-file", default=None, type=click.Path(dir_okay=False),
@@ -376,14 +379,18 @@ _URL = click.option("--url", default="http://127.0.0.1:8000", show_default=True,
 @main.command()
 @_URL
 @click.option("--api-key", default=None, envvar="RAPID_MLX_API_KEY")
+@click.option("--admin-key", default=None, envvar="RAPID_MLX_ADMIN_KEY",
+              help="the server's --admin-key: with it pids, paths and every request are shown")
 @click.option("--json", "as_json", is_flag=True, help="print the raw JSON")
 @click.option("-v", "--verbose", is_flag=True, help="one line per running request")
-def status(url: str, api_key: str | None, as_json: bool, verbose: bool) -> None:
-    """Show every worker of a running server as a table."""
+def status(url: str, api_key: str | None, admin_key: str | None, as_json: bool,
+           verbose: bool) -> None:
+    """Show every worker of a running server as a table (an API key of a server with keys sees
+    no pids, paths or requests: those need the admin key)."""
     from gateway.ops.opsctl import OpsError, call, table
 
     try:
-        _, body = call(url, "/v1/workers", key=api_key)
+        _, body = call(url, "/v1/workers", key=admin_key or api_key)
     except OpsError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(json.dumps(body, indent=2) if as_json else table(body["data"], verbose))

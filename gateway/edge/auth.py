@@ -13,6 +13,7 @@ from gateway.edge.errors import APIError, respond
 PROBES = ("/livez", "/readyz")
 HEALTH = ("/v1/health", "/health")
 DOCS = ("/docs", "/openapi.json")  # and Swagger UI's files under /docs/static/
+OPS_VIEWS = ("/v1/workers", "/v1/health", "/health", "/metrics")  # the admin key also opens them
 
 
 def bearer(headers: Headers) -> str:
@@ -35,6 +36,21 @@ def key_matches(given: str, keys: list[str]) -> bool:
     return bool(given) and any(hits)
 
 
+class Operators:
+    """Who sees operator data (other tenants' requests, pids, paths): everyone without API keys
+    (one tenant), else only the caller with the admin key (nobody when none is configured)."""
+
+    def __init__(self, api_keys: list[str], admin_key: str | None) -> None:
+        self.keyed = bool(api_keys)
+        self.admin_key = admin_key or None
+
+    def sees_all(self, headers: Headers) -> bool:
+        """True when the request's caller may see operator data."""
+        if not self.keyed:
+            return True
+        return self.admin_key is not None and key_matches(bearer(headers), [self.admin_key])
+
+
 def public_paths(public_metrics: bool, public_health: bool, public_docs: bool) -> tuple[str, ...]:
     """The paths open without a key when keys are configured."""
     return (PROBES + (("/metrics",) if public_metrics else ()) + (HEALTH if public_health else ())
@@ -48,9 +64,11 @@ class ApiKeyMiddleware:
     /admin/* is left to the admin endpoints, which check their own key.
     """
 
-    def __init__(self, app: ASGIApp, keys: list[str], public: tuple[str, ...]) -> None:
+    def __init__(self, app: ASGIApp, keys: list[str], public: tuple[str, ...],
+                 admin_key: str | None = None) -> None:
         self.app = app
         self.keys = list(keys)
+        self.admin_key = admin_key or None
         self.exact = frozenset(public)
         self.prefixes = tuple(p + "/" for p in public if p in HEALTH) + (
             ("/docs/static/",) if "/docs" in public else ())
@@ -59,14 +77,22 @@ class ApiKeyMiddleware:
         """True when PATH needs no API key."""
         return path in self.exact or path.startswith(("/admin/", *self.prefixes))
 
+    def accepts(self, path: str, given: str) -> bool:
+        """True when GIVEN is an API key, or the admin key on an operator view (OPS_VIEWS)."""
+        if key_matches(given, self.keys):
+            return True
+        ops = path in OPS_VIEWS or path.startswith(tuple(p + "/" for p in OPS_VIEWS))
+        return ops and self.admin_key is not None and key_matches(given, [self.admin_key])
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not self.keys or self.is_public(scope.get("path", "")):
             await self.app(scope, receive, send)
             return
-        if not key_matches(bearer(Headers(scope=scope)), self.keys):
+        path = scope.get("path", "")
+        if not self.accepts(path, bearer(Headers(scope=scope))):
             err = APIError(401, "Incorrect API key provided: send `Authorization: Bearer KEY` (or "
                            "`x-api-key: KEY`) with a key given to the server by --api-key.",
                            code="invalid_api_key")
-            await respond(err, scope.get("path", ""))(scope, receive, send)
+            await respond(err, path)(scope, receive, send)
             return
         await self.app(scope, receive, send)

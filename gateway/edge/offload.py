@@ -11,6 +11,7 @@ so while such work runs the interval is shortened to SWITCH_S.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import threading
 from collections.abc import Callable
@@ -48,6 +49,13 @@ class _FastSwitch:
 
 
 _fast_switch = _FastSwitch()
+
+
+def fast_switch(size: int) -> contextlib.AbstractContextManager[None]:
+    """The short switch interval while a block (on the loop, across awaits) waits for another
+    thread's work on SIZE bytes, e.g. the store decoding or encoding a large conversation; for
+    SIZE under LARGE_BODY_BYTES, nothing."""
+    return _fast_switch if size >= LARGE_BODY_BYTES else contextlib.nullcontext()
 
 
 def _switching(fn: Callable[[], T]) -> T:

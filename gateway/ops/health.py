@@ -8,6 +8,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from gateway.edge.auth import Operators
+from gateway.ops.redact import health_view
 from gateway.plane.hub import AliasState, Hub
 from gateway.plane.metrics import CONTENT_TYPE
 
@@ -15,9 +17,10 @@ from gateway.plane.metrics import CONTENT_TYPE
 class HealthEndpoints:
     """Probes for orchestrators and the Prometheus scrape endpoint."""
 
-    def __init__(self, hub: Hub, terse: bool = False) -> None:
+    def __init__(self, hub: Hub, terse: bool = False, operators: Operators | None = None) -> None:
         self.hub = hub
         self.terse = terse  # API keys configured: open probes say ok / not ok, nothing more
+        self.operators = operators or Operators([], None)
         self.started = time.time()
 
     def _alias(self, st: AliasState) -> dict[str, Any]:
@@ -26,9 +29,12 @@ class HealthEndpoints:
                 "last_exit": st.last_exit, "in_flight": len(st.streams),
                 "replicas": len(st.ready_replicas())}
 
-    def health_body(self) -> dict[str, Any]:
-        """Overall and per-alias health."""
-        models = {alias: self._alias(st) for alias, st in self.hub.aliases.items()}
+    def _shown(self, st: AliasState, full: bool) -> dict[str, Any]:
+        return self._alias(st) if full else health_view(self._alias(st))
+
+    def health_body(self, full: bool = True) -> dict[str, Any]:
+        """Overall and per-alias health (FULL: with pids, last exits and model paths)."""
+        models = {alias: self._shown(st, full) for alias, st in self.hub.aliases.items()}
         ready = [m["ready"] for m in models.values()]
         if self.hub.draining:
             status = "draining"
@@ -41,14 +47,14 @@ class HealthEndpoints:
 
     async def health(self, request: Request) -> Response:
         """200 while at least one alias serves (or all do), 503 otherwise."""
-        body = self.health_body()
+        body = self.health_body(self.operators.sees_all(request.headers))
         ok = body["status"] in ("ok", "degraded")
         return JSONResponse(body, status_code=200 if ok else 503)
 
     async def health_one(self, request: Request) -> Response:
         """One alias's health: 200 when it serves, 503 otherwise, 404 when unknown."""
         st = self.hub.lookup(request.path_params["alias"])
-        body = {"alias": st.alias, **self._alias(st)}
+        body = {"alias": st.alias, **self._shown(st, self.operators.sees_all(request.headers))}
         return JSONResponse(body, status_code=200 if body["ready"] else 503)
 
     async def livez(self, request: Request) -> Response:

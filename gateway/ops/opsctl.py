@@ -75,7 +75,9 @@ def table(workers: list[dict[str, Any]], verbose: bool = False) -> str:
     for w in workers:
         if w.get("last_exit"):
             lines.append(f"{w['alias']}: last exit: {w['last_exit']}")
-        for r in w.get("requests", []) if verbose else []:
+        if verbose and w.get("redacted"):
+            lines.append(f"  {w['alias']}: requests hidden from an API key; pass the admin key")
+        for r in (w.get("requests") or []) if verbose else []:
             lines.append(f"  {w['alias']} {r.get('id')} {r.get('phase')} "
                          f"tokens={r.get('tokens')} age={r.get('age_s')}s")
     return "\n".join(lines)

@@ -23,6 +23,7 @@ class AliasHealth(msgspec.Struct, kw_only=True):
     last_exit: str | None
     in_flight: int
     replicas: int  # ready replicas (worker processes) of the alias
+    redacted: bool | UnsetType = UNSET  # true for a tenant's key: no pid, last exit or path
 
 
 class OneAliasHealth(AliasHealth, kw_only=True):
@@ -71,7 +72,7 @@ class WorkerInfo(msgspec.Struct, kw_only=True):
     in_flight: int
     running: int
     waiting: int
-    requests: list[Any]
+    requests: list[Any] | None  # null for a tenant's key (see redacted)
     kv_format: str
     kv_pages_used: int | None
     kv_pages_free: int | None
@@ -93,6 +94,8 @@ class WorkerInfo(msgspec.Struct, kw_only=True):
     routing: str  # cache_aware, least_loaded or round_robin
     replicas: list[ReplicaInfo]
     live: dict[str, Any] | None  # the worker's own status (null when it did not answer in time)
+    redacted: bool | UnsetType = UNSET  # true for a tenant's API key with API keys configured:
+    # no requests, pids, addresses, last exit or paths (the admin key sees them)
 
 
 class ReplicaInfo(msgspec.Struct, kw_only=True):

@@ -9,6 +9,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from gateway.edge.auth import Operators
+from gateway.ops.redact import worker_view
 from gateway.plane.hub import AliasState, Hub, Replica
 
 
@@ -17,10 +19,12 @@ def _rate(hits: Any, queries: Any) -> float | None:
 
 
 class WorkersEndpoints:
-    """Operator view of workers: supervisor facts merged with the worker's live status."""
+    """Operator view of workers: supervisor facts merged with the worker's live status; a
+    tenant's key (not the admin key) gets it redacted (ops/redact.py)."""
 
-    def __init__(self, hub: Hub) -> None:
+    def __init__(self, hub: Hub, operators: Operators | None = None) -> None:
         self.hub = hub
+        self.operators = operators or Operators([], None)
 
     async def describe(self, st: AliasState) -> dict[str, Any]:
         """Everything known about ST's workers: the primary replica's fields (one worker: the
@@ -81,12 +85,16 @@ class WorkersEndpoints:
     async def list(self, request: Request) -> Response:
         """Every alias's worker."""
         data = await asyncio.gather(*(self.describe(st) for st in self.hub.aliases.values()))
-        return JSONResponse({"object": "list", "data": list(data)})
+        full = self.operators.sees_all(request.headers)
+        return JSONResponse({"object": "list",
+                             "data": [d if full else worker_view(d) for d in data]})
 
     async def one(self, request: Request) -> Response:
         """One alias's worker, or 404."""
         st = self.hub.lookup(request.path_params["alias"])
-        return JSONResponse(await self.describe(st))
+        view = await self.describe(st)
+        return JSONResponse(view if self.operators.sees_all(request.headers)
+                            else worker_view(view))
 
 
 def _replica(r: Replica, live: dict[str, Any] | None, now: float) -> dict[str, Any]:

@@ -51,6 +51,8 @@ class Hub:
         self.aliases: dict[str, AliasState] = {}
         self.metrics = Metrics(lambda: list(self.aliases.values()))
         self.draining = False
+        self.exit_reasons_public = True  # False with API keys: a failed worker's reason (paths,
+        # exceptions) is operator data, not in tenants' 503s
         self.started_up = False  # every alias has been ready at once (latched)
         self.retired: set[str] = set()  # boot ids declared gone; never accepted again
         self.accepted: set[str] = set()  # boot ids whose Ready was accepted (they served)
@@ -150,6 +152,8 @@ class Hub:
                                retry_after=5, code="server_shutting_down")
         self.metrics.rejected(st.alias, "model_not_ready")
         why = f" Last exit: {st.last_exit}." if st.state == "failed" and st.last_exit else ""
+        if why and not self.exit_reasons_public:
+            why = " Why is in the server's log (and /v1/health with the admin key)."
         return unavailable(f"The model '{st.alias}' is not ready (state: {st.state}).{why} "
                            "Retry soon.", retry_after=2 if st.state != "failed" else 10)
 

@@ -71,7 +71,8 @@ class ResponsesEndpoint:
         images = ImageParts()
         messages, grammar = await off_loop(size, _translate, req, images, size)
         owner = self.conv.owner(request)
-        items = await self.conv.items(req, owner, size)  # previous turn + this input, as stored
+        items, weight = await self.conv.items(req, owner, size)  # previous turn + this input
+        # WEIGHT: the body's size, or the stored conversation's when larger (it is converted too)
         st = await self.hub.wait_ready(req.model)
         require_kind(st, "generate", "/v1/responses")
         pictures = await images.for_model(req.model, st.facts, self.allow_image_urls)
@@ -89,13 +90,12 @@ class ResponsesEndpoint:
         grammar = forced or grammar  # a forced call comes before any text.format
         if req.previous_response_id is not None:  # the stored turns, then this input
             history = ImageParts()  # the stored turns' images, then this input's, in order
-            messages = await off_loop(size, to_messages,
-                                      msgspec.structs.replace(req, input=as_input(items)), history)
+            messages = await off_loop(weight, _continue, req, items, history)
             if history.refs:
                 pictures = await history.for_model(req.model, st.facts,
                                                    self.allow_image_urls)
-        saver = self.conv.saver(req, owner, items)
-        await off_loop(size, check_prompt_chars, messages, tools,
+        saver = self.conv.saver(req, owner, items, weight)
+        await off_loop(weight, check_prompt_chars, messages, tools,
                        context_length(st.facts, served.context_length), "input")
         if grammar is not None:
             grammar.after_think = thinks(served.reasoning_parser, template_kwargs(req))
@@ -103,7 +103,7 @@ class ResponsesEndpoint:
         job = Generate(request_id=rid, params=params, messages=messages, tools=tools,
                        chat_template_kwargs=template_kwargs(req), assistant_prefix=prefix,
                        grammar=grammar, images=pictures)
-        await off_loop(size, encodable, job)
+        await off_loop(weight, encodable, job)
         streams = submit_all(self.hub, req.model, [job])
         try:
             (first,) = await until_disconnected(request, peek_first(self.hub, streams))
@@ -171,6 +171,12 @@ def _translate(req: CreateResponse, images: ImageParts,
     grammar = to_grammar(req)
     check_template_kwargs(req.chat_template_kwargs)
     return messages, grammar
+
+
+def _continue(req: CreateResponse, items: list[dict[str, Any]],
+              history: ImageParts) -> list[dict[str, Any]]:
+    """The stored conversation ITEMS (this input last) as messages, their images in HISTORY."""
+    return to_messages(msgspec.structs.replace(req, input=as_input(items)), history)
 
 
 def _echo(req: CreateResponse, params: SamplingParams, store: bool) -> dict[str, Any]:

@@ -45,6 +45,16 @@ def replay(response: dict[str, Any]) -> list[dict[str, Any]]:
     return [dict(it) for it in response.get("output") or [] if it.get("type") in REPLAYED]
 
 
+CHUNK = 1024  # items per conversion call: each call holds the GIL throughout
+
+
 def as_input(items: list[dict[str, Any]]) -> list[InputItem]:
-    """Stored items as request input items (for translate.to_messages)."""
-    return msgspec.convert(items, list[InputItem])
+    """Stored items as request input items (for translate.to_messages), converted a chunk at a
+    time so that, off the event loop, the loop gets the GIL between chunks."""
+    out: list[InputItem] = []
+    try:
+        for i in range(0, len(items), CHUNK):
+            out += msgspec.convert(items[i:i + CHUNK], list[InputItem])
+    except msgspec.ValidationError:
+        return msgspec.convert(items, list[InputItem])  # its error names the item's index
+    return out

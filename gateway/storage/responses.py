@@ -168,18 +168,20 @@ class ResponseStore:
         return msgspec.json.decode(found[1]) if found else None
 
     async def conversation(self, rid: str, owner: str
-                           ) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
-        """The stored response RID of OWNER and all its input items in order, or None."""
+                           ) -> tuple[dict[str, Any], list[dict[str, Any]], int] | None:
+        """The stored response RID of OWNER, all its input items in order and their stored size
+        in bytes (the response's too), or None."""
         return await self._run(self._conversation, rid, owner)
 
     def _conversation(self, rid: str, owner: str
-                      ) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+                      ) -> tuple[dict[str, Any], list[dict[str, Any]], int] | None:
         found = self._seq(rid, owner)
         if found is None:
             return None
         rows = self._db().execute("SELECT body FROM input_items WHERE response_seq = ? "
                                   "ORDER BY pos", (found[0],)).fetchall()
-        return msgspec.json.decode(found[1]), [msgspec.json.decode(r[0]) for r in rows]
+        size = len(found[1]) + sum(len(r[0]) for r in rows)
+        return msgspec.json.decode(found[1]), [msgspec.json.decode(r[0]) for r in rows], size
 
     async def items(self, rid: str, owner: str, limit: int, order: Order, after: str | None
                     ) -> tuple[list[dict[str, Any]], bool] | None:

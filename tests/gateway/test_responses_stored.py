@@ -14,7 +14,7 @@ from starlette.requests import Request
 from gateway.edge.errors import APIError
 from gateway.responses.events import ResponseBuilder
 from gateway.responses.history import as_input, input_items, replay
-from gateway.responses.schemas import CreateResponse
+from gateway.responses.schemas import CreateResponse, InputItem
 from gateway.responses.stored import Conversations
 from gateway.responses.translate import to_messages
 from gateway.storage.responses import ResponseStore
@@ -69,13 +69,19 @@ def test_previous_response_id(tmp_path: Path) -> None:
         try:
             conv = Conversations(store, keyed=False)
             first = _req(input="one")
-            items = await conv.items(first, "")
+            items, weight = await conv.items(first, "", 123)
+            assert weight == 123  # the body's size: nothing stored is continued
             b = ResponseBuilder("resp_1", {"store": True}, True)
             b.output.append({"id": "msg_out", "type": "message", "role": "assistant",
                              "status": "completed",
                              "content": [{"type": "output_text", "text": "two"}]})
             await conv.saver(first, "", items).commit(b.response("completed"))
-            got = await conv.items(_req(input="three", previous_response_id="resp_1"), "")
+            got, weight = await conv.items(_req(input="three", previous_response_id="resp_1"),
+                                           "", 10)
+            stored = await store.conversation("resp_1", "")
+            assert stored is not None and weight == stored[2] > 10  # the stored bytes decide
+            assert stored[2] == len(msgspec.json.encode(stored[0])) + sum(
+                len(msgspec.json.encode(it)) for it in stored[1])
             assert [(it["id"], it["content"][0]["text"]) for it in got][1:2] == [
                 ("msg_out", "two")]
             assert [it["content"][0]["text"] for it in got] == ["one", "two", "three"]
@@ -123,3 +129,13 @@ def test_a_response_over_the_byte_bound_is_answered_store_false(tmp_path: Path) 
         finally:
             await store.close()
     asyncio.run(body())
+
+
+def test_as_input_converts_in_chunks_with_the_same_result_and_errors() -> None:
+    items = [{"id": f"m{i}", "type": "message", "role": "user",
+              "content": [{"type": "input_text", "text": str(i)}]} for i in range(2500)]
+    assert as_input(items) == msgspec.convert(items, list[InputItem])
+    assert as_input([]) == []
+    bad = [*items[:2000], {"type": 5}]
+    with pytest.raises(msgspec.ValidationError, match=r"\$\[2000\]"):  # the item's own index
+        as_input(bad)
