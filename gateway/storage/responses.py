@@ -109,10 +109,10 @@ class ResponseStore:
         db = self._db()
         with _transaction(db):
             db.execute("DELETE FROM responses WHERE id = ?", (rid,))  # a re-put replaces
-            ids, added = self._bodies(db, owner, distinct)
+            ids = self._bodies(db, owner, distinct)
             seq = db.execute("INSERT INTO responses (id, owner, created_at, size, body) "
                              "VALUES (?, ?, ?, ?, ?)",
-                             (rid, owner, created_at, len(body) + added, body)).lastrowid
+                             (rid, owner, created_at, size, body)).lastrowid
             db.executemany("INSERT INTO input_items (response_seq, pos, body_id) VALUES (?, ?, ?)",
                            [(seq, pos, ids[k]) for pos, k in enumerate(keys)])
             if self.max_count > 0 and seq is not None:
@@ -124,11 +124,9 @@ class ResponseStore:
 
     @staticmethod
     def _bodies(db: sqlite3.Connection, owner: str, distinct: dict[bytes, tuple[str, bytes]]
-                ) -> tuple[dict[bytes, int], int]:
-        """The row id of each item body (by hash) of OWNER, storing those not stored yet; and
-        the bytes that added."""
+                ) -> dict[bytes, int]:
+        """The row id of each item body (by hash) of OWNER, storing those not stored yet."""
         ids: dict[bytes, int] = {}
-        added = 0
         for key, (iid, b) in distinct.items():
             row = db.execute("SELECT id FROM item_bodies WHERE owner = ? AND hash = ?",
                              (owner, key)).fetchone()
@@ -136,9 +134,8 @@ class ResponseStore:
                 row = (db.execute("INSERT INTO item_bodies (owner, hash, item_id, size, body) "
                                   "VALUES (?, ?, ?, ?, ?)",
                                   (owner, key, iid, len(b), b)).lastrowid,)
-                added += len(b)
             ids[key] = row[0]
-        return ids, added
+        return ids
 
     def _prune_age(self, db: sqlite3.Connection) -> None:
         if self.max_age > 0:
@@ -147,9 +144,8 @@ class ResponseStore:
 
     def _prune_bytes(self, db: sqlite3.Connection) -> None:
         """Delete the oldest responses until the total fits the byte bound. A response's `size`
-        (the bytes its insert added) is at least what deleting it after all older ones frees
-        (a body it shares with a newer one stays), so each pass deletes only responses that
-        must go, and passes repeat until the total fits."""
+        (its bytes alone) is at least what deleting it frees (a body it shares with a newer one
+        stays), so a pass never deletes one that need not go; passes repeat until it fits."""
         while self.max_bytes > 0 and (excess := self._bytes(db) - self.max_bytes) > 0:
             cut, cur = None, db.execute("SELECT seq, size FROM responses ORDER BY seq")
             for seq, size in cur:

@@ -13,8 +13,8 @@ SCHEMA_VERSION = 2
 WAL_LIMIT = 4 << 20  # bytes the WAL file keeps after a checkpoint (a bigger commit grows it)
 
 # one row per stored response; `seq` orders them by insertion (the count and byte bounds prune the
-# lowest); `size` is the bytes its insert added to the store (its body, and the item bodies it
-# stored first), the estimate the byte bound prunes by, before `body` so that reading it never
+# lowest); `size` is the bytes it takes stored alone (its body and its distinct item bodies), so
+# at least what deleting it frees: the byte bound's cut, before `body` so that reading it never
 # walks a large body's overflow pages
 RESPONSES = """CREATE TABLE responses (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -66,8 +66,8 @@ TOTAL = ("SELECT (SELECT coalesce(sum(length(body)), 0) FROM responses) + "
          "(SELECT coalesce(sum(size), 0) FROM item_bodies)")
 SCHEMA = (RESPONSES, CREATED_AT, *BODIES, *ITEMS, *USAGE)
 # version 1 held each item's JSON in input_items (a chain's turns each a whole copy) and had no
-# sizes: move its tables aside, create this schema, fill it (items, then the responses with the
-# bytes they added first, in seq order), drop the old tables. Foreign keys are off meanwhile.
+# sizes: move its tables aside, create this schema, fill it (the item bodies, the items naming
+# them, then the responses with their sizes), drop the old tables. Foreign keys are off meanwhile.
 FROM_V1 = ("DROP INDEX input_items_id", "DROP INDEX responses_created_at",
            "ALTER TABLE input_items RENAME TO input_items_v1",
            "ALTER TABLE responses RENAME TO responses_v1", *SCHEMA,
@@ -77,11 +77,10 @@ FROM_V1 = ("DROP INDEX input_items_id", "DROP INDEX responses_created_at",
            "INSERT INTO input_items SELECT i.response_seq, i.pos, b.id "
            "FROM input_items_v1 i JOIN responses_v1 r ON r.seq = i.response_seq "
            "JOIN item_bodies b ON b.owner = r.owner AND b.hash = sha256(i.body)",
-           "INSERT INTO responses SELECT r.seq, r.id, r.owner, r.created_at, "
-           "length(r.body) + coalesce(a.added, 0), r.body FROM responses_v1 r LEFT JOIN "
-           "(SELECT first, sum(size) AS added FROM (SELECT min(i.response_seq) AS first, "
-           "b.size AS size FROM input_items i JOIN item_bodies b ON b.id = i.body_id "
-           "GROUP BY i.body_id) GROUP BY first) a ON a.first = r.seq",
+           "INSERT INTO responses SELECT r.seq, r.id, r.owner, r.created_at, length(r.body) + "
+           "(SELECT coalesce(sum(b.size), 0) FROM item_bodies b WHERE b.id IN "
+           "(SELECT body_id FROM input_items WHERE response_seq = r.seq)), r.body "
+           "FROM responses_v1 r",
            "UPDATE sqlite_sequence SET seq = (SELECT max(seq) FROM sqlite_sequence WHERE name IN "
            "('responses', 'responses_v1')) WHERE name = 'responses'",  # seq never reused
            "DROP TABLE input_items_v1", "DROP TABLE responses_v1")
