@@ -9,14 +9,22 @@ transaction). Durability is in `schema.connect`: WAL with synchronous=NORMAL.
 Owners: rows carry the SHA-256 of the API key that created them ('' without keys); every read
 and delete matches it, so another key's response looks exactly like an unknown one.
 
+Items: each distinct input item JSON of an owner is stored once (schema.BODIES, keyed by its
+SHA-256) and a response's input_items rows name theirs, so the turns of a previous_response_id
+chain, each holding the whole conversation so far, share its items: bytes linear in its turns,
+not quadratic. A body goes in the statement that deletes the last item naming it (a trigger), so
+deleting or pruning any turn leaves every other one exactly as it was.
+
 Retention, checked in the transaction of every insert (indexed deletes, usually empty): at most
 MAX_COUNT responses (the most recently stored), none older than MAX_AGE seconds, and at most
-MAX_BYTES of stored JSON (a response's body and input items; the oldest go first). The byte total
-is kept by triggers in the database itself (schema.USAGE), so deletes, expiry, restarts and
-other processes never put it off; it is recomputed once at open all the same. A response larger
-than MAX_BYTES on its own is not stored (`put` says False) and evicts nothing. Freed pages go
-back to the file system (incremental auto-vacuum) beyond a slack (RECLAIM_SLACK, at most an
-eighth of MAX_BYTES) kept for the next inserts to reuse, so the file follows the bound.
+MAX_BYTES of stored JSON (response bodies and item bodies, each counted once, while stored; the
+oldest responses go first, until the rest fits). The byte total is kept by triggers in the
+database itself (schema.USAGE), so deletes, expiry, restarts and other processes never put it
+off; it is recomputed once at open all the same. A response larger than MAX_BYTES on its own
+(its body and its distinct items: what it takes when nothing else is stored) is not stored
+(`put` says False) and evicts nothing. Freed pages go back to the file system (incremental
+auto-vacuum) beyond a slack (RECLAIM_SLACK, at most an eighth of MAX_BYTES) kept for the next
+inserts to reuse, so the file follows the bound.
 """
 
 from __future__ import annotations

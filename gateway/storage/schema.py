@@ -68,7 +68,11 @@ SCHEMA = (RESPONSES, CREATED_AT, *BODIES, *ITEMS, *USAGE)
 # version 1 held each item's JSON in input_items (a chain's turns each a whole copy) and had no
 # sizes: move its tables aside, create this schema, fill it (the item bodies, the items naming
 # them, then the responses with their sizes), drop the old tables. Foreign keys are off meanwhile.
-FROM_V1 = ("DROP INDEX input_items_id", "DROP INDEX responses_created_at",
+# The same steps take the layout briefly merged as version 2 before items were shared (sizes and
+# a usage table, items still whole in input_items): its usage goes first.
+FROM_V1 = ("DROP TRIGGER IF EXISTS usage_add", "DROP TRIGGER IF EXISTS usage_sub",
+           "DROP TABLE IF EXISTS usage", "DROP INDEX input_items_id",
+           "DROP INDEX responses_created_at",
            "ALTER TABLE input_items RENAME TO input_items_v1",
            "ALTER TABLE responses RENAME TO responses_v1", *SCHEMA,
            "INSERT OR IGNORE INTO item_bodies (owner, hash, item_id, size, body) "
@@ -114,7 +118,7 @@ def connect(path: Path) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT}")
     conn.execute("PRAGMA busy_timeout=5000")
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    version = _version(conn)
     if version > SCHEMA_VERSION:
         conn.close()
         raise SchemaError(f"{path} has schema version {version}, newer than this rapid-mlx "
@@ -128,13 +132,22 @@ def connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def _version(conn: sqlite3.Connection) -> int:
+    """The schema version of the open database; 1 for the unreleased first layout of 2."""
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if version == 2 and any(col[1] == "body" for col in
+                            conn.execute("PRAGMA table_info(input_items)")):
+        return 1
+    return version
+
+
 def _upgrade(conn: sqlite3.Connection, version: int) -> None:
     """Create the schema (VERSION 0) or migrate it to SCHEMA_VERSION, in one transaction."""
     conn.execute("PRAGMA foreign_keys=OFF")  # the rebuild drops the parent of input_items
     conn.create_function("sha256", 1, sha256, deterministic=True)
     conn.execute("BEGIN IMMEDIATE")
     try:
-        version = conn.execute("PRAGMA user_version").fetchone()[0]  # another process may have
+        version = _version(conn)  # another process may have upgraded it meanwhile
         steps = {0: SCHEMA, 1: FROM_V1}.get(version, ())
         for stmt in steps:
             conn.execute(stmt)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
+import pytest
 
 from gateway.responses.history import replay
 from gateway.storage.paths import RESPONSES_DB
@@ -27,6 +28,15 @@ V1 = ["CREATE TABLE responses (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NO
       "PRIMARY KEY (response_seq, pos)) WITHOUT ROWID",
       "CREATE INDEX input_items_id ON input_items (response_seq, id)",
       "PRAGMA user_version=1"]
+# the layout first merged as version 2 (items still whole in input_items), never released
+V2_FIRST = [V1[0].replace("created_at INTEGER NOT NULL,", "created_at INTEGER NOT NULL, "
+                          "size INTEGER NOT NULL DEFAULT 0,"), *V1[1:4],
+            "CREATE TABLE usage (one INTEGER PRIMARY KEY CHECK (one = 1), bytes INTEGER NOT NULL)",
+            "INSERT INTO usage VALUES (1, 0)",
+            "CREATE TRIGGER usage_add AFTER INSERT ON responses "
+            "BEGIN UPDATE usage SET bytes = bytes + new.size; END",
+            "CREATE TRIGGER usage_sub AFTER DELETE ON responses "
+            "BEGIN UPDATE usage SET bytes = bytes - old.size; END", "PRAGMA user_version=2"]
 
 
 def _n(obj: Any) -> int:
@@ -174,11 +184,12 @@ def test_byte_bound_prunes_oldest_until_the_shared_bytes_fit(tmp_path: Path) -> 
     _with_store(tmp_path, body, max_bytes=bound)
 
 
-def test_a_version_1_chain_is_upgraded_to_shared_items(tmp_path: Path) -> None:
+@pytest.mark.parametrize("layout", [V1, V2_FIRST], ids=["v1", "v2-first"])
+def test_an_older_chain_is_upgraded_to_shared_items(tmp_path: Path, layout: list[str]) -> None:
     chain = _chain(6, 400)
     with sqlite3.connect(tmp_path / RESPONSES_DB) as db:  # as rapid-mlx before session 13
         db.execute("PRAGMA journal_mode=WAL")
-        for stmt in V1:
+        for stmt in layout:
             db.execute(stmt)
         for owner in ("", "k"):
             for rid, r, items in chain:
