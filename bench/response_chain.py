@@ -6,7 +6,7 @@ Stores TURNS turns as POST /v1/responses does (gateway/responses/stored.py): eac
 are the previous turn's items, its output replayed (history.replay), then a new user message of
 TEXT characters; its response has one assistant message of TEXT characters. Prints the file size
 (database + WAL, after close), the store's byte total, the new text stored, and the put time of
-the first and last ten turns (median, ms). Run with PYTHONPATH at another tree to measure it.
+the first and last ten turns and the read of the last ten conversations (medians, ms). Run with PYTHONPATH at another tree to measure it.
 """
 
 from __future__ import annotations
@@ -37,10 +37,12 @@ async def chain(path: Path, turns: int, text: int) -> dict[str, float]:
     await store.open()
     items: list[dict[str, Any]] = []
     prev: dict[str, Any] | None = None
-    times, new = [], 0
+    times, reads, new = [], [], 0
     for turn in range(turns):
         if prev is not None:
+            t0 = time.perf_counter()
             found = await store.conversation(prev["id"], "")
+            reads.append(time.perf_counter() - t0)
             assert found is not None
             items = found[1] + replay(found[0])
         user = _message("user", f"{turn:05d} " + "u" * text)
@@ -60,7 +62,7 @@ async def chain(path: Path, turns: int, text: int) -> dict[str, float]:
     return {"file_mib": files / 2**20, "usage_mib": usage / 2**20, "new_mib": new / 2**20,
             "put_first_ms": 1e3 * stats.median(times[:10]),
             "put_last_ms": 1e3 * stats.median(times[-10:]),
-            "put_total_s": sum(times)}
+            "put_total_s": sum(times), "read_last_ms": 1e3 * stats.median(reads[-10:])}
 
 
 def main() -> None:
