@@ -1,9 +1,10 @@
 """What POST /v1/responses does with storage: who owns a response, the conversation that
 `previous_response_id` continues, and saving a finished response before the client hears of it.
 
-Each stored turn keeps its whole conversation as input items (the previous turn's items and
+Each stored turn names its whole conversation as input items (the previous turn's items and
 output, then its own input), so deleting or pruning an earlier turn never breaks a later one and
-continuing needs one read; the price is storage that grows with the square of a chain's length.
+continuing needs one read; the store keeps each item's JSON once per owner (gateway/storage), so
+a chain's bytes grow with its length.
 Failed responses (a stream whose worker died) are stored too, as OpenAI keeps them.
 """
 

@@ -9,14 +9,22 @@ transaction). Durability is in `schema.connect`: WAL with synchronous=NORMAL.
 Owners: rows carry the SHA-256 of the API key that created them ('' without keys); every read
 and delete matches it, so another key's response looks exactly like an unknown one.
 
+Items: each distinct input item JSON of an owner is stored once (schema.BODIES, keyed by its
+SHA-256) and a response's input_items rows name theirs, so the turns of a previous_response_id
+chain, each holding the whole conversation so far, share its items: bytes linear in its turns,
+not quadratic. A body goes in the statement that deletes the last item naming it (a trigger), so
+deleting or pruning any turn leaves every other one exactly as it was.
+
 Retention, checked in the transaction of every insert (indexed deletes, usually empty): at most
 MAX_COUNT responses (the most recently stored), none older than MAX_AGE seconds, and at most
-MAX_BYTES of stored JSON (a response's body and input items; the oldest go first). The byte total
-is kept by triggers in the database itself (schema.USAGE), so deletes, expiry, restarts and
-other processes never put it off; it is recomputed once at open all the same. A response larger
-than MAX_BYTES on its own is not stored (`put` says False) and evicts nothing. Freed pages go
-back to the file system (incremental auto-vacuum) beyond a slack (RECLAIM_SLACK, at most an
-eighth of MAX_BYTES) kept for the next inserts to reuse, so the file follows the bound.
+MAX_BYTES of stored JSON (response bodies and item bodies, each counted once, while stored; the
+oldest responses go first, until the rest fits). The byte total is kept by triggers in the
+database itself (schema.USAGE), so deletes, expiry, restarts and other processes never put it
+off; it is recomputed once at open all the same. A response larger than MAX_BYTES on its own
+(its body and its distinct items: what it takes when nothing else is stored) is not stored
+(`put` says False) and evicts nothing. Freed pages go back to the file system (incremental
+auto-vacuum) beyond a slack (RECLAIM_SLACK, at most an eighth of MAX_BYTES) kept for the next
+inserts to reuse, so the file follows the bound.
 """
 
 from __future__ import annotations
@@ -32,13 +40,14 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
-from gateway.storage.schema import connect
+from gateway.storage.schema import TOTAL, connect, sha256
 from gateway.storage.schema import transaction as _transaction
 
 log = logging.getLogger("rapid_mlx.gateway")
 T = TypeVar("T")
 RECLAIM_SLACK = 4 << 20  # bytes of free pages kept in the file for the next inserts
 Order = Literal["asc", "desc"]
+BODY = "SELECT b.body FROM input_items i JOIN item_bodies b ON b.id = i.body_id"
 
 
 class UnknownItem(LookupError):
@@ -72,7 +81,7 @@ class ResponseStore:
     def _open(self) -> None:
         self._conn = db = connect(self.path)
         with _transaction(db):
-            db.execute("UPDATE usage SET bytes = (SELECT coalesce(sum(size), 0) FROM responses)")
+            db.execute(f"UPDATE usage SET bytes = ({TOTAL})")
             self._prune_age(db)
             self._prune_bytes(db)
         self._reclaim(db)
@@ -98,7 +107,9 @@ class ResponseStore:
              items: list[dict[str, Any]]) -> bool:
         body = msgspec.json.encode(response)
         rows = [(it["id"], msgspec.json.encode(it)) for it in items]
-        size = len(body) + sum(len(b) for _, b in rows)
+        keys = [sha256(b) for _, b in rows]
+        distinct = dict(zip(keys, rows, strict=True))
+        size = len(body) + sum(len(b) for _, b in distinct.values())  # what it takes alone
         if 0 < self.max_bytes < size:
             log.warning("response %s not stored: %d bytes, more than --responses-max-bytes %d",
                         rid, size, self.max_bytes)
@@ -106,12 +117,12 @@ class ResponseStore:
         db = self._db()
         with _transaction(db):
             db.execute("DELETE FROM responses WHERE id = ?", (rid,))  # a re-put replaces
+            ids = self._bodies(db, owner, distinct)
             seq = db.execute("INSERT INTO responses (id, owner, created_at, size, body) "
                              "VALUES (?, ?, ?, ?, ?)",
                              (rid, owner, created_at, size, body)).lastrowid
-            db.executemany("INSERT INTO input_items (response_seq, pos, id, body) "
-                           "VALUES (?, ?, ?, ?)",
-                           [(seq, pos, iid, b) for pos, (iid, b) in enumerate(rows)])
+            db.executemany("INSERT INTO input_items (response_seq, pos, body_id) VALUES (?, ?, ?)",
+                           [(seq, pos, ids[k]) for pos, k in enumerate(keys)])
             if self.max_count > 0 and seq is not None:
                 db.execute("DELETE FROM responses WHERE seq <= ?", (seq - self.max_count,))
             self._prune_age(db)
@@ -119,23 +130,39 @@ class ResponseStore:
         self._reclaim(db)
         return True
 
+    @staticmethod
+    def _bodies(db: sqlite3.Connection, owner: str, distinct: dict[bytes, tuple[str, bytes]]
+                ) -> dict[bytes, int]:
+        """The row id of each item body (by hash) of OWNER, storing those not stored yet."""
+        ids: dict[bytes, int] = {}
+        for key, (iid, b) in distinct.items():
+            row = db.execute("SELECT id FROM item_bodies WHERE owner = ? AND hash = ?",
+                             (owner, key)).fetchone()
+            if row is None:
+                row = (db.execute("INSERT INTO item_bodies (owner, hash, item_id, size, body) "
+                                  "VALUES (?, ?, ?, ?, ?)",
+                                  (owner, key, iid, len(b), b)).lastrowid,)
+            ids[key] = row[0]
+        return ids
+
     def _prune_age(self, db: sqlite3.Connection) -> None:
         if self.max_age > 0:
             db.execute("DELETE FROM responses WHERE created_at < ?",
                        (int(time.time() - self.max_age),))
 
     def _prune_bytes(self, db: sqlite3.Connection) -> None:
-        """Delete the oldest responses until the total fits the byte bound."""
-        excess = self._bytes(db) - self.max_bytes
-        if self.max_bytes <= 0 or excess <= 0:
-            return
-        cut, cur = None, db.execute("SELECT seq, size FROM responses ORDER BY seq")
-        for seq, size in cur:
-            cut, excess = seq, excess - size
-            if excess <= 0:
-                break
-        cur.close()
-        if cut is not None:
+        """Delete the oldest responses until the total fits the byte bound. A response's `size`
+        (its bytes alone) is at least what deleting it frees (a body it shares with a newer one
+        stays), so a pass never deletes one that need not go; passes repeat until it fits."""
+        while self.max_bytes > 0 and (excess := self._bytes(db) - self.max_bytes) > 0:
+            cut, cur = None, db.execute("SELECT seq, size FROM responses ORDER BY seq")
+            for seq, size in cur:
+                cut, excess = seq, excess - size
+                if excess <= 0:
+                    break
+            cur.close()
+            if cut is None:
+                return
             db.execute("DELETE FROM responses WHERE seq <= ?", (cut,))
 
     @staticmethod
@@ -178,9 +205,9 @@ class ResponseStore:
         found = self._seq(rid, owner)
         if found is None:
             return None
-        rows = self._db().execute("SELECT body FROM input_items WHERE response_seq = ? "
-                                  "ORDER BY pos", (found[0],)).fetchall()
-        size = len(found[1]) + sum(len(r[0]) for r in rows)
+        rows = self._db().execute(f"{BODY} WHERE i.response_seq = ? ORDER BY i.pos",
+                                  (found[0],)).fetchall()
+        size = len(found[1]) + sum(len(r[0]) for r in rows)  # the JSON read, shared or not
         return msgspec.json.decode(found[1]), [msgspec.json.decode(r[0]) for r in rows], size
 
     async def items(self, rid: str, owner: str, limit: int, order: Order, after: str | None
@@ -198,14 +225,15 @@ class ResponseStore:
         seq = found[0]
         bound = -1 if order == "asc" else 2**62
         if after is not None:
-            row = db.execute("SELECT min(pos) FROM input_items WHERE response_seq = ? AND id = ?",
-                             (seq, after)).fetchone()
+            row = db.execute("SELECT min(i.pos) FROM item_bodies b CROSS JOIN input_items i ON "
+                             "i.body_id = b.id AND i.response_seq = ? "  # CROSS: by the indexes
+                             "WHERE b.owner = ? AND b.item_id = ?", (seq, owner, after)).fetchone()
             if row[0] is None:
                 raise UnknownItem(after)
             bound = row[0]
         cmp, direction = (">", "ASC") if order == "asc" else ("<", "DESC")
-        rows = db.execute(f"SELECT body FROM input_items WHERE response_seq = ? AND pos {cmp} ? "
-                          f"ORDER BY pos {direction} LIMIT ?", (seq, bound, limit + 1)).fetchall()
+        rows = db.execute(f"{BODY} WHERE i.response_seq = ? AND i.pos {cmp} ? "
+                          f"ORDER BY i.pos {direction} LIMIT ?", (seq, bound, limit + 1)).fetchall()
         return [msgspec.json.decode(r[0]) for r in rows[:limit]], len(rows) > limit
 
     async def delete(self, rid: str, owner: str) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import sqlite3
 from pathlib import Path
@@ -12,8 +13,9 @@ SCHEMA_VERSION = 2
 WAL_LIMIT = 4 << 20  # bytes the WAL file keeps after a checkpoint (a bigger commit grows it)
 
 # one row per stored response; `seq` orders them by insertion (the count and byte bounds prune the
-# lowest); `size` is the bytes of its JSON (body and input items), before `body` so that reading
-# it never walks a large body's overflow pages
+# lowest); `size` is the bytes it takes stored alone (its body and its distinct item bodies), so
+# at least what deleting it frees: the byte bound's cut, before `body` so that reading it never
+# walks a large body's overflow pages
 RESPONSES = """CREATE TABLE responses (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     id TEXT NOT NULL UNIQUE,
@@ -23,29 +25,74 @@ RESPONSES = """CREATE TABLE responses (
     body BLOB NOT NULL
 )"""
 CREATED_AT = "CREATE INDEX responses_created_at ON responses (created_at)"
+# each distinct input item JSON of an owner, once, under its SHA-256 (and its `id`, for the
+# `after` cursor of the item listing): the turns of a previous_response_id chain repeat the whole
+# conversation, and share its items here
+BODIES = ("""CREATE TABLE item_bodies (
+    id INTEGER PRIMARY KEY,
+    owner TEXT NOT NULL,
+    hash BLOB NOT NULL,
+    item_id TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    body BLOB NOT NULL
+)""", "CREATE UNIQUE INDEX item_bodies_key ON item_bodies (owner, hash)",
+          "CREATE INDEX item_bodies_item_id ON item_bodies (owner, item_id)")
+# a response's input items in order, each naming its body (a few bytes a row: a chain's turns
+# repeat these rows, not the JSON); the references are counted by the index on body_id (a counter
+# column would rewrite the body's row, overflow pages and all, at every turn): a body goes when
+# the last item naming it goes, in the same statement
 ITEMS = ("""CREATE TABLE input_items (
     response_seq INTEGER NOT NULL REFERENCES responses (seq) ON DELETE CASCADE,
     pos INTEGER NOT NULL,
-    id TEXT NOT NULL,
-    body BLOB NOT NULL,
+    body_id INTEGER NOT NULL REFERENCES item_bodies (id),
     PRIMARY KEY (response_seq, pos)
-) WITHOUT ROWID""", "CREATE INDEX input_items_id ON input_items (response_seq, id)")
-# the total of `size`, kept by the triggers in the transaction of every insert and delete
+) WITHOUT ROWID""", "CREATE INDEX input_items_body ON input_items (body_id, response_seq)",
+         "CREATE TRIGGER item_unref AFTER DELETE ON input_items BEGIN "
+         "DELETE FROM item_bodies WHERE id = old.body_id AND NOT EXISTS "
+         "(SELECT 1 FROM input_items WHERE body_id = old.body_id); END")
+# the bytes stored (response bodies and item bodies, each once), kept by the triggers in the
+# transaction of every insert and delete
 USAGE = ("CREATE TABLE usage (one INTEGER PRIMARY KEY CHECK (one = 1), bytes INTEGER NOT NULL)",
          "INSERT INTO usage VALUES (1, 0)",
          "CREATE TRIGGER usage_add AFTER INSERT ON responses "
-         "BEGIN UPDATE usage SET bytes = bytes + new.size; END",
+         "BEGIN UPDATE usage SET bytes = bytes + length(new.body); END",
          "CREATE TRIGGER usage_sub AFTER DELETE ON responses "
+         "BEGIN UPDATE usage SET bytes = bytes - length(old.body); END",
+         "CREATE TRIGGER usage_body_add AFTER INSERT ON item_bodies "
+         "BEGIN UPDATE usage SET bytes = bytes + new.size; END",
+         "CREATE TRIGGER usage_body_sub AFTER DELETE ON item_bodies "
          "BEGIN UPDATE usage SET bytes = bytes - old.size; END")
-SCHEMA = (RESPONSES, CREATED_AT, *ITEMS, *USAGE)
-# version 1 had no `size` and no usage: rebuild responses with the sizes it held
-FROM_V1 = ("CREATE TABLE responses_v2 " + RESPONSES.removeprefix("CREATE TABLE responses "),
-           "INSERT INTO responses_v2 SELECT seq, id, owner, created_at, length(body) + "
-           "(SELECT coalesce(sum(length(i.body)), 0) FROM input_items i "
-           "WHERE i.response_seq = r.seq), body FROM responses r",
-           "DROP TABLE responses", "ALTER TABLE responses_v2 RENAME TO responses",
-           CREATED_AT, *USAGE, "UPDATE usage SET bytes = (SELECT coalesce(sum(size), 0) "
-                               "FROM responses)")
+TOTAL = ("SELECT (SELECT coalesce(sum(length(body)), 0) FROM responses) + "
+         "(SELECT coalesce(sum(size), 0) FROM item_bodies)")
+SCHEMA = (RESPONSES, CREATED_AT, *BODIES, *ITEMS, *USAGE)
+# version 1 held each item's JSON in input_items (a chain's turns each a whole copy) and had no
+# sizes: move its tables aside, create this schema, fill it (the item bodies, the items naming
+# them, then the responses with their sizes), drop the old tables. Foreign keys are off meanwhile.
+# The same steps take the layout briefly merged as version 2 before items were shared (sizes and
+# a usage table, items still whole in input_items): its usage goes first.
+FROM_V1 = ("DROP TRIGGER IF EXISTS usage_add", "DROP TRIGGER IF EXISTS usage_sub",
+           "DROP TABLE IF EXISTS usage", "DROP INDEX input_items_id",
+           "DROP INDEX responses_created_at",
+           "ALTER TABLE input_items RENAME TO input_items_v1",
+           "ALTER TABLE responses RENAME TO responses_v1", *SCHEMA,
+           "INSERT OR IGNORE INTO item_bodies (owner, hash, item_id, size, body) "
+           "SELECT r.owner, sha256(i.body), i.id, length(i.body), i.body FROM input_items_v1 i "
+           "JOIN responses_v1 r ON r.seq = i.response_seq ORDER BY i.response_seq, i.pos",
+           "INSERT INTO input_items SELECT i.response_seq, i.pos, b.id "
+           "FROM input_items_v1 i JOIN responses_v1 r ON r.seq = i.response_seq "
+           "JOIN item_bodies b ON b.owner = r.owner AND b.hash = sha256(i.body)",
+           "INSERT INTO responses SELECT r.seq, r.id, r.owner, r.created_at, length(r.body) + "
+           "(SELECT coalesce(sum(b.size), 0) FROM item_bodies b WHERE b.id IN "
+           "(SELECT body_id FROM input_items WHERE response_seq = r.seq)), r.body "
+           "FROM responses_v1 r",
+           "UPDATE sqlite_sequence SET seq = (SELECT max(seq) FROM sqlite_sequence WHERE name IN "
+           "('responses', 'responses_v1')) WHERE name = 'responses'",  # seq never reused
+           "DROP TABLE input_items_v1", "DROP TABLE responses_v1")
+
+
+def sha256(data: bytes) -> bytes:
+    """The SHA-256 digest of DATA: the key of an item body (and an SQL function, for FROM_V1)."""
+    return hashlib.sha256(data).digest()
 
 
 class SchemaError(RuntimeError):
@@ -71,7 +118,7 @@ def connect(path: Path) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT}")
     conn.execute("PRAGMA busy_timeout=5000")
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    version = _version(conn)
     if version > SCHEMA_VERSION:
         conn.close()
         raise SchemaError(f"{path} has schema version {version}, newer than this rapid-mlx "
@@ -85,12 +132,22 @@ def connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def _version(conn: sqlite3.Connection) -> int:
+    """The schema version of the open database; 1 for the unreleased first layout of 2."""
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if version == 2 and any(col[1] == "body" for col in
+                            conn.execute("PRAGMA table_info(input_items)")):
+        return 1
+    return version
+
+
 def _upgrade(conn: sqlite3.Connection, version: int) -> None:
     """Create the schema (VERSION 0) or migrate it to SCHEMA_VERSION, in one transaction."""
     conn.execute("PRAGMA foreign_keys=OFF")  # the rebuild drops the parent of input_items
+    conn.create_function("sha256", 1, sha256, deterministic=True)
     conn.execute("BEGIN IMMEDIATE")
     try:
-        version = conn.execute("PRAGMA user_version").fetchone()[0]  # another process may have
+        version = _version(conn)  # another process may have upgraded it meanwhile
         steps = {0: SCHEMA, 1: FROM_V1}.get(version, ())
         for stmt in steps:
             conn.execute(stmt)

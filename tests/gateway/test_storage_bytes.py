@@ -45,10 +45,10 @@ def _with_store(path: Path, body: Callable[[ResponseStore], Awaitable[T]], **kw:
 
 
 def _sum_sizes(path: Path) -> int:
-    """The total recomputed from the rows themselves (not the running one)."""
+    """The total recomputed from the rows themselves (not the running one): each body once."""
     with sqlite3.connect(path / RESPONSES_DB) as db:
         body = db.execute("SELECT coalesce(sum(length(body)), 0) FROM responses").fetchone()[0]
-        items = db.execute("SELECT coalesce(sum(length(body)), 0) FROM input_items").fetchone()[0]
+        items = db.execute("SELECT coalesce(sum(length(body)), 0) FROM item_bodies").fetchone()[0]
     return int(body + items)
 
 
