@@ -12,7 +12,14 @@ import uvicorn
 
 from gateway.app import build_app
 from gateway.config import GatewayConfig
-from gateway.edge.http_protocol import MAX_HEADER_BYTES, GuardedH11Protocol
+from gateway.edge.connlimit import (
+    default_max_connections,
+    max_connections_problem,
+    quiet_accept_errors,
+    raise_fd_limit,
+    reserve,
+)
+from gateway.edge.http_protocol import MAX_HEADER_BYTES, GuardedH11Protocol, Refusals
 from gateway.plane.drain import Drainer
 from gateway.plane.hub import Hub
 from gateway.plane.supervisor import EXIT_CANNOT_LOAD, Supervisor
@@ -67,10 +74,25 @@ async def _announce(server: uvicorn.Server, config: GatewayConfig, hub: Hub) -> 
     print(f"Ready: {bound_url(server, config.host, config.port)}/v1", flush=True)
 
 
+def connection_bounds(config: GatewayConfig) -> dict[str, object]:
+    """The HTTP protocol's bounds: the header timeout and the open connections allowed (the fd
+    limit raised first); SystemExit if --max-connections cannot be kept."""
+    limit = raise_fd_limit()
+    most = config.max_connections or default_max_connections(limit)
+    problem = max_connections_problem(most, limit)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    log.info("at most %d open client connections (fd limit %d)", most, limit)
+    return {"header_timeout": config.header_timeout, "max_connections": most,
+            "refusals": Refusals(), "linger_slots": reserve(limit) // 2}
+
+
 async def serve(config: GatewayConfig) -> None:
     """Serve until SIGINT/SIGTERM; workers are stopped before returning."""
+    protocol = type("Protocol", (GuardedH11Protocol,), connection_bounds(config))
     app = build_app(config)
-    protocol = type("Protocol", (GuardedH11Protocol,), {"header_timeout": config.header_timeout})
+    asyncio.get_running_loop().set_exception_handler(quiet_accept_errors)
     uv = uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level,
                         lifespan="on", timeout_graceful_shutdown=5, http=protocol,
                         h11_max_incomplete_event_size=MAX_HEADER_BYTES, timeout_keep_alive=5)
