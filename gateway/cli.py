@@ -111,8 +111,8 @@ def _edge_options(f: Callable[..., None]) -> Callable[..., None]:
                      help="seconds a connection may take to send its request headers"),
         click.option("--max-connections", default=0, type=click.IntRange(min=0),
                      help="open client connections at once; more get a 503 at once (default: "
-                     "the open-file limit, raised to its hard limit, less 1/8 kept for workers "
-                     "and storage, at most 10000)"),
+                     "the open-file limit, raised to its hard limit, less a reserve for workers, "
+                     "storage and accept bursts, at most 10000)"),
     ]
     for option in reversed(options):
         f = option(f)

@@ -13,11 +13,11 @@ import uvicorn
 from gateway.app import build_app
 from gateway.config import GatewayConfig
 from gateway.edge.connlimit import (
+    backlog,
     default_max_connections,
     max_connections_problem,
     quiet_accept_errors,
     raise_fd_limit,
-    reserve,
 )
 from gateway.edge.http_protocol import MAX_HEADER_BYTES, GuardedH11Protocol, Refusals
 from gateway.plane.drain import Drainer
@@ -74,10 +74,9 @@ async def _announce(server: uvicorn.Server, config: GatewayConfig, hub: Hub) -> 
     print(f"Ready: {bound_url(server, config.host, config.port)}/v1", flush=True)
 
 
-def connection_bounds(config: GatewayConfig) -> dict[str, object]:
-    """The HTTP protocol's bounds: the header timeout and the open connections allowed (the fd
-    limit raised first); SystemExit if --max-connections cannot be kept."""
-    limit = raise_fd_limit()
+def connection_bounds(config: GatewayConfig, limit: int) -> dict[str, object]:
+    """The HTTP protocol's bounds under an fd LIMIT: the header timeout and the open connections
+    allowed; SystemExit if --max-connections cannot be kept."""
     most = config.max_connections or default_max_connections(limit)
     problem = max_connections_problem(most, limit)
     if problem:
@@ -85,17 +84,19 @@ def connection_bounds(config: GatewayConfig) -> dict[str, object]:
         sys.exit(2)
     log.info("at most %d open client connections (fd limit %d)", most, limit)
     return {"header_timeout": config.header_timeout, "max_connections": most,
-            "refusals": Refusals(), "linger_slots": reserve(limit) // 2}
+            "refusals": Refusals(), "linger_slots": backlog(limit)}
 
 
 async def serve(config: GatewayConfig) -> None:
     """Serve until SIGINT/SIGTERM; workers are stopped before returning."""
-    protocol = type("Protocol", (GuardedH11Protocol,), connection_bounds(config))
+    limit = raise_fd_limit()
+    protocol = type("Protocol", (GuardedH11Protocol,), connection_bounds(config, limit))
     app = build_app(config)
     asyncio.get_running_loop().set_exception_handler(quiet_accept_errors)
     uv = uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level,
                         lifespan="on", timeout_graceful_shutdown=5, http=protocol,
-                        h11_max_incomplete_event_size=MAX_HEADER_BYTES, timeout_keep_alive=5)
+                        h11_max_incomplete_event_size=MAX_HEADER_BYTES, timeout_keep_alive=5,
+                        backlog=backlog(limit))
     server = _Server(uv)
     server.loop = asyncio.get_running_loop()
     server.shutdown_timeout = config.shutdown_timeout

@@ -4,8 +4,12 @@ Every open connection is a file descriptor. Past the limit, accept() fails with 
 listening socket stops taking anyone (/livez included), asyncio logs a traceback per failed
 accept (thousands a second), and the worker plane (ZeroMQ reconnects, the response store,
 spawning a worker) finds no fd either. So the gateway raises its soft fd limit to the hard one,
-keeps RESERVE of them for everything but client connections, and answers a connection past the
-bound with a 503 at once (gateway/edge/http_protocol.py); overload is logged once per interval.
+keeps a reserve of them beyond the bound, and answers a connection past the bound with a 503 at
+once (gateway/edge/http_protocol.py); overload is logged once per interval.
+
+The reserve covers the worker plane and storage, the sockets asyncio accepts in one burst before
+any of them is counted (up to the listen backlog per wake-up, and a second wake-up may come
+first: twice the backlog), and the refused connections lingering to deliver their 503.
 """
 
 from __future__ import annotations
@@ -20,13 +24,20 @@ log = logging.getLogger("rapid_mlx.gateway")
 
 DEFAULT_CAP = 10000  # the default bound, whatever the fd limit (about 5 KiB of memory each)
 MIN_RESERVE = 64  # fds never given to client connections: ZeroMQ, sqlite, pipes, logs, imports
+MAX_BACKLOG = 2048  # uvicorn's default listen backlog
 MACOS_OPEN_MAX = 10240  # macOS refuses a soft limit above this (its hard limit is "unlimited")
 LOG_INTERVAL_S = 10.0  # overload is logged at most this often
 
 
+def backlog(limit: int) -> int:
+    """The listen backlog (and so the most sockets accepted at one wake-up) for an fd LIMIT; also
+    the most refused connections lingering at once."""
+    return min(MAX_BACKLOG, max(16, limit // 16))
+
+
 def reserve(limit: int) -> int:
-    """The fds kept for the worker plane and storage out of a process limit of LIMIT."""
-    return max(MIN_RESERVE, limit // 8)
+    """The fds of a process limit of LIMIT never taken by open client connections."""
+    return max(MIN_RESERVE, limit // 16) + 3 * backlog(limit)
 
 
 def raise_fd_limit() -> int:
