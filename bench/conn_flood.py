@@ -15,6 +15,7 @@ import argparse
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -31,8 +32,9 @@ HEAD = (b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\n"
 def start(tree: str, port: int, extra: list[str]) -> tuple[subprocess.Popen[str], list[str]]:
     """`serve` from TREE on PORT; its process and its output lines (read by a thread)."""
     model = [str(MODEL)] if (MODEL / "config.json").exists() else []
+    data = tempfile.mkdtemp(prefix="conn-flood-")  # the response store is exercised too
     proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", *model, "--port",
-                             str(port), "--log-level", "warning", "--no-store", *extra],
+                             str(port), "--log-level", "warning", "--data-dir", data, *extra],
                             cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     ready = threading.Event()
@@ -103,6 +105,13 @@ def probe(base: str) -> dict[str, Any]:
     except httpx.HTTPError as exc:
         out["chat"] = type(exc).__name__
     out["chat_s"] = round(time.perf_counter() - t, 3)
+    try:  # a stored response: the sqlite store needs fds too
+        r = httpx.post(base + "/v1/responses", timeout=60, json={
+            "model": MODEL.name if (MODEL / "config.json").exists() else "default",
+            "input": "hi", "max_output_tokens": 8})
+        out["stored"] = r.status_code
+    except httpx.HTTPError as exc:
+        out["stored"] = type(exc).__name__
     return out
 
 
@@ -123,7 +132,7 @@ def answered(socks: list[socket.socket]) -> dict[str, int]:
 
 
 def run(tree: str, n: int, mode: str, hold: float, every: float, extra: list[str],
-        log: str = "") -> dict[str, Any]:
+        log: str = "", kill_worker: float = 0.0) -> dict[str, Any]:
     """One flood of N connections against a fresh server from TREE."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -141,6 +150,12 @@ def run(tree: str, n: int, mode: str, hold: float, every: float, extra: list[str
     th = threading.Thread(target=trickle, args=(socks, mode, every, stop), daemon=True)
     th.start()
     time.sleep(hold)
+    if kill_worker:  # the supervisor must spawn a new one with the flood still open
+        for w in workers:
+            w.kill()
+        time.sleep(kill_worker)
+        row["respawned"] = [c.pid for c in gw.children(recursive=True)
+                            if c.pid not in {w.pid for w in workers}]
     row["fds"] = gw.num_fds()
     row["rss_mb"] = gw.memory_info().rss >> 20
     row["cpu_s"] = round(sum(gw.cpu_times()[:2]), 1)
@@ -153,6 +168,8 @@ def run(tree: str, n: int, mode: str, hold: float, every: float, extra: list[str
     for s in socks:
         s.close()
     time.sleep(1)
+    if kill_worker:
+        time.sleep(kill_worker)  # the worker may come back only now
     row["after"] = probe(base)
     row["fds_after"] = gw.num_fds()
     proc.terminate()
@@ -173,11 +190,13 @@ def main() -> None:
     ap.add_argument("--trees", nargs="+", default=["."])
     ap.add_argument("--serve-arg", action="append", default=[], help="extra `serve` argument")
     ap.add_argument("--log", default="", help="write the server's output to this file")
+    ap.add_argument("--kill-worker", type=float, default=0.0,
+                    help="SIGKILL the worker after --hold, measure this many seconds later")
     args = ap.parse_args()
     for n in [int(c) for c in args.counts.split(",")]:
         for tree in args.trees:
             print(run(tree, n, args.mode, args.hold, args.every, args.serve_arg,
-                      args.log), flush=True)
+                      args.log, args.kill_worker), flush=True)
 
 
 if __name__ == "__main__":
