@@ -45,5 +45,6 @@ def test_a_failed_spawn_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
         assert calls == ["spawn", "spawn"] and not task.done(), task
         assert list(hub.aliases["a"].replicas) == [s.procs["a"][0].boot_id]  # no stale entry
         await s.stop()
+        await hub.close()  # a Context left to the garbage collector can block its term()
 
     asyncio.run(main())
