@@ -120,6 +120,10 @@ def _edge_options(f: Callable[..., None]) -> Callable[..., None]:
         click.option("--header-timeout", default=15.0, show_default=True,
                      type=click.FloatRange(min=0.5),
                      help="seconds a connection may take to send its request headers"),
+        click.option("--max-connections", default=0, type=click.IntRange(min=0),
+                     help="open client connections at once; more get a 503 at once (default: "
+                     "the open-file limit, raised to its hard limit, less a reserve for workers, "
+                     "storage and accept bursts, at most 10000)"),
     ]
     for option in reversed(options):
         f = option(f)
@@ -307,6 +311,7 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
         public_metrics=edge["public_metrics"], public_health=edge["public_health"],
         public_docs=edge["public_docs"], swap_allow_paths=list(edge["swap_allow_paths"]),
         swap_allow_repos=edge["swap_allow_repos"], header_timeout=edge["header_timeout"],
+        max_connections=edge["max_connections"],
         allow_image_urls=edge["allow_image_urls"],
         alias_models={name: entry.repo for name, entry in aliases.items()},
         data_dir=None if no_store else _data_dir(data_dir), store_responses=not no_store,

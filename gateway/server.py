@@ -12,7 +12,14 @@ import uvicorn
 
 from gateway.app import build_app
 from gateway.config import GatewayConfig
-from gateway.edge.http_protocol import MAX_HEADER_BYTES, GuardedH11Protocol
+from gateway.edge.connlimit import (
+    backlog,
+    default_max_connections,
+    max_connections_problem,
+    quiet_accept_errors,
+    raise_fd_limit,
+)
+from gateway.edge.http_protocol import MAX_HEADER_BYTES, GuardedH11Protocol, Refusals
 from gateway.plane.drain import Drainer
 from gateway.plane.hub import Hub
 from gateway.plane.supervisor import EXIT_CANNOT_LOAD, Supervisor
@@ -67,13 +74,29 @@ async def _announce(server: uvicorn.Server, config: GatewayConfig, hub: Hub) -> 
     print(f"Ready: {bound_url(server, config.host, config.port)}/v1", flush=True)
 
 
+def connection_bounds(config: GatewayConfig, limit: int) -> dict[str, object]:
+    """The HTTP protocol's bounds under an fd LIMIT: the header timeout and the open connections
+    allowed; SystemExit if --max-connections cannot be kept."""
+    most = config.max_connections or default_max_connections(limit)
+    problem = max_connections_problem(most, limit)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    log.info("at most %d open client connections (fd limit %d)", most, limit)
+    return {"header_timeout": config.header_timeout, "max_connections": most,
+            "refusals": Refusals(), "linger_slots": backlog(limit)}
+
+
 async def serve(config: GatewayConfig) -> None:
     """Serve until SIGINT/SIGTERM; workers are stopped before returning."""
+    limit = raise_fd_limit()
+    protocol = type("Protocol", (GuardedH11Protocol,), connection_bounds(config, limit))
     app = build_app(config)
-    protocol = type("Protocol", (GuardedH11Protocol,), {"header_timeout": config.header_timeout})
+    asyncio.get_running_loop().set_exception_handler(quiet_accept_errors)
     uv = uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level,
                         lifespan="on", timeout_graceful_shutdown=5, http=protocol,
-                        h11_max_incomplete_event_size=MAX_HEADER_BYTES, timeout_keep_alive=5)
+                        h11_max_incomplete_event_size=MAX_HEADER_BYTES, timeout_keep_alive=5,
+                        backlog=backlog(limit))
     server = _Server(uv)
     server.loop = asyncio.get_running_loop()
     server.shutdown_timeout = config.shutdown_timeout

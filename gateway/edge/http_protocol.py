@@ -9,6 +9,8 @@ import logging
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from gateway.edge.connlimit import OverloadLog
+
 log = logging.getLogger("rapid_mlx.gateway")
 
 MAX_HEADER_BYTES = 64 * 1024  # request line + headers; a larger head gets 431
@@ -16,25 +18,60 @@ HEADER_TIMEOUT = 15.0  # seconds a connection may take to send a complete reques
 LINGER = 2.0  # seconds a refused connection's remaining input is read and dropped
 
 
-def _error(status: int, reason: str, message: str, code: str) -> bytes:
-    body = json.dumps({"error": {"message": message, "type": "invalid_request_error",
+def _error(status: int, reason: str, message: str, code: str,
+           kind: str = "invalid_request_error", extra: str = "") -> bytes:
+    body = json.dumps({"error": {"message": message, "type": kind,
                                  "param": None, "code": code}}).encode()
     head = (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n")
+            f"content-length: {len(body)}\r\n{extra}connection: close\r\n\r\n")
     return head.encode() + body
+
+
+class Refusals:
+    """The connections past the bound being refused right now (each lingers a moment to read
+    its request, so that the 503 reaches the client instead of a reset), and their log."""
+
+    def __init__(self) -> None:
+        self.lingering = 0
+        self.log = OverloadLog()
 
 
 class GuardedH11Protocol(H11Protocol):
     """Drop a connection whose request head is not complete within `header_timeout` seconds
-    (slowloris), and answer an oversized or malformed head in the OpenAI error shape."""
+    (slowloris), answer an oversized or malformed head in the OpenAI error shape, and a
+    connection past `max_connections` open ones with a 503 at once."""
 
     header_timeout: float = HEADER_TIMEOUT
+    max_connections: int | None = None  # open client connections; past it: 503 and close
+    refusals: Refusals = Refusals()  # a subclass per server gets its own (gateway/server.py)
+    linger_slots: int = 32  # refused connections that may linger at once; more are reset at once
     _head_timer: asyncio.TimerHandle | None = None
     _lingering = False
+    _refused = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if self.max_connections is not None and len(self.connections) >= self.max_connections:
+            self._refuse(transport)
+            return
         super().connection_made(transport)
         self._arm()
+
+    def _refuse(self, transport: asyncio.Transport) -> None:
+        """Answer a connection past the bound with a 503 without reading its request; it never
+        joins the server's connections."""
+        self.transport = transport
+        self._refused = True
+        self.refusals.lingering += 1  # until connection_lost
+        self.refusals.log.hit("refusing connections: %d open, the most allowed "
+                              "(--max-connections)", len(self.connections))
+        out = _error(503, "Service Unavailable", f"The server has too many open connections "
+                     f"(at most {self.max_connections}). Retry soon.", "too_many_connections",
+                     kind="server_error", extra="retry-after: 1\r\n")
+        if self.refusals.lingering > self.linger_slots:
+            transport.write(out)
+            transport.abort()  # lingering refusals would eat the fds kept in reserve
+            return
+        self._linger(out)
 
     def data_received(self, data: bytes) -> None:
         if self._lingering:
@@ -46,6 +83,9 @@ class GuardedH11Protocol(H11Protocol):
             self._disarm()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._refused:
+            self.refusals.lingering -= 1
+            return
         self._disarm()
         super().connection_lost(exc)
 

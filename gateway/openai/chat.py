@@ -21,7 +21,7 @@ from gateway.doors.choice import ChoiceAssembler
 from gateway.doors.disconnect import until_disconnected
 from gateway.doors.jobs import chat_params, encodable
 from gateway.doors.kinds import require_kind
-from gateway.doors.relay import abort_all, error_for, peek_first, submit_all
+from gateway.doors.relay import abort_all, error_for, peek_first, submit_spaced
 from gateway.doors.streaming import DONE, SSE_HEADERS, merged, sse
 from gateway.doors.structured import grammar_for, thinks
 from gateway.edge.offload import off_loop
@@ -70,7 +70,7 @@ class ChatEndpoint:
                          images=pictures)
                 for i in range(req.n)]
         await off_loop(size, encodable, jobs[0])  # the choices differ only in request_id
-        streams = submit_all(self.hub, req.model, jobs)
+        streams = await submit_spaced(self.hub, req.model, jobs)
         try:
             firsts = await until_disconnected(request, peek_first(self.hub, streams))
         except BaseException:

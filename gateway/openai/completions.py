@@ -20,7 +20,7 @@ from gateway.doors.checks import (
 from gateway.doors.disconnect import until_disconnected
 from gateway.doors.jobs import completion_params, encodable
 from gateway.doors.kinds import require_kind
-from gateway.doors.relay import abort_all, error_for, peek_first, submit_all
+from gateway.doors.relay import abort_all, error_for, peek_first, submit_spaced
 from gateway.doors.streaming import DONE, SSE_HEADERS, merged, sse
 from gateway.doors.structured import grammar_for
 from gateway.edge.errors import APIError, bad_request, read_body
@@ -93,7 +93,7 @@ class CompletionsEndpoint:
                                      **prompt))
                 choices.append(_Choice(idx, prompt.get("prompt", "") if req.echo else ""))
             encodable(jobs[-1])  # the choices of a prompt differ only in request_id
-        streams = submit_all(self.hub, req.model, jobs)
+        streams = await submit_spaced(self.hub, req.model, jobs)
         try:
             firsts = await until_disconnected(request, peek_first(self.hub, streams))
         except BaseException:

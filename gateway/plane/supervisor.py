@@ -169,9 +169,20 @@ class Supervisor:
             # a worker still starting Python would print a KeyboardInterrupt traceback), and
             # killpg reaches every rank of a tensor-parallel group.
             with group_folder(p.spec.extra_args) as folder:  # removed once the group is gone
-                p.proc = await asyncio.create_subprocess_exec(
-                    *self._command(p), stdin=asyncio.subprocess.DEVNULL,
-                    env={**os.environ, SECRET_ENV: secret, **folder}, start_new_session=True)
+                try:
+                    p.proc = await asyncio.create_subprocess_exec(
+                        *self._command(p), stdin=asyncio.subprocess.DEVNULL,
+                        env={**os.environ, SECRET_ENV: secret, **folder}, start_new_session=True)
+                except OSError as exc:  # out of fds, processes or memory: not the model's fault
+                    p.proc = None
+                    st.replicas.pop(p.boot_id, None)  # never started: not a replica
+                    delay = min(delay * 2, self.backoff_max)
+                    log.error("cannot start a worker for %s (%s); retrying in %.1fs", alias, exc,
+                              delay)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(p.restart_now.wait(), delay)
+                    p.restart_now.clear()
+                    continue
                 self.hub.spawned(alias, p.boot_id, p.proc.pid)
                 code = await p.proc.wait()
             reason = f"exit code {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}"

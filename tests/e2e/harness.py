@@ -42,7 +42,8 @@ class Server:
     """One `python -m gateway serve` process with its workers; without a `--data-dir` in ARGS
     it stores responses in a fresh temporary one, removed by stop()."""
 
-    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, *args: str, env: dict[str, str] | None = None,
+                 nofile: tuple[int, int] | None = None) -> None:
         self.own_data_dir = None if "--data-dir" in args else tempfile.mkdtemp(
             prefix="rapid-mlx-test-data-")
         if self.own_data_dir:
@@ -55,7 +56,8 @@ class Server:
                "--log-level", "warning", *args]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True,
-                                     env={**os.environ, **(env or {})})
+                                     env={**os.environ, **(env or {})},
+                                     preexec_fn=_fd_limit(nofile) if nofile else None)
         self.lines: list[str] = []
         self._ready = threading.Event()
         threading.Thread(target=self._drain, daemon=True).start()
@@ -121,6 +123,13 @@ class Server:
         if self.own_data_dir:
             shutil.rmtree(self.own_data_dir, ignore_errors=True)
         return code
+
+
+def _fd_limit(limits: tuple[int, int]) -> Any:
+    """A preexec_fn: the server's (soft, hard) limit of open files is LIMITS."""
+    import resource
+
+    return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, limits)
 
 
 def plain_and(*flags: str) -> Iterator[tuple[Server, Server]]:
