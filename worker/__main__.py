@@ -12,6 +12,7 @@ import uuid
 from typing import Any
 
 from worker.blas import apply_blas_policy, reexec_with_openblas
+from worker.rlimit import import_mlx_lm
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -149,6 +150,7 @@ def serve_kind(kind: str, args: argparse.Namespace, sock: Any, boot_id: str, sec
 def main(argv: list[str] | None = None) -> int:
     """Run a worker until shutdown; exit code 0 on a clean stop."""
     reexec_with_openblas()
+    import_mlx_lm()  # before anything else imports it: it would change the open-file limits
     signal.signal(signal.SIGTERM, _raise_interrupt)
     args = parse_args(argv)
     link = None

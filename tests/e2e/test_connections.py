@@ -15,8 +15,7 @@ from tests.conftest import shared_model
 from tests.e2e.harness import Server
 
 pytestmark = pytest.mark.slow
-# the server starts with macOS's soft limit for a shell, and a hard limit mlx_lm accepts (it
-# sets its own (2048, 4096) when imported: a lower hard limit stops the worker)
+# the server starts with macOS's soft limit for a shell and a hard limit of 4096
 SOFT, HARD = 256, 4096
 LIVEZ = b"GET /livez HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n"
 CHAT = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
@@ -130,3 +129,15 @@ def test_max_connections_beyond_the_fd_limit_refuses_to_start() -> None:
     assert srv.wait_exit() == 2
     text = "".join(srv.lines)
     assert "--max-connections 4000 needs more file descriptors" in text, text
+
+
+def test_a_worker_starts_under_a_hard_fd_limit_below_4096() -> None:
+    """Old code: mlx_lm's import asks for (2048, 4096) open files, which a hard limit of 1024 (a
+    container's `--ulimit nofile=1024`) refuses with ValueError, so the worker never started."""
+    model = shared_model("stories260K")
+    srv = Server(str(model), "--log-level", "warning", nofile=(256, 1024))
+    try:
+        srv.wait_ready()
+        _served(srv, model.name)
+    finally:
+        srv.stop()
