@@ -34,17 +34,22 @@ def server(request: pytest.FixtureRequest) -> Iterator[tuple[Server, bool]]:
 def _cached(c: httpx.Client, headers: dict[str, str], path: str) -> tuple[int, int]:
     """(prompt tokens, cached tokens) of one request on PATH."""
     text = f"{path} {PROMPT}"  # each route's test starts from a cold cache
-    if path == "/completions":
-        body = {"model": "m", "prompt": text, "max_tokens": 2}
-    else:
-        body = {"model": "m", "messages": [{"role": "user", "content": text}], "max_tokens": 2}
+    chat = {"model": "m", "messages": [{"role": "user", "content": text}], "max_tokens": 2}
+    body = {"/completions": {"model": "m", "prompt": text, "max_tokens": 2},
+            "/responses": {"model": "m", "input": text, "max_output_tokens": 2, "store": False},
+            }.get(path, chat)
     r = c.post(path, headers=headers, json=body)
     assert r.status_code == 200, r.text
     usage = r.json()["usage"]
+    if path == "/responses":
+        return usage["input_tokens"], usage["input_tokens_details"]["cached_tokens"]
+    if path == "/messages":
+        cached = usage["cache_read_input_tokens"]
+        return usage["input_tokens"] + cached, cached
     return usage["prompt_tokens"], (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
 
 
-@pytest.mark.parametrize("path", ["/completions", "/chat/completions"])
+@pytest.mark.parametrize("path", ["/completions", "/chat/completions", "/responses", "/messages"])
 def test_a_tenant_hits_only_its_own_cached_prefix(server: tuple[Server, bool], path: str) -> None:
     srv, shared = server
     with httpx.Client(base_url=srv.url, timeout=60) as c:
