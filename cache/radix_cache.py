@@ -7,6 +7,11 @@ Only full pages are shared. Eviction frees least-recently-used unlocked leaves: 
 is touched, and checked when popped (lazy invalidation), so finding the next victim costs
 O(log n) instead of a walk over every node; the evictable page count is kept as nodes lock,
 unlock, join and leave.
+
+Namespaces (a tenant's cache salt) isolate prefixes: each has its own root, so the same tokens
+under two salts never share pages (one tenant cannot learn from a cache hit what another sent),
+while eviction stays global (one LRU heap and page budget over every namespace). The empty salt
+is the shared namespace.
 """
 
 from __future__ import annotations
@@ -51,8 +56,9 @@ class RadixCache:
 
     def __init__(self, page_size: int) -> None:
         self.page_size = page_size
-        self.root = Node((), [], None)
+        self.root = Node((), [], None)  # the shared namespace's ("")
         self.root.lock_ref = 1  # never evicted
+        self.roots: dict[str, Node] = {"": self.root}
         self.num_pages = 0
         self._evictable = 0  # pages of unlocked nodes
         self._nodes_alive = 0
@@ -63,15 +69,25 @@ class RadixCache:
     def _first(self, key: Sequence[int]) -> tuple[int, ...]:
         return tuple(key[: self.page_size])
 
-    def match_prefix(self, tokens: Sequence[int], limit: int | None = None) -> tuple[list[int], Node]:
-        """Pages of the longest cached full-page prefix of TOKENS (at most LIMIT tokens).
+    def _root(self, salt: str) -> Node:
+        """SALT's root, made on first use (locked for good like the shared one)."""
+        root = self.roots.get(salt)
+        if root is None:
+            root = self.roots[salt] = Node((), [], None)
+            root.lock_ref = 1
+        return root
+
+    def match_prefix(self, tokens: Sequence[int], limit: int | None = None,
+                     salt: str = "") -> tuple[list[int], Node]:
+        """Pages of the longest cached full-page prefix of TOKENS (at most LIMIT tokens) in
+        namespace SALT.
 
         Returns the pages in order and the deepest node covering them (split so that it ends
         exactly at the match).
         """
-        node, pages = self.root, []
+        node, pages = self._root(salt), []
         node.last_access = next(_clock)
-        for child, common in self._walk(tokens, limit):
+        for child, common in self._walk(tokens, limit, node):
             if common < len(child.key):
                 child = self._split(child, common)
             child.last_access = next(_clock)
@@ -80,15 +96,20 @@ class RadixCache:
             node = child
         return pages, node
 
-    def cached_length(self, tokens: Sequence[int], limit: int | None = None) -> int:
-        """Tokens of the longest cached full-page prefix of TOKENS, without touching the tree."""
-        return sum(common for _, common in self._walk(tokens, limit))
+    def cached_length(self, tokens: Sequence[int], limit: int | None = None,
+                      salt: str = "") -> int:
+        """Tokens of the longest cached full-page prefix of TOKENS in namespace SALT, without
+        touching the tree."""
+        root = self.roots.get(salt)
+        return 0 if root is None else sum(common for _, common in self._walk(tokens, limit, root))
 
-    def _walk(self, tokens: Sequence[int], limit: int | None) -> Iterator[tuple[Node, int]]:
-        """The nodes along TOKENS' cached full-page prefix, each with its matching token count."""
+    def _walk(self, tokens: Sequence[int], limit: int | None,
+              root: Node) -> Iterator[tuple[Node, int]]:
+        """The nodes along TOKENS' cached full-page prefix below ROOT, each with its matching
+        token count."""
         n = len(tokens) if limit is None else min(limit, len(tokens))
         n -= n % self.page_size
-        node, pos = self.root, 0
+        node, pos = root, 0
         while pos < n:
             child = node.children.get(tuple(tokens[pos : pos + self.page_size]))
             if child is None:
@@ -117,14 +138,15 @@ class RadixCache:
         self._nodes_alive += 1
         return upper
 
-    def insert(self, tokens: Sequence[int], pages: Sequence[int]) -> tuple[list[int], Node]:
-        """Cache the full pages of TOKENS held in PAGES.
+    def insert(self, tokens: Sequence[int], pages: Sequence[int],
+               salt: str = "") -> tuple[list[int], Node]:
+        """Cache the full pages of TOKENS held in PAGES in namespace SALT.
 
         Returns the tree's pages for the whole prefix (a caller's page that duplicates a page the
         tree already had must be freed by the caller) and the node ending the prefix.
         """
         n = min(len(tokens) - len(tokens) % self.page_size, len(pages) * self.page_size)
-        tree_pages, node = self.match_prefix(tokens, n)
+        tree_pages, node = self.match_prefix(tokens, n, salt)
         pos = len(tree_pages) * self.page_size
         if pos < n:
             new = Node(tuple(tokens[pos:n]), list(pages[pos // self.page_size : n // self.page_size]),
@@ -164,7 +186,7 @@ class RadixCache:
 
     def _offer(self, node: Node) -> None:
         """Queue NODE for eviction if it is an unlocked leaf (under its current last access)."""
-        if (node.lock_ref or node.children or node is self.root
+        if (node.lock_ref or node.children or node.parent is None  # a root
                 or node.queued == node.last_access):  # its entry is queued already
             return
         node.queued = node.last_access
@@ -200,11 +222,23 @@ class RadixCache:
             parent = node.parent
             assert parent is not None
             del parent.children[self._first(node.key)]
-            self._offer(parent)
+            if parent.parent is None:  # a namespace root: forget it once empty and unused
+                self._drop_root(parent)
+            else:
+                self._offer(parent)
         return freed
 
+    def _drop_root(self, root: Node) -> None:
+        """Forget ROOT's namespace if it is empty and no request holds it (never the shared one)."""
+        if root is self.root or root.children or root.lock_ref != 1:
+            return
+        for salt, r in self.roots.items():
+            if r is root:
+                del self.roots[salt]
+                return
+
     def _nodes(self) -> list[Node]:
-        out, stack = [], list(self.root.children.values())
+        out, stack = [], [c for r in self.roots.values() for c in r.children.values()]
         while stack:
             n = stack.pop()
             out.append(n)

@@ -19,6 +19,7 @@ from gateway.anthropic.endpoint import MessagesEndpoint
 from gateway.audio.speech import SpeechEndpoint
 from gateway.audio.transcriptions import AudioEndpoints
 from gateway.config import GatewayConfig
+from gateway.doors.salt import CacheSalts
 from gateway.edge.auth import ApiKeyMiddleware, Operators, public_paths
 from gateway.edge.cors import CorsPolicy
 from gateway.edge.errors import APIError, handle_api_error, handle_http_error, handle_unexpected
@@ -113,19 +114,20 @@ def build_app(config: GatewayConfig) -> Starlette:
             if store is not None:
                 await store.close()
 
+    salts = CacheSalts(keyed=bool(config.api_keys), shared=config.shared_prefix_cache)
     messages = MessagesEndpoint(hub, served, config.anthropic_model_map,
-                                config.allow_image_urls)
+                                config.allow_image_urls, salts)
     docs = DocsEndpoints("rapid-mlx")
     speech = SpeechEndpoint(hub)
     routes = [
         Route("/v1/models", info.models, methods=["GET"]),
         Route("/v1/models/{model:path}", info.model, methods=["GET"]),
-        Route("/v1/chat/completions", ChatEndpoint(hub, served, config.allow_image_urls).handle,
-              methods=["POST"]),
-        Route("/v1/completions", CompletionsEndpoint(hub).handle, methods=["POST"]),
+        Route("/v1/chat/completions",
+              ChatEndpoint(hub, served, config.allow_image_urls, salts).handle, methods=["POST"]),
+        Route("/v1/completions", CompletionsEndpoint(hub, salts).handle, methods=["POST"]),
         Route("/v1/embeddings", EmbeddingsEndpoint(hub).handle, methods=["POST"]),
         Route("/v1/responses", ResponsesEndpoint(hub, served, conversations,
-                                                 config.allow_image_urls).handle,
+                                                 config.allow_image_urls, salts).handle,
               methods=["POST"]),
         Route("/v1/responses/{response_id}", stored.get, methods=["GET"]),
         Route("/v1/responses/{response_id}", stored.delete, methods=["DELETE"]),

@@ -180,6 +180,10 @@ def _group_args(ranks: int, hostfile: str | None, port: int) -> list[str]:
 @click.option("--kv-cache-memory", default="0.1", show_default=True,
               help="KV pool per worker: bytes (2GiB, 512MB) or a fraction of RAM")
 @click.option("--disable-prefix-cache", is_flag=True, help="no radix-tree prefix sharing")
+@click.option("--shared-prefix-cache", is_flag=True,
+              help="with --api-key: tenants share one prefix cache (default: one per key), so a "
+                   "tenant can tell from cached_tokens and time to first token whether another "
+                   "sent the same prompt prefix")
 @click.option("--speculative", type=click.Choice(["none", "ngram", "draft", "mtp"]),
               default="none", show_default=True,
               help="lossless speculative decoding: n-gram prompt lookup, a draft model, or the "
@@ -256,7 +260,7 @@ def _group_args(ranks: int, hostfile: str | None, port: int) -> list[str]:
 def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
           api_keys: tuple[str, ...], tool_call_parser: str | None, reasoning_parser: str | None,
           aliases_file: str | None, kv_cache_turboquant: str, kv_cache_memory: str,
-          disable_prefix_cache: bool, speculative: str, num_draft_tokens: int,
+          disable_prefix_cache: bool, shared_prefix_cache: bool, speculative: str, num_draft_tokens: int,
           draft_model: str | None, compile_decode: str, max_batch: int, prefill_budget: int, max_waiting: int,
           context_length: int, worker_address: str, hang_timeout: float, log_level: str,
           replicas: int, tensor_parallel: int, tp_hostfile: str | None, tp_port: int,
@@ -298,7 +302,8 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
         served=served, anthropic_model_map=anthropic_map,
         host=host, port=port,
         worker_address=worker_address, worker_args=worker_args,
-        api_keys=[k for k in api_keys if k], hang_timeout=hang_timeout, log_level=log_level,
+        api_keys=[k for k in api_keys if k], shared_prefix_cache=shared_prefix_cache,
+        hang_timeout=hang_timeout, log_level=log_level,
         spawn_workers=not no_spawn_workers, replicas=replicas, routing=routing,
         shutdown_timeout=shutdown_timeout,
         swap_wait=swap_wait, swap_drain_timeout=swap_drain_timeout,

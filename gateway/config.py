@@ -26,6 +26,7 @@ class GatewayConfig:
     routing: str = "cache_aware"  # cache_aware, least_loaded or round_robin (gateway/plane/routing.py)
     worker_args: list[str] = field(default_factory=list)
     api_keys: list[str] = field(default_factory=list)
+    shared_prefix_cache: bool = False  # with API keys: tenants share one prefix cache (a side channel)
     hang_timeout: float = 30.0
     log_level: str = "info"
     shutdown_timeout: float = 30.0  # SIGTERM: how long running requests may finish

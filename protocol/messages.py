@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: Generate.cache_salt (an older worker would ignore it and share the cache)
 SECRET_ENV = "RAPID_MLX_WORKER_SECRET"  # a spawned worker's per-boot secret (not argv: ps shows it)
 ADOPT_QUERY = "adopt"  # a StatusQuery asking a running worker to say Ready again (gateway restart)
 
@@ -76,6 +76,9 @@ class Generate(_Msg, tag="gen"):
     assistant_prefix: str = ""  # text the answer is forced to start with (tool_choice)
     grammar: GrammarSpec | None = None  # structured output: the answer must match it
     images: list[ImageData] = []  # one per {"type": "image"} placeholder part, in order
+    # the prefix-cache namespace: prefixes are reused only within one ("": shared). The gateway
+    # sets a digest of the caller's API key (never the key), so tenants learn nothing from hits
+    cache_salt: str = ""
 
 
 class Abort(_Msg, tag="abort"):

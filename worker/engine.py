@@ -85,8 +85,11 @@ class Engine:
     # ---- intake -------------------------------------------------------------------------
 
     def add(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
-            think_opened: bool = False, grammar: Any = None, vision: Any = None) -> None:
+            think_opened: bool = False, grammar: Any = None, vision: Any = None,
+            cache_salt: str = "") -> None:
         """Queue a request; it joins the running batch at a later step.
+
+        CACHE_SALT is its prefix-cache namespace: prefixes are shared only within one.
 
         VISION (a worker.vision VisionInput) holds the prompt's images: its cache key (image
         positions keyed by content hash) becomes the request's tokens.
@@ -107,7 +110,7 @@ class Engine:
             tokens=list(vision.key if vision is not None else prompt_ids), params=params,
             sampler=RowSampler(params), detok=self.tokenizer.detokenizer,
             stop=StopMatcher(params.stop), think_opened=think_opened, grammar=grammar,
-            vision=vision))
+            vision=vision, cache_salt=cache_salt))
 
     def abort(self, request_ids: list[str]) -> None:
         """Drop these requests; their pages go back (full ones stay cached)."""

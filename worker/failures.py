@@ -47,17 +47,18 @@ def verify(kv: KVManager, holders: Sequence[Request]) -> None:
     if kv.tails is not None and kv.tails.num_used != tails:
         raise EngineBroken(f"{kv.tails.num_used} tail pages in use, requests hold {tails}")
     if kv.radix is not None:
-        _verify_locks(kv.radix.root, [r.kv.node for r in holders if r.kv.node is not None])
+        _verify_locks(list(kv.radix.roots.values()),
+                      [r.kv.node for r in holders if r.kv.node is not None])
 
 
-def _verify_locks(root: Node, locked: list[Node]) -> None:
-    expected: dict[int, int] = {id(root): 1}  # the root is locked once for good
+def _verify_locks(roots: list[Node], locked: list[Node]) -> None:
+    expected: dict[int, int] = {id(root): 1 for root in roots}  # each root is locked for good
     for node in locked:
         n: Node | None = node
         while n is not None:
             expected[id(n)] = expected.get(id(n), 0) + 1
             n = n.parent
-    stack = [root]
+    stack = list(roots)
     while stack:
         n = stack.pop()
         if n.lock_ref != expected.get(id(n), 0):

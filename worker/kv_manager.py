@@ -17,6 +17,7 @@ class PagedRequest(Protocol):
     tokens: list[int]
     computed: int
     kv: RequestPages
+    cache_salt: str  # the prefix-cache namespace (a tenant's; "": shared)
 
 
 @dataclass
@@ -65,8 +66,10 @@ class KVManager:
         """
         if self.radix is None or not others:
             return False
-        cached = self.radix.cached_length(r.tokens, limit)
+        cached = self.radix.cached_length(r.tokens, limit, r.cache_salt)
         for q in others:
+            if q.cache_salt != r.cache_salt:
+                continue  # another namespace's pages are never shared: no reason to wait
             common = common_pages(q.tokens, r.tokens[:limit], self.page_size)
             if common - cached >= self.page_size and q.computed < common:
                 return True
@@ -79,7 +82,7 @@ class KVManager:
         self.stats.queries += len(r.tokens)
         if self.radix is None:
             return 0
-        pages, node = self.radix.match_prefix(r.tokens, limit)
+        pages, node = self.radix.match_prefix(r.tokens, limit, r.cache_salt)
         self.radix.lock(node)
         r.kv = RequestPages(pages=list(pages), node=node, shared=len(pages), tail=r.kv.tail)
         hit = len(pages) * self.page_size
@@ -119,7 +122,8 @@ class KVManager:
         if full <= r.kv.shared:
             return
         kv = r.kv
-        tree_pages, node = self.radix.insert(r.tokens[: full * self.page_size], kv.pages[:full])
+        tree_pages, node = self.radix.insert(r.tokens[: full * self.page_size], kv.pages[:full],
+                                            r.cache_salt)
         duplicates = [kv.pages[i] for i in range(kv.shared, full) if kv.pages[i] != tree_pages[i]]
         kv.pages[:full] = tree_pages[:full]
         self.pool.free(duplicates)

@@ -187,7 +187,8 @@ class WorkerLoop:
             self._fail(rid, str(p.error), p.error.code)
             return
         try:
-            self.engine.add(rid, p.ids, p.job.params, p.think_opened, p.grammar, p.vision)
+            self.engine.add(rid, p.ids, p.job.params, p.think_opened, p.grammar, p.vision,
+                            p.job.cache_salt)
         except QueueFull as exc:
             self._fail(rid, str(exc), "queue_full")
         except KVTooSmall as exc:

@@ -37,6 +37,7 @@ class Request:
     grammar: Any = None  # a worker.grammar Constraint when the answer must match a grammar
     vision: Any = None  # a worker.vision VisionInput when the prompt holds images
     embeds: mx.array | None = None  # the prompt's input embeddings while its prefill needs them
+    cache_salt: str = ""  # the prefix-cache namespace: a tenant's (set by the gateway); "": shared
 
     @property
     def generated(self) -> int:

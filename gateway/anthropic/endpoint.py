@@ -22,6 +22,7 @@ from gateway.doors.disconnect import until_disconnected
 from gateway.doors.jobs import encodable
 from gateway.doors.kinds import require_kind
 from gateway.doors.relay import abort_all, error_for, peek_first, submit_all
+from gateway.doors.salt import CacheSalts
 from gateway.doors.streaming import SSE_HEADERS, merged
 from gateway.doors.structured import thinks
 from gateway.edge.offload import off_loop
@@ -40,14 +41,15 @@ class MessagesEndpoint:
 
     def __init__(self, hub: Hub, served: dict[str, ServedModel],
                  model_map: list[tuple[str, str]] | None = None,
-                 allow_image_urls: bool = False) -> None:
+                 allow_image_urls: bool = False, salts: CacheSalts | None = None) -> None:
         self.hub = hub
         self.served = served
         self.model_map = model_map or []
         self.allow_image_urls = allow_image_urls
+        self.salts = salts or CacheSalts()
 
     async def _submit(self, req: CountTokensRequest, size: int, params: SamplingParams,
-                      mid: str) -> tuple[list[Stream], Callable[[bool], ChoiceAssembler]]:
+                      mid: str, salt: str) -> tuple[list[Stream], Callable[[bool], ChoiceAssembler]]:
         images = ImageParts()
         messages = await off_loop(size, _translate, req, images, size)
         alias = resolve_model(req.model, self.served, self.model_map)
@@ -65,7 +67,7 @@ class MessagesEndpoint:
             params.max_tokens = 0  # the worker gives the rest of the context instead
         job = Generate(request_id=mid, params=params, messages=messages, tools=tools,
                        chat_template_kwargs=template_kwargs(req), assistant_prefix=prefix,
-                       grammar=grammar, images=pictures)
+                       grammar=grammar, images=pictures, cache_salt=salt)
         await off_loop(size, encodable, job)
         streams = submit_all(self.hub, alias, [job])
 
@@ -80,7 +82,8 @@ class MessagesEndpoint:
         """Handle one POST /v1/messages/count_tokens: render and prefill with max_tokens=1."""
         req, size = await read_image_body(request, CountTokensRequest)
         streams, _ = await self._submit(req, size, SamplingParams(max_tokens=1, temperature=0.0),
-                                             f"msgcount-{uuid.uuid4().hex}")
+                                             f"msgcount-{uuid.uuid4().hex}",
+                                             self.salts.of(request))
         try:
             firsts = await until_disconnected(request, peek_first(self.hub, streams))
         finally:
@@ -93,7 +96,7 @@ class MessagesEndpoint:
         served = self.served.get(resolve_model(req.model, self.served, self.model_map))
         params = sampling(req, served.sampling if served else None)
         mid = f"msg_{uuid.uuid4().hex[:24]}"
-        streams, assembler = await self._submit(req, size, params, mid)
+        streams, assembler = await self._submit(req, size, params, mid, self.salts.of(request))
         single = bool(req.tool_choice and req.tool_choice.disable_parallel_tool_use)
         first = asyncio.ensure_future(peek_first(self.hub, streams))
         try:

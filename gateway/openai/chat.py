@@ -22,6 +22,7 @@ from gateway.doors.disconnect import until_disconnected
 from gateway.doors.jobs import chat_params, encodable
 from gateway.doors.kinds import require_kind
 from gateway.doors.relay import abort_all, error_for, peek_first, submit_spaced
+from gateway.doors.salt import CacheSalts
 from gateway.doors.streaming import DONE, SSE_HEADERS, merged, sse
 from gateway.doors.structured import grammar_for, thinks
 from gateway.edge.offload import off_loop
@@ -39,10 +40,11 @@ class ChatEndpoint:
     """Validates a chat request, submits one job per choice and relays the outputs."""
 
     def __init__(self, hub: Hub, served: dict[str, ServedModel],
-                 allow_image_urls: bool = False) -> None:
+                 allow_image_urls: bool = False, salts: CacheSalts | None = None) -> None:
         self.hub = hub
         self.served = served
         self.allow_image_urls = allow_image_urls
+        self.salts = salts or CacheSalts()
 
     async def handle(self, request: Request) -> Response:
         """Handle one POST /v1/chat/completions."""
@@ -67,7 +69,7 @@ class ChatEndpoint:
                        context_length(st.facts, served.context_length), "messages")
         jobs = [Generate(request_id=f"{cid}-{i}", params=params, messages=messages, tools=tools,
                          chat_template_kwargs=kwargs, assistant_prefix=prefix, grammar=grammar,
-                         images=pictures)
+                         images=pictures, cache_salt=self.salts.of(request))
                 for i in range(req.n)]
         await off_loop(size, encodable, jobs[0])  # the choices differ only in request_id
         streams = await submit_spaced(self.hub, req.model, jobs)

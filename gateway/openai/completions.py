@@ -21,6 +21,7 @@ from gateway.doors.disconnect import until_disconnected
 from gateway.doors.jobs import completion_params, encodable
 from gateway.doors.kinds import require_kind
 from gateway.doors.relay import abort_all, error_for, peek_first, submit_spaced
+from gateway.doors.salt import CacheSalts
 from gateway.doors.streaming import DONE, SSE_HEADERS, merged, sse
 from gateway.doors.structured import grammar_for
 from gateway.edge.errors import APIError, bad_request, read_body
@@ -55,8 +56,9 @@ class _Choice:
 class CompletionsEndpoint:
     """Validates a completion request, one job per prompt and choice, relays the outputs."""
 
-    def __init__(self, hub: Hub) -> None:
+    def __init__(self, hub: Hub, salts: CacheSalts | None = None) -> None:
         self.hub = hub
+        self.salts = salts or CacheSalts()
 
     async def handle(self, request: Request) -> Response:
         """Handle one POST /v1/completions."""
@@ -86,11 +88,12 @@ class CompletionsEndpoint:
         cid = f"cmpl-{uuid.uuid4().hex}"
         jobs: list[Generate] = []
         choices: list[_Choice] = []
+        salt = self.salts.of(request)
         for p_idx, prompt in enumerate(prompts):
             for i in range(req.n):
                 idx = p_idx * req.n + i
                 jobs.append(Generate(request_id=f"{cid}-{idx}", params=params, grammar=grammar,
-                                     **prompt))
+                                     cache_salt=salt, **prompt))
                 choices.append(_Choice(idx, prompt.get("prompt", "") if req.echo else ""))
             encodable(jobs[-1])  # the choices of a prompt differ only in request_id
         streams = await submit_spaced(self.hub, req.model, jobs)

@@ -18,7 +18,7 @@ from gateway.plane.curve import CurveServer
 from gateway.plane.events import read_events, reader_ended
 from gateway.plane.metrics import Metrics
 from gateway.plane.peers import PeerAuth, Rejections
-from gateway.plane.routing import Router, RoutingConfig, route_key
+from gateway.plane.routing import Router, RoutingConfig, route_key, route_namespace
 from gateway.plane.state import AliasState, Parked, Replica, Stream, Terminal
 from gateway.plane.watchdog import default_prepare_limit, watchdog
 from protocol import messages as m
@@ -197,9 +197,10 @@ class Hub:
         if not self._waitable(st):
             raise self._not_ready(st)
         frame = m.encode(job)
-        stream = Stream(job.request_id, alias, "", frame=frame, key=route_key(job))
+        stream = Stream(job.request_id, alias, "", frame=frame, key=route_key(job),
+                        ns=route_namespace(job))
         while self.serving(st):
-            r = self.router.pick(st.ready_replicas(), stream.key)
+            r = self.router.pick(st.ready_replicas(), stream.key, stream.ns)
             assert r.identity is not None
             try:
                 self.send_now(r.identity, frame)
@@ -231,7 +232,7 @@ class Hub:
             if not self.serving(st):
                 st.parked.append(p)  # the replica left meanwhile: wait for the next
                 continue
-            r = self.router.pick(st.ready_replicas(), p.stream.key)
+            r = self.router.pick(st.ready_replicas(), p.stream.key, p.stream.ns)
             try:
                 assert r.identity is not None
                 self.send_now(r.identity, p.frame)

@@ -14,6 +14,7 @@ class _Node:
     parent: _Node | None = None
     children: dict[str, _Node] = field(default_factory=dict)  # first character -> child
     used: int = 0  # a logical clock: larger is more recent
+    ns: str = ""  # a root's namespace (a tenant's cache salt)
 
 
 class PrefixTree:
@@ -21,16 +22,25 @@ class PrefixTree:
 
     It mirrors what the replica's own prefix cache probably holds, without asking it: the size
     bound (in characters) keeps it from growing without end, like the cache it approximates.
+    Like that cache, each namespace (a tenant's cache salt; "" shared) has its own root, so a
+    text sent under one never matches under another; the bound and the LRU order are global.
     """
 
     def __init__(self, max_chars: int = 1 << 20) -> None:
-        self.root = _Node()
+        self.roots: dict[str, _Node] = {"": _Node()}
         self.max_chars = max_chars
         self.size = 0  # characters stored on edges
 
-    def match(self, text: str) -> int:
-        """How many leading characters of TEXT the tree holds (marks the path as used)."""
-        node, i, now = self.root, 0, next(_clock)
+    @property
+    def root(self) -> _Node:
+        """The shared namespace's root."""
+        return self.roots[""]
+
+    def match(self, text: str, ns: str = "") -> int:
+        """How many leading characters of TEXT namespace NS holds (marks the path as used)."""
+        node, i, now = self.roots.get(ns), 0, next(_clock)
+        if node is None:
+            return 0
         while i < len(text):
             child = node.children.get(text[i])
             if child is None:
@@ -43,9 +53,13 @@ class PrefixTree:
             node = child
         return i
 
-    def insert(self, text: str) -> None:
-        """Add TEXT (a prompt sent to the replica), then evict old leaves beyond the bound."""
-        node, i, now = self.root, 0, next(_clock)
+    def insert(self, text: str, ns: str = "") -> None:
+        """Add TEXT (a prompt sent to the replica) under namespace NS, then evict old leaves
+        beyond the bound."""
+        node = self.roots.get(ns)
+        if node is None:
+            node = self.roots[ns] = _Node(ns=ns)
+        i, now = 0, next(_clock)
         while i < len(text):
             child = node.children.get(text[i])
             if child is None:
@@ -68,15 +82,19 @@ class PrefixTree:
     def evict(self) -> None:
         """Drop least recently used leaves until the tree fits its bound."""
         while self.size > self.max_chars:
-            leaf = min(_leaves(self.root), key=lambda n: n.used, default=None)
+            leaves = (n for root in self.roots.values() for n in _leaves(root))
+            leaf = min(leaves, key=lambda n: n.used, default=None)
             if leaf is None or leaf.parent is None:
                 return
-            del leaf.parent.children[leaf.edge[0]]
+            parent = leaf.parent
+            del parent.children[leaf.edge[0]]
             self.size -= len(leaf.edge)
+            if parent.parent is None and not parent.children and parent.ns:
+                del self.roots[parent.ns]  # an emptied namespace
 
     def clear(self) -> None:
         """Forget everything (the replica died: its cache is gone)."""
-        self.root, self.size = _Node(), 0
+        self.roots, self.size = {"": _Node()}, 0
 
 
 def _common(edge: str, text: str, start: int) -> int:

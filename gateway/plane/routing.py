@@ -34,6 +34,12 @@ def route_key(job: m.Work) -> str:
     return _full_key(job)[:KEY_CHARS]
 
 
+def route_namespace(job: m.Work) -> str:
+    """The prefix-cache namespace the route key lives in: the job's cache salt (a tenant's), so
+    routing by prefix never depends on what another tenant sent."""
+    return job.cache_salt if isinstance(job, m.Generate) else ""
+
+
 def _full_key(job: m.Work) -> str:
     if isinstance(job, m.Generate):
         if job.messages is not None:  # stops at KEY_CHARS: a body may hold 100k messages
@@ -69,8 +75,9 @@ class Router:
         self.config = config or RoutingConfig()
         self._rr = itertools.count()
 
-    def pick(self, replicas: Sequence[Replica], key: str) -> Replica:
-        """The replica for a request with route KEY (REPLICAS: non-empty, all routable)."""
+    def pick(self, replicas: Sequence[Replica], key: str, ns: str = "") -> Replica:
+        """The replica for a request with route KEY in namespace NS (REPLICAS: non-empty, all
+        routable)."""
         cfg = self.config
         if len(replicas) == 1:
             chosen = replicas[0]
@@ -79,28 +86,28 @@ class Router:
         elif cfg.policy == "least_loaded" or not key:
             chosen = _least_loaded(replicas)
         else:
-            chosen = self._cache_aware(replicas, key)
-        self.record(chosen, key)
+            chosen = self._cache_aware(replicas, key, ns)
+        self.record(chosen, key, ns)
         return chosen
 
-    def _cache_aware(self, replicas: Sequence[Replica], key: str) -> Replica:
+    def _cache_aware(self, replicas: Sequence[Replica], key: str, ns: str) -> Replica:
         cfg = self.config
         loads = [r.load for r in replicas]
         if max(loads) - min(loads) > cfg.balance_abs and max(loads) > cfg.balance_rel * min(loads):
             return _least_loaded(replicas)  # imbalanced: stop feeding the busy one
-        matches = [r.tree.match(key) for r in replicas]
+        matches = [r.tree.match(key, ns) for r in replicas]
         best = max(range(len(replicas)), key=lambda i: (matches[i], -loads[i]))
         if matches[best] / len(key) >= cfg.match_threshold:
             return replicas[best]
         return _least_loaded(replicas)
 
-    def record(self, replica: Replica, key: str) -> None:
-        """Count the request's prefix match on REPLICA and remember its text there."""
+    def record(self, replica: Replica, key: str, ns: str = "") -> None:
+        """Count the request's prefix match on REPLICA and remember its text there (under NS)."""
         if not key:
             return
         replica.routed_chars += len(key)
-        replica.matched_chars += replica.tree.match(key)
-        replica.tree.insert(key)
+        replica.matched_chars += replica.tree.match(key, ns)
+        replica.tree.insert(key, ns)
 
 
 def _least_loaded(replicas: Sequence[Replica]) -> Replica:

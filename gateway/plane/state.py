@@ -35,6 +35,7 @@ class Stream:
     frame: bytes = b""  # the encoded job, until the worker answers (to resend it once)
     retried: bool = False
     key: str = ""  # the route key (gateway/plane/routing.py)
+    ns: str = ""  # the route key's namespace (the job's cache salt)
 
 
 @dataclass

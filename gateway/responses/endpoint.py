@@ -16,6 +16,7 @@ from gateway.doors.disconnect import until_disconnected
 from gateway.doors.jobs import _pick, encodable
 from gateway.doors.kinds import require_kind
 from gateway.doors.relay import abort_all, error_for, outputs, peek_first, submit_all
+from gateway.doors.salt import CacheSalts
 from gateway.doors.streaming import SSE_HEADERS
 from gateway.doors.structured import thinks
 from gateway.edge.errors import APIError
@@ -59,10 +60,11 @@ class ResponsesEndpoint:
 
     def __init__(self, hub: Hub, served: dict[str, ServedModel],
                  conversations: Conversations | None = None,
-                 allow_image_urls: bool = False) -> None:
+                 allow_image_urls: bool = False, salts: CacheSalts | None = None) -> None:
         self.hub = hub
         self.served = served
         self.allow_image_urls = allow_image_urls
+        self.salts = salts or CacheSalts()
         self.conv = conversations or Conversations(None, keyed=False)
 
     async def handle(self, request: Request) -> Response:
@@ -102,7 +104,7 @@ class ResponsesEndpoint:
         rid = f"resp_{uuid.uuid4().hex}"
         job = Generate(request_id=rid, params=params, messages=messages, tools=tools,
                        chat_template_kwargs=template_kwargs(req), assistant_prefix=prefix,
-                       grammar=grammar, images=pictures)
+                       grammar=grammar, images=pictures, cache_salt=self.salts.of(request))
         await off_loop(weight, encodable, job)
         streams = submit_all(self.hub, req.model, [job])
         try:

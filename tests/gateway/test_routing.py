@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gateway.plane.prefix_tree import PrefixTree
-from gateway.plane.routing import Router, RoutingConfig, route_key
+from gateway.plane.routing import Router, RoutingConfig, route_key, route_namespace
 from gateway.plane.state import Replica, Stream
 from protocol import messages as m
 
@@ -135,3 +135,33 @@ def test_route_key_of_token_ids_reads_only_the_key_prefix() -> None:
     key = route_key(m.Generate(request_id="6", params=m.SamplingParams(), prompt_ids=ids))
     assert len(key) == KEY_CHARS and key[1] == chr(0xE000 + 1)
     assert _CountingIds.read <= KEY_CHARS
+
+
+def test_tree_namespaces_never_match_each_other_and_share_one_bound() -> None:
+    t = PrefixTree(max_chars=30)
+    t.insert("system A: aaaaaaaa", "tenant-1")  # 18 chars
+    assert t.match("system A: aaaaaaaa", "tenant-1") == 18
+    assert t.match("system A: aaaaaaaa", "tenant-2") == 0  # another tenant's text: no match
+    assert t.match("system A: aaaaaaaa") == 0
+    t.insert("system A: aaaaaaaa", "tenant-2")  # 36 > 30: the LRU leaf (tenant-1's) goes
+    assert t.size == 18 and t.match("system A: aaaaaaaa", "tenant-1") == 0
+    assert t.match("system A: aaaaaaaa", "tenant-2") == 18
+    assert set(t.roots) == {"", "tenant-2"}  # the emptied namespace is forgotten
+    t.clear()
+    assert t.size == 0 and t.match("system A", "tenant-2") == 0
+
+
+def test_routing_by_prefix_ignores_other_tenants() -> None:
+    """Tenant 2's request goes where the load says, not where tenant 1 sent the same text."""
+    router = Router(RoutingConfig(policy="cache_aware"))
+    r0, r1 = _replica("r0"), _replica("r1", load=1)
+    r1.tree.insert(SYS["A"], "tenant-1")
+    assert router.pick([r0, r1], SYS["A"] + "q", "tenant-1").name == "r1"  # its own prefix
+    assert router.pick([r0, r1], SYS["A"] + "q", "tenant-2").name == "r0"  # least loaded
+
+
+def test_route_namespace_is_the_jobs_cache_salt() -> None:
+    gen = m.Generate(request_id="1", params=m.SamplingParams(), prompt="p", cache_salt="s1")
+    assert route_namespace(gen) == "s1" and route_key(gen) == "p"
+    assert route_namespace(m.Generate(request_id="2", params=m.SamplingParams(), prompt="p")) == ""
+    assert route_namespace(m.Speak(request_id="3", text="t")) == ""

@@ -80,10 +80,11 @@ def _forgeries(boot: str, request_id: str) -> list[list[bytes]]:
     facts = m.ModelFacts(model="evil", context_length=2048, vocab_size=4096)
     out = m.RequestOutput(request_id=request_id, text=" INJECTED", token_ids=[7])
     end = m.RequestOutput(request_id=request_id, text=" END", token_ids=[7], finish_reason="stop")
+    version = m.PROTOCOL_VERSION  # refused for the secret or the boot id, not the version
     return [
-        [m.encode(m.Ready(alias="default", boot_id=boot, pid=1, protocol_version=1, facts=facts,
-                          secret="guess"))],
-        [m.encode(m.Ready(alias="default", boot_id="0" * 32, pid=1, protocol_version=1,
+        [m.encode(m.Ready(alias="default", boot_id=boot, pid=1, protocol_version=version,
+                          facts=facts, secret="guess"))],
+        [m.encode(m.Ready(alias="default", boot_id="0" * 32, pid=1, protocol_version=version,
                           facts=facts))],
         [m.encode(m.StepOutputs(boot_id=boot, step=10**6, outputs=[out]))],
         [m.encode(m.StepOutputs(boot_id=boot, step=10**6 + 1, outputs=[end]))],

@@ -37,6 +37,7 @@ class DraftRow:
     computed: int = 0
     kv: RequestPages = field(default_factory=RequestPages)
     pending: mx.array | None = None  # the last proposals, not read back yet
+    cache_salt: str = ""  # its KVManager has no prefix tree
 
 
 def _settle(d: DraftRow) -> None:

@@ -81,3 +81,4 @@ class MTPRow:
     computed: int = 0  # KVManager's view: local positions held (done - base)
     tokens: list[int] = field(default_factory=list)
     kv: RequestPages = field(default_factory=RequestPages)
+    cache_salt: str = ""  # its KVManager has no prefix tree
