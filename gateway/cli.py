@@ -6,7 +6,6 @@ import json
 import os
 import sqlite3
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import click
@@ -20,11 +19,11 @@ from gateway.aliases import (
     user_alias_file,
 )
 from gateway.anthropic.models import parse_model_map
+from gateway.cli_options import Size, edge_options, listed
 from gateway.config import GatewayConfig
 from gateway.served import ServedModel
 from gateway.storage.paths import RESPONSES_DB, default_data_dir, prepare_data_dir
 from gateway.storage.schema import SchemaError, connect
-from gateway.storage.sizes import parse_size
 
 DEFAULT_ALIAS = "default"  # the embedded demo model (gateway/data/aliases.toml)
 
@@ -69,16 +68,6 @@ def _served(models: tuple[str, ...], names: tuple[str, ...], tool_parser: str | 
     return out
 
 
-class _Size(click.ParamType[int]):
-    name = "BYTES"
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> int:
-        try:
-            return value if isinstance(value, int) else parse_size(str(value))
-        except ValueError:
-            self.fail(f"{value!r} is not a size such as 1GiB, 512MiB, 100MB or 65536", param, ctx)
-
-
 def _data_dir(path: str | None) -> str:
     """The data directory, created 0700 with its database now, so that a bad one (unwritable,
     not a database, a newer schema) stops the start with its reason."""
@@ -88,46 +77,6 @@ def _data_dir(path: str | None) -> str:
     except (OSError, ValueError, sqlite3.Error, SchemaError) as exc:
         raise click.ClickException(f"--data-dir: {exc}") from exc
     return str(directory)
-
-
-def _listed(values: tuple[str, ...]) -> list[str]:
-    """Repeatable options that also take comma-separated lists."""
-    return [v.strip() for value in values for v in value.split(",") if v.strip()]
-
-
-def _edge_options(f: Callable[..., None]) -> Callable[..., None]:
-    """The HTTP edge's options of `serve` (who may reach the server, and what stays public)."""
-    options = [
-        click.option("--allowed-hosts", multiple=True, help="Host names the server answers to "
-                     "besides localhost and --host (comma-separated or repeated; '*': any)"),
-        click.option("--cors-allow-origins", multiple=True, help="browser origins allowed to "
-                     "call the API, e.g. http://localhost:3000 (default: CORS off; '*': any)"),
-        click.option("--allow-unauthenticated", is_flag=True,
-                     help="start on a non-loopback --host without --api-key"),
-        click.option("--public-metrics", is_flag=True, help="with --api-key: /metrics needs none"),
-        click.option("--public-health", is_flag=True,
-                     help="with --api-key: /v1/health and /v1/health/ALIAS need none"),
-        click.option("--public-docs", is_flag=True,
-                     help="with --api-key: /docs and /openapi.json need none"),
-        click.option("--swap-allow-path", "swap_allow_paths", multiple=True,
-                     type=click.Path(file_okay=False),
-                     help="admin swaps may load model folders under this directory (repeatable)"),
-        click.option("--swap-allow-repos", is_flag=True,
-                     help="admin swaps may load (and download) any Hugging Face repo id"),
-        click.option("--allow-image-urls", is_flag=True,
-                     help="fetch http(s) image URLs of requests (public addresses only, "
-                     "bounded; default: only data: URLs are accepted)"),
-        click.option("--header-timeout", default=15.0, show_default=True,
-                     type=click.FloatRange(min=0.5),
-                     help="seconds a connection may take to send its request headers"),
-        click.option("--max-connections", default=0, type=click.IntRange(min=0),
-                     help="open client connections at once; more get a 503 at once (default: "
-                     "the open-file limit, raised to its hard limit, less a reserve for workers, "
-                     "storage and accept bursts, at most 10000)"),
-    ]
-    for option in reversed(options):
-        f = option(f)
-    return f
 
 
 def _print_version(ctx: click.Context, _: click.Parameter, value: bool) -> None:
@@ -253,10 +202,10 @@ def _group_args(ranks: int, hostfile: str | None, port: int) -> list[str]:
                                               "bound)")
 @click.option("--responses-max-age", default=30.0, show_default=True,
               type=click.FloatRange(min=0), help="days a stored response is kept (0: no bound)")
-@click.option("--responses-max-bytes", default="1GiB", show_default=True, type=_Size(),
+@click.option("--responses-max-bytes", default="1GiB", show_default=True, type=Size(),
               help="keep at most this much stored JSON, oldest dropped first; a response larger "
                    "on its own is answered but not stored (0: no bound)")
-@_edge_options
+@edge_options
 def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
           api_keys: tuple[str, ...], tool_call_parser: str | None, reasoning_parser: str | None,
           aliases_file: str | None, kv_cache_turboquant: str, kv_cache_memory: str,
@@ -310,8 +259,8 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
         max_start_crashes=max_start_crashes, restart_backoff=restart_backoff,
         admin_key=admin_key or None, curve_dir=curve_dir, worker_token_file=worker_token_file,
         insecure_worker_transport=insecure_worker_transport, heartbeat_timeout=heartbeat_timeout,
-        allowed_hosts=_listed(edge["allowed_hosts"]),
-        cors_allow_origins=_listed(edge["cors_allow_origins"]),
+        allowed_hosts=listed(edge["allowed_hosts"]),
+        cors_allow_origins=listed(edge["cors_allow_origins"]),
         allow_unauthenticated=edge["allow_unauthenticated"],
         public_metrics=edge["public_metrics"], public_health=edge["public_health"],
         public_docs=edge["public_docs"], swap_allow_paths=list(edge["swap_allow_paths"]),
