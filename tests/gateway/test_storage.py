@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import sqlite3
@@ -11,17 +10,16 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from gateway.storage.paths import RESPONSES_DB, default_data_dir, prepare_data_dir
 from gateway.storage.responses import ResponseStore, UnknownItem
 from gateway.storage.schema import SCHEMA_VERSION, SchemaError
+from tests.gateway.store_helpers import with_store as _with_store
 
-T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -34,17 +32,6 @@ def _resp(rid: str, created_at: int | None = None) -> dict[str, Any]:
 def _items(n: int, tag: str = "") -> list[dict[str, Any]]:
     return [{"id": f"msg_{tag}{i}", "type": "message", "role": "user",
              "content": [{"type": "input_text", "text": str(i)}]} for i in range(n)]
-
-
-def _with_store(path: Path, body: Callable[[ResponseStore], Awaitable[T]], **kw: Any) -> T:
-    async def run() -> T:
-        store = ResponseStore(path / RESPONSES_DB, **kw)
-        await store.open()
-        try:
-            return await body(store)
-        finally:
-            await store.close()
-    return asyncio.run(run())
 
 
 def test_data_dir_created_private_and_narrowed(tmp_path: Path,

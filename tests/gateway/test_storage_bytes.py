@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 
 from gateway.storage.paths import RESPONSES_DB
 from gateway.storage.responses import ResponseStore
 from gateway.storage.schema import SCHEMA_VERSION
+from tests.gateway.store_helpers import with_store as _with_store
 
-T = TypeVar("T")
 KIB = 1024
 
 
@@ -31,17 +29,6 @@ def _items(rid: str, n: int, size: int) -> list[dict[str, Any]]:
 def _size(response: dict[str, Any], items: list[dict[str, Any]]) -> int:
     """What the bound counts: the JSON of the body and of every item."""
     return len(msgspec.json.encode(response)) + sum(len(msgspec.json.encode(i)) for i in items)
-
-
-def _with_store(path: Path, body: Callable[[ResponseStore], Awaitable[T]], **kw: Any) -> T:
-    async def run() -> T:
-        store = ResponseStore(path / RESPONSES_DB, **kw)
-        await store.open()
-        try:
-            return await body(store)
-        finally:
-            await store.close()
-    return asyncio.run(run())
 
 
 def _sum_sizes(path: Path) -> int:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import random
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 import pytest
@@ -17,8 +15,8 @@ from gateway.responses.history import replay
 from gateway.storage.paths import RESPONSES_DB
 from gateway.storage.responses import ResponseStore
 from gateway.storage.schema import SCHEMA_VERSION
+from tests.gateway.store_helpers import with_store as _with_store
 
-T = TypeVar("T")
 Turn = tuple[str, dict[str, Any], list[dict[str, Any]]]
 V1 = ["CREATE TABLE responses (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, "
       "owner TEXT NOT NULL, created_at INTEGER NOT NULL, body BLOB NOT NULL)",
@@ -73,17 +71,6 @@ def _stored(turns: list[Turn]) -> int:
     """The bytes TURNS take stored with each item once: bodies plus distinct items."""
     distinct = {it["id"]: _n(it) for _, _, items in turns for it in items}
     return sum(_n(r) for _, r, _ in turns) + sum(distinct.values())
-
-
-def _with_store(path: Path, body: Callable[[ResponseStore], Awaitable[T]], **kw: Any) -> T:
-    async def run() -> T:
-        store = ResponseStore(path / RESPONSES_DB, **kw)
-        await store.open()
-        try:
-            return await body(store)
-        finally:
-            await store.close()
-    return asyncio.run(run())
 
 
 def _db(path: Path, sql: str) -> int:
