@@ -108,7 +108,7 @@ class Server:
     alias: str = "bench"
     started_at: float = 0.0
     blas: str | None = None
-    home: str | None = None  # rapid_mlx_ref: the private HOME of this start
+    home: str | None = None  # rapid_mlx_ref: the private HOME of this start; ours: its data home
     cwd: Path | None = None  # ours: the checkout to run (default: this one)
     env_extra: dict[str, str] = field(default_factory=dict)  # more environment for this server
 
@@ -185,6 +185,11 @@ class Server:
             env.update(PEER_ENV)
             self.home = tempfile.mkdtemp(prefix="bench-peer-home-")
             env["HOME"] = self.home
+        elif self.kind == "ours" and "--data-dir" not in self.argv_extra:
+            # stored responses of this start only: not the user's data folder, and a baseline
+            # checkout with an older store schema does not meet a newer one's file
+            self.home = tempfile.mkdtemp(prefix="bench-ours-data-")
+            env["XDG_DATA_HOME"] = self.home
         log = open(self.log_dir / f"{self.name}.log", "wb")  # noqa: SIM115 - closed by the child
         self.proc = subprocess.Popen(self.argv(), cwd=self.cwd or ROOT, env=env, stdout=log,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
