@@ -67,7 +67,8 @@ class GuardedH11Protocol(H11Protocol):
         """Close this idle connection to make room for a new one: a 408 if it had sent part of
         a request head, else just a close (as an idle keep-alive timeout does). It leaves the
         server's connections at once; its fd is counted with the lingering refusals until
-        connection_lost (the same reserve), and reset at once when those slots are full."""
+        connection_lost (the same reserve), reset at once when those slots are full, and after
+        LINGER seconds if its client does not read what is left to send."""
         self._disarm()
         self.connections.discard(self)
         self._refused = True
@@ -79,10 +80,12 @@ class GuardedH11Protocol(H11Protocol):
             self.transport.write(_error(
                 408, "Request Timeout", "The server needed this connection for another client: "
                 f"the request head was not complete after {waited:.1f}s.", "connection_evicted"))
-        if self.refusals.lingering > self.linger_slots or self.transport.get_write_buffer_size():
-            self.transport.abort()  # no fd may wait on a client that does not read
+        if self.refusals.lingering > self.linger_slots:
+            self.transport.abort()  # lingering evictions would eat the fds kept in reserve
             return
-        self.transport.close()
+        self.transport.close()  # a keep-alive one's last answer is still sent out first...
+        if self.transport.get_write_buffer_size():
+            self.loop.call_later(LINGER, self.transport.abort)  # ...for a moment
 
     def _refuse(self, transport: asyncio.Transport) -> None:
         """Answer a connection past the bound with a 503 without reading its request; it never

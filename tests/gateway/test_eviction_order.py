@@ -12,6 +12,7 @@ import pytest
 import uvicorn
 from uvicorn.server import ServerState
 
+from gateway.edge import http_protocol
 from gateway.edge.http_protocol import GuardedH11Protocol, Refusals
 from gateway.edge.idle import IdleConnections
 
@@ -32,12 +33,15 @@ class Transport(asyncio.Transport):
         self.out += bytes(data)
 
     def _end(self, how: str) -> None:
-        if not self.ended:
+        if not self.ended or (self.ended == "close" and how == "abort" and self.unsent):
             self.ended = how
             assert self.protocol is not None
             self.loop.call_soon(self.protocol.connection_lost, None)
 
     def close(self) -> None:
+        if self.unsent:  # asyncio sends what is left first
+            self.ended = self.ended or "close"
+            return
         self._end("close")
 
     def abort(self) -> None:
@@ -47,7 +51,9 @@ class Transport(asyncio.Transport):
         return bool(self.ended)
 
     def get_write_buffer_size(self) -> int:
-        return 0
+        return self.unsent
+
+    unsent = 0  # bytes the client has not taken yet
 
     def can_write_eof(self) -> bool:
         return False
@@ -161,3 +167,19 @@ async def test_evictions_past_the_linger_slots_are_reset(slots: int) -> None:
     gw.connect()
     assert first[1].ended == ("abort" if slots == 0 else "close")
     await gw.settle()
+
+
+async def test_an_evicted_connection_whose_client_does_not_read_is_reset(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A keep-alive connection with its last answer still unsent is closed gently (the answer
+    goes out first), but reset after LINGER: its fd is not held by a client that never reads."""
+    monkeypatch.setattr(http_protocol, "LINGER", 0.01)
+    gw = Gateway(1)
+    stuck = gw.connect()
+    stuck[1].unsent = 1000
+    gw.connect()
+    assert stuck[1].ended == "close"  # waiting for the unsent bytes
+    await asyncio.sleep(0.05)
+    assert stuck[1].ended == "abort"
+    await gw.settle()
+    assert gw.cls.refusals.lingering == 0
