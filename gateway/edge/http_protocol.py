@@ -74,7 +74,7 @@ class GuardedH11Protocol(H11Protocol):
         self._refused = True
         self.refusals.lingering += 1  # until connection_lost
         self.idle.log.hit("evicting idle connections: %d open, the most allowed "
-                          "(--max-connections); this one idle %.1fs", len(self.connections),
+                          "(--max-connections); this one idle %.1fs", self.max_connections,
                           waited)
         if self.conn.trailing_data[0]:
             self.transport.write(_error(
