@@ -131,6 +131,11 @@ def refill(port: int, socks: list[socket.socket], mode: str, stop: threading.Eve
                 pass  # reset, or never connected
             s.close()
             socks[i] = flood(port, 1, mode)[0]
+            if mode == "head":  # a request line first: the trickle may be past it
+                try:
+                    socks[i].send(b"GET /livez HTTP/1.1\r\nhost: x\r\nx-pad: ")
+                except OSError:
+                    pass
 
 
 def probe_loop(base: str, seconds: float) -> dict[str, Any]:
