@@ -7,6 +7,10 @@ Modes: `idle` (connect, send nothing), `head` (trickle a request head, a byte ev
 seconds), `body` (send a complete head, then trickle the body). Each tree serves stories260K
 (the demo model when it is absent) in turn; the flood is opened, held --hold seconds, measured,
 then closed.
+
+With --loop S the flood is topped up (a closed flood socket is opened again at once, as an
+attacker would) while a client sends /livez and a chat request on fresh connections in a loop
+for S seconds; the row then says how many of each were served (200) and what else they got.
 """
 
 from __future__ import annotations
@@ -115,6 +119,47 @@ def probe(base: str) -> dict[str, Any]:
     return out
 
 
+def refill(port: int, socks: list[socket.socket], mode: str, stop: threading.Event) -> None:
+    """Open a new flood socket in place of each one the server answered or closed, until STOP."""
+    while not stop.wait(0.05):
+        for i, s in enumerate(socks):
+            try:
+                s.recv(1, socket.MSG_PEEK)  # an answer (503, 408) or EOF: it is done
+            except BlockingIOError:
+                continue  # still open, nothing sent
+            except OSError:
+                pass  # reset, or never connected
+            s.close()
+            socks[i] = flood(port, 1, mode)[0]
+            if mode == "head":  # a request line first: the trickle may be past it
+                try:
+                    socks[i].send(b"GET /livez HTTP/1.1\r\nhost: x\r\nx-pad: ")
+                except OSError:
+                    pass
+
+
+def probe_loop(base: str, seconds: float) -> dict[str, Any]:
+    """/livez and a one-token chat request on fresh connections in turn for SECONDS."""
+    got: dict[str, dict[str, int]] = {"livez": {}, "chat": {}}
+    end = time.perf_counter() + seconds
+    model = MODEL.name if (MODEL / "config.json").exists() else "default"
+    while time.perf_counter() < end:
+        for kind in ("livez", "chat"):
+            try:
+                if kind == "livez":
+                    r = httpx.get(base + "/livez", timeout=10)
+                else:
+                    r = httpx.post(base + "/v1/chat/completions", timeout=30, json={
+                        "model": model, "messages": [{"role": "user", "content": "hi"}],
+                        "max_tokens": 1})
+                key = str(r.status_code)
+            except httpx.HTTPError as exc:
+                key = type(exc).__name__
+            got[kind][key] = got[kind].get(key, 0) + 1
+    return {f"{k}_served": f"{v.get('200', 0)}/{sum(v.values())}" for k, v in got.items()} | {
+        "probe_results": got}
+
+
 def answered(socks: list[socket.socket]) -> dict[str, int]:
     """What the flood's sockets got: a status line (by code), EOF, a reset, or nothing yet."""
     seen: dict[str, int] = {}
@@ -132,7 +177,7 @@ def answered(socks: list[socket.socket]) -> dict[str, int]:
 
 
 def run(tree: str, n: int, mode: str, hold: float, every: float, extra: list[str],
-        log: str = "", kill_worker: float = 0.0) -> dict[str, Any]:
+        log: str = "", kill_worker: float = 0.0, loop: float = 0.0) -> dict[str, Any]:
     """One flood of N connections against a fresh server from TREE."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -150,6 +195,14 @@ def run(tree: str, n: int, mode: str, hold: float, every: float, extra: list[str
     th = threading.Thread(target=trickle, args=(socks, mode, every, stop), daemon=True)
     th.start()
     time.sleep(hold)
+    if loop:
+        halt = threading.Event()
+        topper = threading.Thread(target=refill, args=(port, socks, mode, halt), daemon=True)
+        topper.start()
+        row.update(probe_loop(base, loop))
+        halt.set()
+        topper.join()
+        row["fds_loop"] = gw.num_fds()
     if kill_worker:  # the supervisor must spawn a new one with the flood still open
         for w in workers:
             w.kill()
@@ -192,11 +245,13 @@ def main() -> None:
     ap.add_argument("--log", default="", help="write the server's output to this file")
     ap.add_argument("--kill-worker", type=float, default=0.0,
                     help="SIGKILL the worker after --hold, measure this many seconds later")
+    ap.add_argument("--loop", type=float, default=0.0,
+                    help="after --hold, top the flood up and probe in a loop this many seconds")
     args = ap.parse_args()
     for n in [int(c) for c in args.counts.split(",")]:
         for tree in args.trees:
             print(run(tree, n, args.mode, args.hold, args.every, args.serve_arg,
-                      args.log, args.kill_worker), flush=True)
+                      args.log, args.kill_worker, args.loop), flush=True)
 
 
 if __name__ == "__main__":

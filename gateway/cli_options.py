@@ -54,7 +54,9 @@ def edge_options(f: Callable[..., None]) -> Callable[..., None]:
                      type=click.FloatRange(min=0.5),
                      help="seconds a connection may take to send its request headers"),
         click.option("--max-connections", default=0, type=click.IntRange(min=0),
-                     help="open client connections at once; more get a 503 at once (default: "
+                     help="open client connections at once; past it a new one evicts the "
+                     "connection idle the longest (no request head yet), or gets a 503 when all "
+                     "are serving requests (default: "
                      "the open-file limit, raised to its hard limit, less a reserve for workers, "
                      "storage and accept bursts, at most 10000)"),
     ]

@@ -20,6 +20,7 @@ from gateway.edge.connlimit import (
     raise_fd_limit,
 )
 from gateway.edge.http_protocol import MAX_HEADER_BYTES, GuardedH11Protocol, Refusals
+from gateway.edge.idle import IdleConnections
 from gateway.plane.drain import Drainer
 from gateway.plane.hub import Hub
 from gateway.plane.supervisor import EXIT_CANNOT_LOAD, Supervisor
@@ -84,7 +85,8 @@ def connection_bounds(config: GatewayConfig, limit: int) -> dict[str, object]:
         sys.exit(2)
     log.info("at most %d open client connections (fd limit %d)", most, limit)
     return {"header_timeout": config.header_timeout, "max_connections": most,
-            "refusals": Refusals(), "linger_slots": backlog(limit)}
+            "refusals": Refusals(), "idle": IdleConnections(),
+            "linger_slots": backlog(limit)}
 
 
 async def serve(config: GatewayConfig) -> None:

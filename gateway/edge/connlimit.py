@@ -4,12 +4,14 @@ Every open connection is a file descriptor. Past the limit, accept() fails with 
 listening socket stops taking anyone (/livez included), asyncio logs a traceback per failed
 accept (thousands a second), and the worker plane (ZeroMQ reconnects, the response store,
 spawning a worker) finds no fd either. So the gateway raises its soft fd limit to the hard one,
-keeps a reserve of them beyond the bound, and answers a connection past the bound with a 503 at
-once (gateway/edge/http_protocol.py); overload is logged once per interval.
+keeps a reserve of them beyond the bound; past the bound a new connection evicts the one idle the
+longest, or gets a 503 at once when all are busy (gateway/edge/http_protocol.py, idle.py);
+overload is logged once per interval.
 
 The reserve covers the worker plane and storage, the sockets asyncio accepts in one burst before
 any of them is counted (up to the listen backlog per wake-up, and a second wake-up may come
-first: twice the backlog), and the refused connections lingering to deliver their 503.
+first: twice the backlog), and the refused or evicted connections lingering to deliver their
+answer.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from gateway.edge.connlimit import OverloadLog
+from gateway.edge.idle import IdleConnections
 
 log = logging.getLogger("rapid_mlx.gateway")
 
@@ -38,23 +39,53 @@ class Refusals:
 
 class GuardedH11Protocol(H11Protocol):
     """Drop a connection whose request head is not complete within `header_timeout` seconds
-    (slowloris), answer an oversized or malformed head in the OpenAI error shape, and a
-    connection past `max_connections` open ones with a 503 at once."""
+    (slowloris), answer an oversized or malformed head in the OpenAI error shape; past
+    `max_connections` open ones, a new connection evicts the one idle the longest (no request
+    head yet, gateway/edge/idle.py) or, when every connection is serving a request, gets a 503."""
 
     header_timeout: float = HEADER_TIMEOUT
     max_connections: int | None = None  # open client connections; past it: 503 and close
     refusals: Refusals = Refusals()  # a subclass per server gets its own (gateway/server.py)
+    idle: IdleConnections[GuardedH11Protocol] = IdleConnections()  # per server too
     linger_slots: int = 32  # refused connections that may linger at once; more are reset at once
     _head_timer: asyncio.TimerHandle | None = None
     _lingering = False
-    _refused = False
+    _refused = False  # refused or evicted: not among the server's connections, closing
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if self.max_connections is not None and len(self.connections) >= self.max_connections:
-            self._refuse(transport)
-            return
+            oldest = self.idle.pop_oldest()
+            if oldest is None:  # every connection is serving a request
+                self._refuse(transport)
+                return
+            oldest[0]._evict(oldest[1])
         super().connection_made(transport)
         self._arm()
+        self.idle.add(self)
+
+    def _evict(self, waited: float) -> None:
+        """Close this idle connection to make room for a new one: a 408 if it had sent part of
+        a request head, else just a close (as an idle keep-alive timeout does). It leaves the
+        server's connections at once; its fd is counted with the lingering refusals until
+        connection_lost (the same reserve), reset at once when those slots are full, and after
+        LINGER seconds if its client does not read what is left to send."""
+        self._disarm()
+        self.connections.discard(self)
+        self._refused = True
+        self.refusals.lingering += 1  # until connection_lost
+        self.idle.log.hit("evicting idle connections: %d open, the most allowed "
+                          "(--max-connections); this one idle %.1fs", self.max_connections,
+                          waited)
+        if self.conn.trailing_data[0]:
+            self.transport.write(_error(
+                408, "Request Timeout", "The server needed this connection for another client: "
+                f"the request head was not complete after {waited:.1f}s.", "connection_evicted"))
+        if self.refusals.lingering > self.linger_slots:
+            self.transport.abort()  # lingering evictions would eat the fds kept in reserve
+            return
+        self.transport.close()  # a keep-alive one's last answer is still sent out first...
+        if self.transport.get_write_buffer_size():
+            self.loop.call_later(LINGER, self.transport.abort)  # ...for a moment
 
     def _refuse(self, transport: asyncio.Transport) -> None:
         """Answer a connection past the bound with a 503 without reading its request; it never
@@ -74,24 +105,30 @@ class GuardedH11Protocol(H11Protocol):
         self._linger(out)
 
     def data_received(self, data: bytes) -> None:
-        if self._lingering:
+        if self._lingering or self._refused:
             return  # the request was refused; its remaining bytes are dropped
         super().data_received(data)
-        if self.conn.their_state is h11.IDLE:
+        if self.conn.their_state is h11.IDLE and not self._lingering:
             self._arm()  # a new request head began (or continues): it keeps its first deadline
+            self.idle.add(self)  # (kept in its place if already idle)
         else:
             self._disarm()
+            self.idle.discard(self)  # a request is being read or served: never evicted
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.idle.discard(self)
         if self._refused:
             self.refusals.lingering -= 1
-            return
+            if self.flow is None:
+                return  # refused: it never joined the server's connections
         self._disarm()
         super().connection_lost(exc)
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
         self._disarm()  # idle keep-alive connections are uvicorn's timeout_keep_alive's business
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            self.idle.add(self)  # waiting for its next request: evictable
 
     def _arm(self) -> None:
         if self._head_timer is None and not self.transport.is_closing():
@@ -124,6 +161,7 @@ class GuardedH11Protocol(H11Protocol):
         """Answer, half-close, and read (and drop) what the client still sends for a moment:
         closing with unread input would reset the connection and lose the answer."""
         self._lingering = True
+        self.idle.discard(self)  # closing anyway: it counts until closed, but is not evicted
         self.transport.write(out)
         if self.transport.can_write_eof():
             self.transport.write_eof()
