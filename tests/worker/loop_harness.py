@@ -5,7 +5,8 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import zmq
@@ -58,6 +59,26 @@ class LoopRig:
     def send(self, job: m.Generate | m.Abort | m.StatusQuery | m.Shutdown) -> None:
         """Send one job as the gateway does."""
         self.router.send_multipart([IDENTITY, m.encode(job)])
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Park the loop where it next waits for jobs (idle); jobs sent in the block queue in its
+        socket, and the loop takes them all at once when the block ends."""
+        parked, release = threading.Event(), threading.Event()
+        drain = self.loop._drain
+
+        def gate(timeout_ms: int) -> bool:
+            parked.set()
+            release.wait()
+            return drain(timeout_ms)
+
+        self.loop._drain = gate  # type: ignore[method-assign]
+        try:
+            assert parked.wait(30), "the loop did not come back to wait for jobs"
+            yield
+        finally:
+            self.loop._drain = drain  # type: ignore[method-assign]
+            release.set()
 
     def send_raw(self, *frames: bytes) -> None:
         """Send arbitrary frames to the worker."""

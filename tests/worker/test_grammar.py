@@ -77,10 +77,10 @@ def test_cache_gives_fresh_copies_and_is_bounded(demo: Any) -> None:
     {"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"},
     {"type": "string", "format": "credit-card"}, [1, 2]])
 def test_bad_schemas_are_grammar_errors(compiler: GrammarCompiler, schema: Any) -> None:
-    t0 = time.monotonic()
+    t0 = time.thread_time()  # CPU time of this thread: other processes do not count
     with pytest.raises(GrammarError):
         compiler.compile(GrammarSpec(kind="json_schema", text=json.dumps(schema)))
-    assert time.monotonic() - t0 < 1.0
+    assert time.thread_time() - t0 < 1.0
     with pytest.raises(GrammarError):
         compiler.compile(GrammarSpec(kind="json_schema", text="x" * (MAX_SPEC_CHARS + 1)))
 
