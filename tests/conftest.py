@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from worker.rlimit import import_mlx_lm
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_MODELS = ROOT.parent / "shared" / "models"
 
@@ -18,6 +20,10 @@ SHARED_MODELS = ROOT.parent / "shared" / "models"
 _DATA_HOME = tempfile.mkdtemp(prefix="rapid-mlx-test-xdg-")
 os.environ["XDG_DATA_HOME"] = _DATA_HOME
 atexit.register(shutil.rmtree, _DATA_HOME, ignore_errors=True)
+
+# mlx-lm's import would set this process's open-file limits to (2048, 4096) for good (a test that
+# imports it first decides what every later test may open): import it as the worker does
+import_mlx_lm()
 
 
 def shared_model(name: str) -> Path:

@@ -4,6 +4,7 @@ logged once, and the worker plane keeps its fds (a real server with a low fd lim
 from __future__ import annotations
 
 import json
+import resource
 import socket
 import time
 from collections.abc import Iterator
@@ -24,6 +25,16 @@ CHAT = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
 def _open(port: int, n: int) -> list[socket.socket]:
     """N idle connections (they send nothing)."""
     return [socket.create_connection(("127.0.0.1", port), timeout=20) for _ in range(n)]
+
+
+def _room_for(n: int) -> None:
+    """Let this (the client) process open N sockets: its soft limit up to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < n:
+        pytest.skip(f"the test process may open {hard} files; the flood needs {n}")
+    if soft != resource.RLIM_INFINITY and soft < n:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (n if hard == resource.RLIM_INFINITY
+                                                    else hard, hard))
 
 
 def _answer(s: socket.socket) -> bytes:
@@ -70,6 +81,7 @@ def test_more_connections_than_fds_are_refused_and_the_server_lives(
     bound keeps fds in reserve, and past it a new connection evicts the oldest idle one (or,
     when all are busy, gets a 503: test_max_connections_is_exact)."""
     srv, model = low_fds
+    _room_for(HARD + 200)
     before = len(srv.lines)
     flood = _open(srv.port, HARD + 50)  # more than the process may ever open
     try:
