@@ -12,6 +12,7 @@ import msgspec
 from gateway.storage.paths import RESPONSES_DB
 from gateway.storage.responses import ResponseStore
 from gateway.storage.schema import SCHEMA_VERSION
+from tests.gateway.store_helpers import V1
 from tests.gateway.store_helpers import with_store as _with_store
 
 KIB = 1024
@@ -116,14 +117,6 @@ def test_file_size_follows_the_bound(tmp_path: Path) -> None:
     assert db.stat().st_size < bound / 4, db.stat().st_size  # the space went back
 
 
-V1 = ["CREATE TABLE responses (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, "
-      "owner TEXT NOT NULL, created_at INTEGER NOT NULL, body BLOB NOT NULL)",
-      "CREATE INDEX responses_created_at ON responses (created_at)",
-      "CREATE TABLE input_items (response_seq INTEGER NOT NULL REFERENCES responses (seq) "
-      "ON DELETE CASCADE, pos INTEGER NOT NULL, id TEXT NOT NULL, body BLOB NOT NULL, "
-      "PRIMARY KEY (response_seq, pos)) WITHOUT ROWID",
-      "CREATE INDEX input_items_id ON input_items (response_seq, id)",
-      "PRAGMA user_version=1"]
 
 
 def test_a_version_1_database_is_upgraded(tmp_path: Path) -> None:

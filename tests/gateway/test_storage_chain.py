@@ -15,17 +15,10 @@ from gateway.responses.history import replay
 from gateway.storage.paths import RESPONSES_DB
 from gateway.storage.responses import ResponseStore
 from gateway.storage.schema import SCHEMA_VERSION
+from tests.gateway.store_helpers import V1
 from tests.gateway.store_helpers import with_store as _with_store
 
 Turn = tuple[str, dict[str, Any], list[dict[str, Any]]]
-V1 = ["CREATE TABLE responses (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, "
-      "owner TEXT NOT NULL, created_at INTEGER NOT NULL, body BLOB NOT NULL)",
-      "CREATE INDEX responses_created_at ON responses (created_at)",
-      "CREATE TABLE input_items (response_seq INTEGER NOT NULL REFERENCES responses (seq) "
-      "ON DELETE CASCADE, pos INTEGER NOT NULL, id TEXT NOT NULL, body BLOB NOT NULL, "
-      "PRIMARY KEY (response_seq, pos)) WITHOUT ROWID",
-      "CREATE INDEX input_items_id ON input_items (response_seq, id)",
-      "PRAGMA user_version=1"]
 # the layout first merged as version 2 (items still whole in input_items), never released
 V2_FIRST = [V1[0].replace("created_at INTEGER NOT NULL,", "created_at INTEGER NOT NULL, "
                           "size INTEGER NOT NULL DEFAULT 0,"), *V1[1:4],

@@ -33,7 +33,7 @@ def _hard() -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[1]
 
 
-@pytest.mark.skipif(_hard() < 1024, reason="needs a hard open-file limit of 1024")
+@pytest.mark.skipif(_hard() < 1024, reason="this process's hard open-file limit is below 1024, so no child can be given one of 1024 to show the import failing under it")
 def test_a_hard_limit_below_4096_does_not_stop_the_import() -> None:
     plain = _run("plain", 256, 1024)  # what the worker did before: the import raised
     assert plain.returncode != 0 and "ValueError" in plain.stderr
