@@ -165,7 +165,9 @@ class GuardedH11Protocol(H11Protocol):
         self._disarm()
         self.idle.discard(self)  # a request is being read or served: not idle
         if state is h11.SEND_BODY and not self._lingering and not self.flow.read_paused:
-            self.bodies.received(self, len(data))  # its body is arriving: evictable if slow
+            # its body is arriving: evictable if slow (of the chunk that ended the head, only
+            # the body bytes count: those still buffered for the app)
+            self.bodies.received(self, len(data) if self in self.bodies else len(self.cycle.body))
         else:
             self.bodies.discard(self)  # complete (being served: never evicted), or the server
             # paused reading it (its clock starts again when reading resumes)

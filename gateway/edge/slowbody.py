@@ -79,12 +79,11 @@ class SlowBodies(Generic[T]):
         return conn in self._live
 
     def received(self, conn: T, n: int) -> None:
-        """N more body bytes of CONN; a connection not tracked yet starts now (the chunk that
-        completed its head is not counted: it is mostly head)."""
+        """N more body bytes of CONN; a connection not tracked yet starts now."""
         body = self._live.get(conn)
         now = time.monotonic()
         if body is None:
-            body = self._live[conn] = Body(now, now)
+            body = self._live[conn] = Body(now, now, n)
             self._file(conn, body, body.deadline())
             return
         body.bytes += n
