@@ -13,7 +13,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from gateway.anthropic.errors import envelope, is_messages_path
 from gateway.edge.connlimit import OverloadLog
 from gateway.edge.errors import APIError
-from gateway.edge.idle import IdleConnections
+from gateway.edge.idle import FRESH_S, IdleConnections
 from gateway.edge.slowbody import Body, SlowBodies
 
 log = logging.getLogger("rapid_mlx.gateway")
@@ -61,15 +61,9 @@ class GuardedH11Protocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if self.max_connections is not None and len(self.connections) >= self.max_connections:
-            oldest = self.idle.pop_oldest()
-            if oldest is not None:
-                oldest[0]._evict(oldest[1])
-            else:
-                stalled = self.bodies.pop_stalled(GuardedH11Protocol._body_evictable)
-                if stalled is None:  # every connection is serving a request (or reading one)
-                    self._refuse(transport)
-                    return
-                stalled[0]._evict_body(stalled[1])
+            if not self._make_room():  # every connection is serving a request (or reading one)
+                self._refuse(transport)
+                return
         super().connection_made(transport)
         self._arm()
         self.idle.add(self)
@@ -97,6 +91,22 @@ class GuardedH11Protocol(H11Protocol):
         self.transport.close()  # a keep-alive one's last answer is still sent out first...
         if self.transport.get_write_buffer_size():
             self.loop.call_later(LINGER, self.transport.abort)  # ...for a moment
+
+    def _make_room(self) -> bool:
+        """Evict one connection for this new one: the one idle the longest unless it connected
+        only just (FRESH_S: its head is likely on the way) and a stalled body can go instead;
+        False when no connection may go."""
+        age = self.idle.oldest_age()
+        if age is None or age < FRESH_S:
+            stalled = self.bodies.pop_stalled(GuardedH11Protocol._body_evictable)
+            if stalled is not None:
+                stalled[0]._evict_body(stalled[1])
+                return True
+        oldest = self.idle.pop_oldest()
+        if oldest is None:
+            return False
+        oldest[0]._evict(oldest[1])
+        return True
 
     def _body_evictable(self) -> bool:
         """Whether the client alone holds this connection's request body up: not while its

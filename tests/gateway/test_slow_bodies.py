@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import uvicorn
 
-from gateway.edge import http_protocol, slowbody
+from gateway.edge import http_protocol, idle, slowbody
 from gateway.edge.slowbody import GRACE_S, MIN_RATE, STALL_S, SlowBodies
 from tests.gateway.test_eviction_order import Gateway
 
@@ -34,6 +34,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     fake = SimpleNamespace(monotonic=c.monotonic)
     monkeypatch.setattr(slowbody, "time", fake)
     monkeypatch.setattr(http_protocol, "time", fake)
+    monkeypatch.setattr(idle, "time", fake)
     return c
 
 
@@ -173,3 +174,23 @@ async def test_a_fair_rate_body_and_an_answer_being_sent_are_never_evicted(clock
         task.cancel()
     await gw.settle()
     assert MIN_RATE <= 10 * 1024 / 0.1
+
+
+async def test_a_just_connected_client_is_spared_while_a_stalled_body_can_go(clock: Clock) -> None:
+    """A connection that has not sent its head yet is evicted before a stalled body only once it
+    has been idle FRESH_S: a client just connected is most likely sending its head. Before, a
+    flood of trickled bodies reconnecting evicted every new client before its head was read."""
+    gw = Gateway(3)
+    gw.config = uvicorn.Config(_app, timeout_keep_alive=60)
+    gw.cls.bodies = SlowBodies()
+    stalled = [gw.connect(head("/v1/chat/completions") + b"{") for _ in range(2)]
+    clock.now += GRACE_S + 0.1
+    client = gw.connect()  # its head is on the way
+    gw.connect(head("/v1/chat/completions") + b"{")  # the flood reconnects
+    assert not client[1].ended and stalled[0][1].out.startswith(b"HTTP/1.1 408")
+    clock.now += idle.FRESH_S
+    gw.connect(head("/v1/chat/completions") + b"{")  # silent for FRESH_S: idle, it goes first
+    assert client[1].ended == "close" and not stalled[1][1].ended
+    for task in list(gw.state.tasks):
+        task.cancel()
+    await gw.settle()
