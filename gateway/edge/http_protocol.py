@@ -21,6 +21,8 @@ log = logging.getLogger("rapid_mlx.gateway")
 MAX_HEADER_BYTES = 64 * 1024  # request line + headers; a larger head gets 431
 HEADER_TIMEOUT = 15.0  # seconds a connection may take to send a complete request head
 LINGER = 2.0  # seconds a refused connection's remaining input is read and dropped
+REFUSAL_WAIT = 0.5  # seconds a refused connection may take to send its request line (its path
+# picks the 503's error shape: Anthropic's on /v1/messages); then it gets the OpenAI shape
 
 
 def _error(status: int, reason: str, message: str, code: str,
@@ -58,6 +60,8 @@ class GuardedH11Protocol(H11Protocol):
     _head_timer: asyncio.TimerHandle | None = None
     _lingering = False
     _refused = False  # refused or evicted: not among the server's connections, closing
+    _refusal: asyncio.TimerHandle | None = None  # refused, its request line awaited
+    _line = b""  # what a refused connection sent before its 503
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if self.max_connections is not None and len(self.connections) >= self.max_connections:
@@ -153,16 +157,37 @@ class GuardedH11Protocol(H11Protocol):
         self.refusals.lingering += 1  # until connection_lost
         self.refusals.log.hit("refusing connections: %d open, the most allowed "
                               "(--max-connections)", len(self.connections))
-        out = _error(503, "Service Unavailable", f"The server has too many open connections "
-                     f"(at most {self.max_connections}). Retry soon.", "too_many_connections",
-                     kind="server_error", extra="retry-after: 1\r\n")
         if self.refusals.lingering > self.linger_slots:
-            transport.write(out)
+            transport.write(self._unavailable(""))
             transport.abort()  # lingering refusals would eat the fds kept in reserve
             return
-        self._linger(out)
+        self._refusal = self.loop.call_later(REFUSAL_WAIT, self._answer_refusal)
+
+    def _unavailable(self, path: str) -> bytes:
+        """The 503 of a refused connection, in PATH's error shape."""
+        return _error(503, "Service Unavailable", f"The server has too many open connections "
+                      f"(at most {self.max_connections}). Retry soon.", "too_many_connections",
+                      kind="server_error", extra="retry-after: 1\r\n", path=path)
+
+    def _answer_refusal(self) -> None:
+        """Send a refused connection its 503, shaped for the path of its request line (when it
+        arrived), and linger."""
+        if self._refusal is not None:
+            self._refusal.cancel()
+            self._refusal = None
+        if self.transport.is_closing():
+            return
+        line = self._line.split(b"\n", 1)[0].split(b" ")
+        target = line[1] if len(line) > 2 else b""
+        path = target.split(b"?", 1)[0].decode("latin-1")
+        self._linger(self._unavailable(path))
 
     def data_received(self, data: bytes) -> None:
+        if self._refusal is not None:  # refused: its request line picks the 503's shape
+            self._line += data[:8192]
+            if b"\n" in self._line or len(self._line) >= 8192:
+                self._answer_refusal()
+            return
         if self._lingering or self._refused:
             return  # the request was refused; its remaining bytes are dropped
         super().data_received(data)
@@ -185,6 +210,9 @@ class GuardedH11Protocol(H11Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.idle.discard(self)
         self.bodies.discard(self)
+        if self._refusal is not None:
+            self._refusal.cancel()
+            self._refusal = None
         if self._refused:
             self.refusals.lingering -= 1
             if self.flow is None:

@@ -193,6 +193,10 @@ def test_a_fast_upload_and_a_streaming_answer_are_never_evicted(
         with socket.create_connection(("127.0.0.1", srv.port), timeout=20) as late:
             late.sendall(LIVEZ)
             _assert_refusal(_answer(late))  # upload, stream and fresh bodies: nobody to evict
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=20) as late:
+            late.sendall(_head("/v1/messages", 2) + b"{}")
+            err = _error(_answer(late), b"503")  # old code: the OpenAI shape
+            assert err["type"] == "error" and err["error"]["type"] == "overloaded_error", err  # type: ignore
         assert all(_recv_now(s, 0.2) == b"" for s in fresh)
         assert upload.error is None and upload.is_alive(), upload.error
         sent = upload.sent

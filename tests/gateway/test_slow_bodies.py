@@ -194,3 +194,35 @@ async def test_a_just_connected_client_is_spared_while_a_stalled_body_can_go(clo
     for task in list(gw.state.tasks):
         task.cancel()
     await gw.settle()
+
+
+async def test_a_refusal_is_shaped_by_the_path_of_its_request_line(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Old code: the 503 was in the OpenAI shape whatever the route; now the refused connection's
+    request line is awaited (REFUSAL_WAIT) and /v1/messages gets Anthropic's overloaded_error;
+    one that sends nothing gets the OpenAI shape when the wait is over."""
+    monkeypatch.setattr(http_protocol, "REFUSAL_WAIT", 0.05)
+    gw = Gateway(1)
+    gw.config = uvicorn.Config(_app, timeout_keep_alive=60)
+    gw.cls.bodies = SlowBodies()
+    gw.connect(head("/v1/chat/completions", 1) + b"{")  # complete: never evicted
+    await gw.settle()
+    messages = gw.connect(b"POST /v1/messages?beta=true HTTP/1.1\r\nhost: x\r\n")
+    head_, err = _error(messages[1].out)
+    assert head_.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in head_
+    assert err == {"type": "error", "error": {"type": "overloaded_error",
+                                              "message": err["error"]["message"]}}
+    split = gw.connect(b"GET /v1/mess")  # the line in two pieces: answered when it ends
+    assert split[1].out == b""
+    split[0].data_received(b"ages HTTP/1.1\r\n")
+    assert _error(split[1].out)[1]["type"] == "error"
+    silent = gw.connect()
+    assert silent[1].out == b""
+    await asyncio.sleep(0.1)
+    head_, err = _error(silent[1].out)
+    assert head_.startswith(b"HTTP/1.1 503") and err["error"]["code"] == "too_many_connections"
+    await gw.settle()
+    assert gw.cls.refusals.lingering == 0
+    for task in list(gw.state.tasks):
+        task.cancel()
+    await gw.settle()
