@@ -150,8 +150,9 @@ class GuardedH11Protocol(H11Protocol):
         self._linger(out)
 
     def _refuse(self, transport: asyncio.Transport) -> None:
-        """Answer a connection past the bound with a 503 without reading its request; it never
-        joins the server's connections."""
+        """Answer a connection past the bound with a 503, reading no more of its request than
+        the request line (its path picks the error shape); it never joins the server's
+        connections."""
         self.transport = transport
         self._refused = True
         self.refusals.lingering += 1  # until connection_lost
