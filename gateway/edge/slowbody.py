@@ -57,10 +57,6 @@ class Body:
         """When this body counts as stalled unless more bytes arrive."""
         return min(self.last + STALL_S, self.start + max(GRACE_S, self.bytes / MIN_RATE))
 
-    def rate(self, now: float) -> float:
-        """Bytes a second on average since the head."""
-        return self.bytes / max(now - self.start, 1e-9)
-
 
 class SlowBodies(Generic[T]):
     """The connections whose request body is being received, the most stalled found fast."""
