@@ -141,7 +141,9 @@ def refill(port: int, socks: list[socket.socket], mode: str, stop: threading.Eve
 def probe_loop(base: str, seconds: float) -> dict[str, Any]:
     """/livez and a one-token chat request on fresh connections in turn for SECONDS."""
     got: dict[str, dict[str, int]] = {"livez": {}, "chat": {}}
-    end = time.perf_counter() + seconds
+    first: dict[str, float] = {}  # seconds from the loop's start to the first 200 of each
+    start = time.perf_counter()
+    end = start + seconds
     model = MODEL.name if (MODEL / "config.json").exists() else "default"
     while time.perf_counter() < end:
         for kind in ("livez", "chat"):
@@ -156,8 +158,10 @@ def probe_loop(base: str, seconds: float) -> dict[str, Any]:
             except httpx.HTTPError as exc:
                 key = type(exc).__name__
             got[kind][key] = got[kind].get(key, 0) + 1
+            if key == "200" and kind not in first:
+                first[kind] = round(time.perf_counter() - start, 2)
     return {f"{k}_served": f"{v.get('200', 0)}/{sum(v.values())}" for k, v in got.items()} | {
-        "probe_results": got}
+        f"{k}_first_s": first.get(k) for k in got} | {"probe_results": got}
 
 
 def answered(socks: list[socket.socket]) -> dict[str, int]:

@@ -21,6 +21,7 @@ from gateway.edge.connlimit import (
 )
 from gateway.edge.http_protocol import MAX_HEADER_BYTES, GuardedH11Protocol, Refusals
 from gateway.edge.idle import IdleConnections
+from gateway.edge.slowbody import SlowBodies
 from gateway.plane.drain import Drainer
 from gateway.plane.hub import Hub
 from gateway.plane.supervisor import EXIT_CANNOT_LOAD, Supervisor
@@ -85,7 +86,7 @@ def connection_bounds(config: GatewayConfig, limit: int) -> dict[str, object]:
         sys.exit(2)
     log.info("at most %d open client connections (fd limit %d)", most, limit)
     return {"header_timeout": config.header_timeout, "max_connections": most,
-            "refusals": Refusals(), "idle": IdleConnections(),
+            "refusals": Refusals(), "idle": IdleConnections(), "bodies": SlowBodies(),
             "linger_slots": backlog(limit)}
 
 

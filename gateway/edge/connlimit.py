@@ -5,8 +5,8 @@ listening socket stops taking anyone (/livez included), asyncio logs a traceback
 accept (thousands a second), and the worker plane (ZeroMQ reconnects, the response store,
 spawning a worker) finds no fd either. So the gateway raises its soft fd limit to the hard one,
 keeps a reserve of them beyond the bound; past the bound a new connection evicts the one idle the
-longest, or gets a 503 at once when all are busy (gateway/edge/http_protocol.py, idle.py);
-overload is logged once per interval.
+longest, else the one whose request body stalled the most, or gets a 503 when all are busy
+(gateway/edge/http_protocol.py, idle.py, slowbody.py); overload is logged once per interval.
 
 The reserve covers the worker plane and storage, the sockets asyncio accepts in one burst before
 any of them is counted (up to the listen backlog per wake-up, and a second wake-up may come

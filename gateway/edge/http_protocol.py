@@ -5,24 +5,30 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from gateway.anthropic.errors import envelope, is_messages_path
 from gateway.edge.connlimit import OverloadLog
-from gateway.edge.idle import IdleConnections
+from gateway.edge.errors import APIError
+from gateway.edge.idle import FRESH_S, IdleConnections
+from gateway.edge.slowbody import Body, SlowBodies
 
 log = logging.getLogger("rapid_mlx.gateway")
 
 MAX_HEADER_BYTES = 64 * 1024  # request line + headers; a larger head gets 431
 HEADER_TIMEOUT = 15.0  # seconds a connection may take to send a complete request head
 LINGER = 2.0  # seconds a refused connection's remaining input is read and dropped
+REFUSAL_WAIT = 0.5  # seconds a refused connection may take to send its request line (its path
+# picks the 503's error shape: Anthropic's on /v1/messages); then it gets the OpenAI shape
 
 
 def _error(status: int, reason: str, message: str, code: str,
-           kind: str = "invalid_request_error", extra: str = "") -> bytes:
-    body = json.dumps({"error": {"message": message, "type": kind,
-                                 "param": None, "code": code}}).encode()
+           kind: str = "invalid_request_error", extra: str = "", path: str = "") -> bytes:
+    err = APIError(status, message, type=kind, code=code)
+    body = json.dumps(envelope(err) if is_messages_path(path) else err.body()).encode()
     head = (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
             f"content-length: {len(body)}\r\n{extra}connection: close\r\n\r\n")
     return head.encode() + body
@@ -41,24 +47,27 @@ class GuardedH11Protocol(H11Protocol):
     """Drop a connection whose request head is not complete within `header_timeout` seconds
     (slowloris), answer an oversized or malformed head in the OpenAI error shape; past
     `max_connections` open ones, a new connection evicts the one idle the longest (no request
-    head yet, gateway/edge/idle.py) or, when every connection is serving a request, gets a 503."""
+    head yet, gateway/edge/idle.py), else the one whose request body has stalled the most
+    (gateway/edge/slowbody.py), or, when every connection is serving a request or receiving
+    its body at a fair rate, gets a 503."""
 
     header_timeout: float = HEADER_TIMEOUT
     max_connections: int | None = None  # open client connections; past it: 503 and close
     refusals: Refusals = Refusals()  # a subclass per server gets its own (gateway/server.py)
     idle: IdleConnections[GuardedH11Protocol] = IdleConnections()  # per server too
+    bodies: SlowBodies[GuardedH11Protocol] = SlowBodies()  # per server too
     linger_slots: int = 32  # refused connections that may linger at once; more are reset at once
     _head_timer: asyncio.TimerHandle | None = None
     _lingering = False
     _refused = False  # refused or evicted: not among the server's connections, closing
+    _refusal: asyncio.TimerHandle | None = None  # refused, its request line awaited
+    _line = b""  # what a refused connection sent before its 503
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if self.max_connections is not None and len(self.connections) >= self.max_connections:
-            oldest = self.idle.pop_oldest()
-            if oldest is None:  # every connection is serving a request
+            if not self._make_room():  # every connection is serving a request (or reading one)
                 self._refuse(transport)
                 return
-            oldest[0]._evict(oldest[1])
         super().connection_made(transport)
         self._arm()
         self.idle.add(self)
@@ -87,36 +96,124 @@ class GuardedH11Protocol(H11Protocol):
         if self.transport.get_write_buffer_size():
             self.loop.call_later(LINGER, self.transport.abort)  # ...for a moment
 
+    def _make_room(self) -> bool:
+        """Evict one connection for this new one: the one idle the longest unless it connected
+        only just (FRESH_S: its head is likely on the way) and a stalled body can go instead;
+        False when no connection may go."""
+        age = self.idle.oldest_age()
+        if age is None or age < FRESH_S:
+            stalled = self.bodies.pop_stalled(GuardedH11Protocol._body_evictable)
+            if stalled is not None:
+                stalled[0]._evict_body(stalled[1])
+                return True
+        oldest = self.idle.pop_oldest()
+        if oldest is None:
+            return False
+        oldest[0]._evict(oldest[1])
+        return True
+
+    def _body_evictable(self) -> bool:
+        """Whether the client alone holds this connection's request body up: not while its
+        answer is being sent, the server has paused reading, or the client waits for a 100
+        Continue."""
+        cycle = self.cycle
+        if self._refused or self._lingering or cycle is None or self.transport.is_closing():
+            return False
+        if cycle.response_started and not cycle.response_complete:
+            return False  # being answered (a response may start before the body is complete)
+        return not (cycle.waiting_for_100_continue or self.flow.read_paused)
+
+    def _evict_body(self, body: Body) -> None:
+        """Close this connection, whose request body has stalled, to make room for a new one:
+        a 408 in its path's error shape (none if its answer was already sent), then closed as a
+        refused one is; the app reading the body sees the client gone."""
+        self._disarm()
+        self.connections.discard(self)
+        self._refused = True
+        self.refusals.lingering += 1  # until connection_lost
+        waited = time.monotonic() - body.start
+        self.bodies.log.hit("evicting connections whose request body stalled: %d open, the most "
+                            "allowed (--max-connections); this one %d bytes in %.1fs",
+                            self.max_connections, body.bytes, waited)
+        out = b""
+        cycle = self.cycle
+        if not cycle.response_complete:
+            cycle.disconnected = True  # its receive() answers http.disconnect, its send() drops
+            cycle.message_event.set()
+            out = _error(408, "Request Timeout", "The server needed this connection for another "
+                         f"client: the request body was arriving too slowly ({body.bytes} bytes "
+                         f"in {waited:.1f}s).", "connection_evicted", path=self.scope["path"])
+        if self.refusals.lingering > self.linger_slots:
+            self.transport.write(out)
+            self.transport.abort()  # lingering evictions would eat the fds kept in reserve
+            return
+        self._linger(out)
+
     def _refuse(self, transport: asyncio.Transport) -> None:
-        """Answer a connection past the bound with a 503 without reading its request; it never
-        joins the server's connections."""
+        """Answer a connection past the bound with a 503, reading no more of its request than
+        the request line (its path picks the error shape); it never joins the server's
+        connections."""
         self.transport = transport
         self._refused = True
         self.refusals.lingering += 1  # until connection_lost
         self.refusals.log.hit("refusing connections: %d open, the most allowed "
                               "(--max-connections)", len(self.connections))
-        out = _error(503, "Service Unavailable", f"The server has too many open connections "
-                     f"(at most {self.max_connections}). Retry soon.", "too_many_connections",
-                     kind="server_error", extra="retry-after: 1\r\n")
         if self.refusals.lingering > self.linger_slots:
-            transport.write(out)
+            transport.write(self._unavailable(""))
             transport.abort()  # lingering refusals would eat the fds kept in reserve
             return
-        self._linger(out)
+        self._refusal = self.loop.call_later(REFUSAL_WAIT, self._answer_refusal)
+
+    def _unavailable(self, path: str) -> bytes:
+        """The 503 of a refused connection, in PATH's error shape."""
+        return _error(503, "Service Unavailable", f"The server has too many open connections "
+                      f"(at most {self.max_connections}). Retry soon.", "too_many_connections",
+                      kind="server_error", extra="retry-after: 1\r\n", path=path)
+
+    def _answer_refusal(self) -> None:
+        """Send a refused connection its 503, shaped for the path of its request line (when it
+        arrived), and linger."""
+        if self._refusal is not None:
+            self._refusal.cancel()
+            self._refusal = None
+        if self.transport.is_closing():
+            return
+        line = self._line.split(b"\n", 1)[0].split(b" ")
+        target = line[1] if len(line) > 2 else b""
+        path = target.split(b"?", 1)[0].decode("latin-1")
+        self._linger(self._unavailable(path))
 
     def data_received(self, data: bytes) -> None:
+        if self._refusal is not None:  # refused: its request line picks the 503's shape
+            self._line += data[:8192]
+            if b"\n" in self._line or len(self._line) >= 8192:
+                self._answer_refusal()
+            return
         if self._lingering or self._refused:
             return  # the request was refused; its remaining bytes are dropped
         super().data_received(data)
-        if self.conn.their_state is h11.IDLE and not self._lingering:
+        state = self.conn.their_state
+        if state is h11.IDLE and not self._lingering:
             self._arm()  # a new request head began (or continues): it keeps its first deadline
             self.idle.add(self)  # (kept in its place if already idle)
+            self.bodies.discard(self)
+            return
+        self._disarm()
+        self.idle.discard(self)  # a request is being read or served: not idle
+        if state is h11.SEND_BODY and not self._lingering and not self.flow.read_paused:
+            # its body is arriving: evictable if slow (of the chunk that ended the head, only
+            # the body bytes count: those still buffered for the app)
+            self.bodies.received(self, len(data) if self in self.bodies else len(self.cycle.body))
         else:
-            self._disarm()
-            self.idle.discard(self)  # a request is being read or served: never evicted
+            self.bodies.discard(self)  # complete (being served: never evicted), or the server
+            # paused reading it (its clock starts again when reading resumes)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.idle.discard(self)
+        self.bodies.discard(self)
+        if self._refusal is not None:
+            self._refusal.cancel()
+            self._refusal = None
         if self._refused:
             self.refusals.lingering -= 1
             if self.flow is None:
@@ -162,7 +259,9 @@ class GuardedH11Protocol(H11Protocol):
         closing with unread input would reset the connection and lose the answer."""
         self._lingering = True
         self.idle.discard(self)  # closing anyway: it counts until closed, but is not evicted
-        self.transport.write(out)
+        self.bodies.discard(self)
+        if out:
+            self.transport.write(out)
         if self.transport.can_write_eof():
             self.transport.write_eof()
             self.loop.call_later(LINGER, self.transport.close)

@@ -18,6 +18,12 @@ from gateway.edge.connlimit import OverloadLog
 
 T = TypeVar("T")
 
+# An idle connection younger than this is most likely a client that has just connected, its head
+# on the way: at the bound a stalled body (gateway/edge/slowbody.py) is evicted before it. Without
+# this, under a flood of trickled bodies every new client was the only idle connection, and the
+# flood's next reconnect evicted it before its head was read (a few percent of probes reset).
+FRESH_S = 1.0
+
 
 class IdleConnections(Generic[T]):
     """Connections without a complete request head, in the order they became so; O(1) each."""
@@ -41,6 +47,12 @@ class IdleConnections(Generic[T]):
     def discard(self, conn: T) -> None:
         """CONN sent a complete request head, or closed."""
         self._since.pop(conn, None)
+
+    def oldest_age(self) -> float | None:
+        """How many seconds the connection idle the longest has been; None when none is."""
+        for since in self._since.values():
+            return time.monotonic() - since
+        return None
 
     def pop_oldest(self) -> tuple[T, float] | None:
         """The connection idle the longest and how many seconds it has been, removed; or None."""

@@ -123,9 +123,10 @@ def test_max_connections_is_exact() -> None:
     srv = Server("--max-connections", "4", "--header-timeout", "120").wait_ready()
     try:
         held = _open(srv.port, 4)
-        for s in held:  # a complete head, a body still to come: busy, never evicted
+        for s in held:  # a complete head, a body still to come (20 KiB of it already: not
+            # stalled for 5 s, gateway/edge/slowbody.py): busy, not evicted
             s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\n"
-                      b"content-length: 1000\r\n\r\n{")
+                      b"content-length: 100000\r\n\r\n{" + b" " * 20 * 1024)
         time.sleep(0.5)  # the server has read the heads
         with socket.create_connection(("127.0.0.1", srv.port), timeout=20) as late:
             _assert_refusal(_answer(late))

@@ -18,8 +18,11 @@ from tests.e2e.test_connections import LIVEZ, _answer, _assert_refusal, _open
 
 pytestmark = pytest.mark.slow
 PARTIAL_HEAD = b"GET /livez HTTP/1.1\r\nhost: localhost\r\n"
+# a head and the first 20 KiB of its body: 20 s of credit at the minimum body rate, so the body
+# is not taken for a stalled one (gateway/edge/slowbody.py) for STALL_S seconds
 BODY_HEAD = (b"POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\n"
-             b"content-type: application/json\r\ncontent-length: 1000\r\n\r\n{")
+             b"content-type: application/json\r\ncontent-length: 100000\r\n\r\n{"
+             + b" " * 20 * 1024)
 
 
 def _still_open(s: socket.socket) -> bool:
@@ -77,8 +80,9 @@ def test_idle_connections_are_evicted_oldest_first_for_probes_and_requests(
 
 def test_connections_serving_a_request_are_never_evicted(small: tuple[Server, str]) -> None:
     """A streaming chat whose client reads slowly and a request whose body is still arriving
-    are real work: an idle socket is evicted instead, and with only busy connections left the
-    newcomer gets the 503; the stream then completes. Old code: /livez got 503 at once."""
+    (not stalled) are real work: an idle socket is evicted instead, and with only busy
+    connections left the newcomer gets the 503; the stream then completes. Old code: /livez
+    got 503 at once."""
     srv, model = small
     time.sleep(0.5)  # the previous test's sockets are closed
     stream = socket.socket()
