@@ -110,7 +110,7 @@ class ResponseStore:
     async def put(self, rid: str, owner: str, response: dict[str, Any],
                   items: list[dict[str, Any]]) -> bool:
         """Store (or replace) RESPONSE with its input ITEMS; committed when this returns. False
-        (nothing stored, nothing evicted) when they alone are larger than the byte bound."""
+        (nothing stored, nothing evicted) when they alone are larger than a byte bound."""
         return await self._run(self._put, rid, owner, int(response.get("created_at") or time.time()),
                         response, items)  # encoded there too: off the event loop
 

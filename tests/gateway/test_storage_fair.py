@@ -218,3 +218,27 @@ def test_a_version_2_database_is_upgraded_with_per_owner_totals(tmp_path: Path) 
             "ORDER BY seq"))
         assert "responses_owner" in plan, plan  # the eviction walks the index, not the table
 
+
+
+def test_the_per_key_bound_caps_one_owner_alone(tmp_path: Path) -> None:
+    one = _size("resp_a00", 3 * KIB)
+    others = [(f"resp_b{i:02}", "b") for i in range(2)]
+    mine = [(f"resp_a{i:02}", "a") for i in range(10)]
+
+    async def body(s: ResponseStore) -> None:
+        for rid, owner in others + mine:
+            assert await s.put(rid, owner, _resp(rid), _items(rid, 3 * KIB))
+        assert await _kept(s, others) == [True, True]
+        assert await _kept(s, mine) == [False] * 7 + [True] * 3  # its 3 newest fit the cap
+        before = await s.usage()
+        assert not await s.put("resp_a99", "a", _resp("resp_a99"), _items("resp_a99", 4 * one))
+        assert await s.usage() == before and await _kept(s, mine[-3:]) == [True] * 3
+    _with_store(tmp_path, body, max_bytes_per_key=3 * one + one // 2)
+    assert _owners(tmp_path)[0] == {"a": (3 * one, 3), "b": (2 * one, 2)}
+
+    async def reopened(s: ResponseStore) -> list[bool]:
+        return await _kept(s, others + mine[-3:])
+    assert _with_store(tmp_path, reopened, max_bytes_per_key=one + one // 2) == [False, True] + \
+        [False, False, True]  # a smaller cap applies at open, to each owner above it
+    kept, rows = _owners(tmp_path)
+    assert kept == rows == {"a": (one, 1), "b": (one, 1)}
