@@ -6,7 +6,8 @@
 Each run stores PUTS unrelated responses (a small body and three 1 KB input items, as in the
 README's figures) into a new database bounded at a fifth of what they take, so most puts evict;
 owner i of the run stores every OWNERS-th response (a heavy key: owner 0 also stores every
-other one). Prints the median and p90 put time (ms) of the last half (the store full). With
+other one). Prints the median and p90 put time (ms) of the last half (the store full), and
+the process CPU time a put of that half (ms; steadier than wall time on a loaded machine). With
 --baseline (a tree such as `git archive <rev> | tar -x -C DIR`), each round runs the baseline
 and this tree in turn (the first alternating), each in a subprocess of its own, and prints the ratio of the medians.
 """
@@ -34,8 +35,10 @@ async def run(path: Path, puts: int, owners: int) -> dict[str, float]:
     one = 3 * 1100 + 120
     store = ResponseStore(path, max_count=0, max_bytes=puts * one // 5)
     await store.open()
-    times = []
+    times, cpu = [], 0.0
     for i in range(puts):
+        if i == puts // 2:
+            cpu = time.process_time()
         owner = "k0" if i % 2 else f"k{(i // 2) % owners}"
         rid = f"resp_{i:08d}"
         items = [{"id": f"msg_{i}_{j}", "type": "message", "role": "user",
@@ -45,10 +48,12 @@ async def run(path: Path, puts: int, owners: int) -> dict[str, float]:
         assert await store.put(rid, owner, {"id": rid, "object": "response",
                                             "created_at": int(time.time())}, items)
         times.append((time.perf_counter() - t0) * 1e3)
+    cpu = (time.process_time() - cpu) * 1e3 / (puts - puts // 2)
     count = await store.count()
     await store.close()
     tail = sorted(times[puts // 2:])
-    return {"median": stats.median(tail), "p90": tail[int(len(tail) * 0.9)], "kept": count}
+    return {"median": stats.median(tail), "p90": tail[int(len(tail) * 0.9)], "cpu": cpu,
+            "kept": count}
 
 
 def _one(tree: Path, puts: int, owners: int) -> dict[str, float]:
@@ -80,10 +85,10 @@ def main() -> None:
         for owners in (int(o) for o in args.owners.split(",")):
             turn = trees if rnd % 2 == 0 else trees[::-1]  # which goes first alternates
             res: dict[str, Any] = {name: _one(tree, args.puts, owners) for name, tree in turn}
-            line = " ".join(f"{n} {res[n]['median']:.3f}/{res[n]['p90']:.3f} ms (kept "
-                            f"{res[n]['kept']})" for n, _ in trees)
-            ratio = (f" ratio {res['this']['median'] / res['base']['median']:.2f}"
-                     if "base" in res else "")
+            line = " ".join(f"{n} {res[n]['median']:.3f}/{res[n]['p90']:.3f} ms cpu "
+                            f"{res[n]['cpu']:.3f} ms (kept {res[n]['kept']})" for n, _ in trees)
+            ratio = (f" ratio {res['this']['median'] / res['base']['median']:.2f} cpu "
+                     f"{res['this']['cpu'] / res['base']['cpu']:.2f}" if "base" in res else "")
             print(f"round {rnd} owners {owners}: {line}{ratio}", flush=True)
 
 

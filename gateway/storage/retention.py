@@ -4,8 +4,9 @@ Over a bound, responses go from the owner (API key) holding the most (bytes for 
 responses for the count bound), oldest first within it, until the store is back under the bound;
 when that owner comes down to the next one's level, the choice is made again. A light key loses
 nothing while a heavy one is above it, and with one owner this is the plain oldest-first rule.
-Each step is indexed (schema.OWNERS: the totals kept by triggers, indexed by size, and the
-responses by (owner, seq)), so a put that evicts does no full scan.
+Each step reads only what it needs (schema.OWNERS: the totals kept by triggers, one row per API
+key, and the responses indexed by (owner, seq)), so a put that evicts reads the rows it deletes
+and the owners' totals, never the whole store.
 
 KEEP is the seq of the response just stored: it is never evicted (a put that says True stored
 it), even when its owner is the heaviest; the others then give way.

@@ -51,16 +51,16 @@ ITEMS = ("""CREATE TABLE input_items (
          "DELETE FROM item_bodies WHERE id = old.body_id AND NOT EXISTS "
          "(SELECT 1 FROM input_items WHERE body_id = old.body_id); END")
 # the bytes stored (response bodies and item bodies, each once) and the responses stored, in all
-# (usage) and per owner (owners: the retention bounds evict from the owner using the most, found
-# by the indexes on its bytes and count), kept by the triggers in the transaction of every insert
-# and delete; an owner's row stays when it empties (one per API key ever used)
+# (usage) and per owner (owners: the retention bounds evict from the owner using the most, and
+# the index on (owner, seq) finds its oldest), kept by the triggers in the transaction of every
+# insert and delete. An owner's row stays when it empties: one row per API key ever used, so the
+# heaviest is found by reading them all (a page or two), cheaper than indexes on the totals that
+# every trigger would rewrite (measured: bench/README, session 14)
 USAGE = ("CREATE TABLE usage (one INTEGER PRIMARY KEY CHECK (one = 1), bytes INTEGER NOT NULL, "
          "count INTEGER NOT NULL DEFAULT 0)",
          "INSERT INTO usage VALUES (1, 0, 0)")
 OWNERS = ("CREATE TABLE owners (owner TEXT PRIMARY KEY, bytes INTEGER NOT NULL, "
           "count INTEGER NOT NULL) WITHOUT ROWID",
-          "CREATE INDEX owners_bytes ON owners (bytes)",
-          "CREATE INDEX owners_count ON owners (count)",
           "CREATE INDEX responses_owner ON responses (owner, seq)")
 
 
