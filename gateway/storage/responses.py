@@ -20,9 +20,9 @@ MAX_COUNT responses, none older than MAX_AGE seconds, and at most MAX_BYTES of s
 (response bodies and item bodies, each counted once, while stored); over the count or byte bound,
 the owner holding the most gives way, oldest first (retention.py), so one key's long chats never
 evict another's responses while it holds more; MAX_BYTES_PER_KEY (optional) bounds each owner
-alone the same way. The totals, in all and per owner, are kept by triggers in the database itself
-(schema.OWNERS), so deletes, expiry, restarts and other processes never put them
-off; they are recomputed once at open all the same. A response larger than MAX_BYTES (or
+alone the same way. The totals per owner (and their sum) are kept by triggers in the database
+itself (schema.OWNERS), so deletes, expiry, restarts and other processes never put them off; they
+are recomputed once at open all the same. A response larger than MAX_BYTES (or
 MAX_BYTES_PER_KEY) on its own (its body and its distinct items: what it takes when nothing else
 is stored) is not stored (`put` says False) and evicts nothing. Freed pages go back to the file
 system (incremental auto-vacuum) beyond a slack (RECLAIM_SLACK, at most an eighth of MAX_BYTES)

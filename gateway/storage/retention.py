@@ -1,7 +1,8 @@
 """The count and byte bounds of the response store: fair eviction, the heaviest owner first.
 
 Over a bound, responses go from the owner (API key) holding the most (bytes for the byte bound,
-responses for the count bound), oldest first within it, until the store is back under the bound;
+responses for the count bound; of owners holding as much, the one with the oldest response),
+oldest first within it, until the store is back under the bound;
 when that owner comes down to the next one's level, the choice is made again. A light key loses
 nothing while a heavy one is above it, and with one owner this is the plain oldest-first rule.
 Each step reads only what it needs (schema.OWNERS: the totals kept by triggers, one row per API
@@ -67,10 +68,19 @@ def _total(db: sqlite3.Connection, column: str) -> int:
 
 
 def _heaviest(db: sqlite3.Connection, column: str, spent: list[str]) -> list[tuple[str, int]]:
-    """The two owners holding the most (by COLUMN), but for those in SPENT."""
+    """The two owners holding the most (by COLUMN), but for those in SPENT; of owners holding
+    as much, the one with the oldest response first (so ties keep the oldest-first rule)."""
     marks = ", ".join("?" * len(spent))
-    return db.execute(f"SELECT owner, {column} FROM owners WHERE {column} > 0 AND owner NOT IN "
-                      f"({marks}) ORDER BY {column} DESC, owner LIMIT 2", spent).fetchall()
+    where = f"{column} > 0 AND owner NOT IN ({marks})"
+    top: list[tuple[str, int]] = db.execute(
+        f"SELECT owner, {column} FROM owners WHERE {where} ORDER BY {column} DESC LIMIT 2",
+        spent).fetchall()
+    if len(top) == 2 and top[0][1] == top[1][1]:  # a tie: an index seek per owner in it
+        first = db.execute(f"SELECT owner FROM owners WHERE {where} AND {column} = ? ORDER BY "
+                           "(SELECT min(seq) FROM responses r WHERE r.owner = owners.owner) "
+                           "LIMIT 1", (*spent, top[0][1])).fetchone()[0]
+        top[0] = (first, top[0][1])
+    return top
 
 
 def _goal(top: list[tuple[str, int]], excess: int) -> tuple[str, int]:

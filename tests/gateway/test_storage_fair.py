@@ -242,3 +242,13 @@ def test_the_per_key_bound_caps_one_owner_alone(tmp_path: Path) -> None:
         [False, False, True]  # a smaller cap applies at open, to each owner above it
     kept, rows = _owners(tmp_path)
     assert kept == rows == {"a": (one, 1), "b": (one, 1)}
+
+
+def test_of_owners_holding_as_much_the_one_with_the_oldest_gives_way(tmp_path: Path) -> None:
+    rids = [("resp_b1", "b"), ("resp_b2", "b"), ("resp_a1", "a"), ("resp_a2", "a")]
+
+    async def body(s: ResponseStore) -> None:
+        for rid, owner in rids:  # the last put makes it 2 and 2: b holds the oldest
+            assert await s.put(rid, owner, _resp(rid), _items(rid, 10))
+        assert await _kept(s, rids) == [False, True, True, True]
+    _with_store(tmp_path, body, max_count=3)
