@@ -198,8 +198,9 @@ def _group_args(ranks: int, hostfile: str | None, port: int) -> list[str]:
               help="store no responses: /v1/responses answers store false and refuses "
                    "previous_response_id")
 @click.option("--responses-max-count", default=10000, show_default=True,
-              type=click.IntRange(min=0), help="keep at most this many stored responses (0: no "
-                                              "bound)")
+              type=click.IntRange(min=0), help="keep at most this many stored responses; over it "
+                                              "the API key holding the most loses its oldest "
+                                              "first (0: no bound)")
 @click.option("--responses-max-age", default=30.0, show_default=True,
               type=click.FloatRange(min=0), help="days a stored response is kept (0: no bound)")
 @click.option("--responses-max-bytes", default="1GiB", show_default=True, type=Size(),

@@ -2,8 +2,8 @@
 
 Over a bound, responses go from the owner (API key) holding the most (bytes for the byte bound,
 responses for the count bound; of owners holding as much, the one with the oldest response),
-oldest first within it, until the store is back under the bound;
-when that owner comes down to the next one's level, the choice is made again. A light key loses
+oldest first within it, until the store is back under the bound; when that owner comes down to
+the next one's level, the choice is made again. A light key loses
 nothing while a heavy one is above it, and with one owner this is the plain oldest-first rule.
 Each step reads only what it needs (schema.OWNERS: the totals kept by triggers, one row per API
 key, and the responses indexed by (owner, seq)), so a put that evicts reads the rows it deletes
