@@ -91,7 +91,8 @@ def build_app(config: GatewayConfig) -> Starlette:
     admin = AdminEndpoints(hub, supervisor, config.admin_key, config.swap_drain_timeout, targets)
 
     store = ResponseStore(Path(config.data_dir) / RESPONSES_DB, config.responses_max_count,
-                          config.responses_max_age_days * 86400, config.responses_max_bytes) \
+                          config.responses_max_age_days * 86400, config.responses_max_bytes,
+                          config.responses_max_bytes_per_key) \
         if config.store_responses and config.data_dir else None
     conversations = Conversations(store, keyed=bool(config.api_keys))
     stored = StoredEndpoints(conversations)

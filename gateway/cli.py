@@ -198,13 +198,18 @@ def _group_args(ranks: int, hostfile: str | None, port: int) -> list[str]:
               help="store no responses: /v1/responses answers store false and refuses "
                    "previous_response_id")
 @click.option("--responses-max-count", default=10000, show_default=True,
-              type=click.IntRange(min=0), help="keep at most this many stored responses (0: no "
-                                              "bound)")
+              type=click.IntRange(min=0), help="keep at most this many stored responses; over it "
+                                              "the API key holding the most loses its oldest "
+                                              "first (0: no bound)")
 @click.option("--responses-max-age", default=30.0, show_default=True,
               type=click.FloatRange(min=0), help="days a stored response is kept (0: no bound)")
 @click.option("--responses-max-bytes", default="1GiB", show_default=True, type=Size(),
-              help="keep at most this much stored JSON, oldest dropped first; a response larger "
-                   "on its own is answered but not stored (0: no bound)")
+              help="keep at most this much stored JSON; over it the API key holding the most "
+                   "loses its oldest first; a response larger on its own is answered but not "
+                   "stored (0: no bound)")
+@click.option("--responses-max-bytes-per-key", default="0", show_default=True, type=Size(),
+              help="keep at most this much stored JSON of any one API key, its oldest dropped "
+                   "first (0: no bound)")
 @edge_options
 def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
           api_keys: tuple[str, ...], tool_call_parser: str | None, reasoning_parser: str | None,
@@ -220,7 +225,7 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
           curve_dir: str | None, worker_token_file: str | None, insecure_worker_transport: bool,
           heartbeat_timeout: float, model_map: tuple[str, ...], data_dir: str | None,
           no_store: bool, responses_max_count: int, responses_max_age: float,
-          responses_max_bytes: int, **edge: Any) -> None:
+          responses_max_bytes: int, responses_max_bytes_per_key: int, **edge: Any) -> None:
     """Serve MODELS (aliases, Hugging Face repo ids or local folders); none: the embedded demo."""
     if no_spawn_workers and not worker_address:
         raise click.UsageError("--no-spawn-workers needs --worker-address (where workers connect)")
@@ -270,7 +275,8 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
         alias_models={name: entry.repo for name, entry in aliases.items()},
         data_dir=None if no_store else _data_dir(data_dir), store_responses=not no_store,
         responses_max_count=responses_max_count, responses_max_age_days=responses_max_age,
-        responses_max_bytes=responses_max_bytes)
+        responses_max_bytes=responses_max_bytes,
+        responses_max_bytes_per_key=responses_max_bytes_per_key)
     refusal = config.exposure_error() or config.worker_plane_problem()
     if refusal:
         raise click.ClickException(refusal)

@@ -80,8 +80,8 @@ class Conversations:
                    items: list[dict[str, Any]], weight: int = 0) -> None:
         """Commit RESPONSE (and the conversation ITEMS, of about WEIGHT bytes) before the client
         is told it finished; a failure is a 500 rather than a `completed` the store cannot back.
-        One larger than the whole --responses-max-bytes is answered with `store: false` (and not
-        stored)."""
+        One larger than the whole --responses-max-bytes (or --responses-max-bytes-per-key) is
+        answered with `store: false` (and not stored)."""
         assert self.store is not None
         try:
             with fast_switch(weight):  # the store thread encodes them

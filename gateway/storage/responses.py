@@ -16,15 +16,17 @@ not quadratic. A body goes in the statement that deletes the last item naming it
 deleting or pruning any turn leaves every other one exactly as it was.
 
 Retention, checked in the transaction of every insert (indexed deletes, usually empty): at most
-MAX_COUNT responses (the most recently stored), none older than MAX_AGE seconds, and at most
-MAX_BYTES of stored JSON (response bodies and item bodies, each counted once, while stored; the
-oldest responses go first, until the rest fits). The byte total is kept by triggers in the
-database itself (schema.USAGE), so deletes, expiry, restarts and other processes never put it
-off; it is recomputed once at open all the same. A response larger than MAX_BYTES on its own
-(its body and its distinct items: what it takes when nothing else is stored) is not stored
-(`put` says False) and evicts nothing. Freed pages go back to the file system (incremental
-auto-vacuum) beyond a slack (RECLAIM_SLACK, at most an eighth of MAX_BYTES) kept for the next
-inserts to reuse, so the file follows the bound.
+MAX_COUNT responses, none older than MAX_AGE seconds, and at most MAX_BYTES of stored JSON
+(response bodies and item bodies, each counted once, while stored); over the count or byte bound,
+the owner holding the most gives way, oldest first (retention.py), so one key's long chats never
+evict another's responses while it holds more; MAX_BYTES_PER_KEY (optional) bounds each owner
+alone the same way. The totals per owner (and their sum) are kept by triggers in the database
+itself (schema.OWNERS), so deletes, expiry, restarts and other processes never put them off; they
+are recomputed once at open all the same. A response larger than MAX_BYTES (or
+MAX_BYTES_PER_KEY) on its own (its body and its distinct items: what it takes when nothing else
+is stored) is not stored (`put` says False) and evicts nothing. Freed pages go back to the file
+system (incremental auto-vacuum) beyond a slack (RECLAIM_SLACK, at most an eighth of MAX_BYTES)
+kept for the next inserts to reuse, so the file follows the bound.
 """
 
 from __future__ import annotations
@@ -40,7 +42,13 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
-from gateway.storage.schema import TOTAL, connect, sha256
+from gateway.storage.retention import (
+    prune_bytes,
+    prune_count,
+    prune_owner_bytes,
+    prune_owners_bytes,
+)
+from gateway.storage.schema import RECOUNT, connect, sha256
 from gateway.storage.schema import transaction as _transaction
 
 log = logging.getLogger("rapid_mlx.gateway")
@@ -58,11 +66,12 @@ class ResponseStore:
     """Stored responses and their input items, in one SQLite file."""
 
     def __init__(self, path: Path, max_count: int = 0, max_age: float = 0.0,
-                 max_bytes: int = 0) -> None:
+                 max_bytes: int = 0, max_bytes_per_key: int = 0) -> None:
         self.path = path
         self.max_count = max_count  # 0: no count bound
         self.max_age = max_age  # seconds; 0: no age bound
         self.max_bytes = max_bytes  # 0: no byte bound
+        self.max_bytes_per_key = max_bytes_per_key  # 0: no bound on one owner alone
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rapid-mlx-store")
         self._conn: sqlite3.Connection | None = None
 
@@ -81,9 +90,11 @@ class ResponseStore:
     def _open(self) -> None:
         self._conn = db = connect(self.path)
         with _transaction(db):
-            db.execute(f"UPDATE usage SET bytes = ({TOTAL})")
+            for stmt in RECOUNT:
+                db.execute(stmt)
             self._prune_age(db)
-            self._prune_bytes(db)
+            prune_owners_bytes(db, self.max_bytes_per_key)
+            prune_bytes(db, self.max_bytes)
         self._reclaim(db)
 
     async def close(self) -> None:
@@ -99,7 +110,7 @@ class ResponseStore:
     async def put(self, rid: str, owner: str, response: dict[str, Any],
                   items: list[dict[str, Any]]) -> bool:
         """Store (or replace) RESPONSE with its input ITEMS; committed when this returns. False
-        (nothing stored, nothing evicted) when they alone are larger than the byte bound."""
+        (nothing stored, nothing evicted) when they alone are larger than a byte bound."""
         return await self._run(self._put, rid, owner, int(response.get("created_at") or time.time()),
                         response, items)  # encoded there too: off the event loop
 
@@ -110,23 +121,24 @@ class ResponseStore:
         keys = [sha256(b) for _, b in rows]
         distinct = dict(zip(keys, rows, strict=True))
         size = len(body) + sum(len(b) for _, b in distinct.values())  # what it takes alone
-        if 0 < self.max_bytes < size:
-            log.warning("response %s not stored: %d bytes, more than --responses-max-bytes %d",
-                        rid, size, self.max_bytes)
-            return False
+        for bound, flag in ((self.max_bytes, "bytes"), (self.max_bytes_per_key, "bytes-per-key")):
+            if 0 < bound < size:
+                log.warning("response %s not stored: %d bytes, more than --responses-max-%s %d",
+                            rid, size, flag, bound)
+                return False
         db = self._db()
         with _transaction(db):
             db.execute("DELETE FROM responses WHERE id = ?", (rid,))  # a re-put replaces
             ids = self._bodies(db, owner, distinct)
-            seq = db.execute("INSERT INTO responses (id, owner, created_at, size, body) "
-                             "VALUES (?, ?, ?, ?, ?)",
-                             (rid, owner, created_at, size, body)).lastrowid
+            seq = int(db.execute("INSERT INTO responses (id, owner, created_at, size, body) "
+                                 "VALUES (?, ?, ?, ?, ?)",
+                                 (rid, owner, created_at, size, body)).lastrowid or 0)
             db.executemany("INSERT INTO input_items (response_seq, pos, body_id) VALUES (?, ?, ?)",
                            [(seq, pos, ids[k]) for pos, k in enumerate(keys)])
-            if self.max_count > 0 and seq is not None:
-                db.execute("DELETE FROM responses WHERE seq <= ?", (seq - self.max_count,))
             self._prune_age(db)
-            self._prune_bytes(db)
+            prune_count(db, self.max_count, seq)
+            prune_owner_bytes(db, owner, self.max_bytes_per_key, seq)
+            prune_bytes(db, self.max_bytes, seq)
         self._reclaim(db)
         return True
 
@@ -149,21 +161,6 @@ class ResponseStore:
         if self.max_age > 0:
             db.execute("DELETE FROM responses WHERE created_at < ?",
                        (int(time.time() - self.max_age),))
-
-    def _prune_bytes(self, db: sqlite3.Connection) -> None:
-        """Delete the oldest responses until the total fits the byte bound. A response's `size`
-        (its bytes alone) is at least what deleting it frees (a body it shares with a newer one
-        stays), so a pass never deletes one that need not go; passes repeat until it fits."""
-        while self.max_bytes > 0 and (excess := self._bytes(db) - self.max_bytes) > 0:
-            cut, cur = None, db.execute("SELECT seq, size FROM responses ORDER BY seq")
-            for seq, size in cur:
-                cut, excess = seq, excess - size
-                if excess <= 0:
-                    break
-            cur.close()
-            if cut is None:
-                return
-            db.execute("DELETE FROM responses WHERE seq <= ?", (cut,))
 
     @staticmethod
     def _bytes(db: sqlite3.Connection) -> int:

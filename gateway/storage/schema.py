@@ -9,7 +9,7 @@ from pathlib import Path
 
 log = logging.getLogger("rapid_mlx.gateway")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 WAL_LIMIT = 4 << 20  # bytes the WAL file keeps after a checkpoint (a bigger commit grows it)
 
 # one row per stored response; `seq` orders them by insertion (the count and byte bounds prune the
@@ -50,21 +50,41 @@ ITEMS = ("""CREATE TABLE input_items (
          "CREATE TRIGGER item_unref AFTER DELETE ON input_items BEGIN "
          "DELETE FROM item_bodies WHERE id = old.body_id AND NOT EXISTS "
          "(SELECT 1 FROM input_items WHERE body_id = old.body_id); END")
-# the bytes stored (response bodies and item bodies, each once), kept by the triggers in the
-# transaction of every insert and delete
-USAGE = ("CREATE TABLE usage (one INTEGER PRIMARY KEY CHECK (one = 1), bytes INTEGER NOT NULL)",
-         "INSERT INTO usage VALUES (1, 0)",
-         "CREATE TRIGGER usage_add AFTER INSERT ON responses "
-         "BEGIN UPDATE usage SET bytes = bytes + length(new.body); END",
-         "CREATE TRIGGER usage_sub AFTER DELETE ON responses "
-         "BEGIN UPDATE usage SET bytes = bytes - length(old.body); END",
-         "CREATE TRIGGER usage_body_add AFTER INSERT ON item_bodies "
-         "BEGIN UPDATE usage SET bytes = bytes + new.size; END",
-         "CREATE TRIGGER usage_body_sub AFTER DELETE ON item_bodies "
-         "BEGIN UPDATE usage SET bytes = bytes - old.size; END")
-TOTAL = ("SELECT (SELECT coalesce(sum(length(body)), 0) FROM responses) + "
-         "(SELECT coalesce(sum(size), 0) FROM item_bodies)")
-SCHEMA = (RESPONSES, CREATED_AT, *BODIES, *ITEMS, *USAGE)
+# the bytes stored (response bodies and item bodies, each once) and the responses stored, per
+# owner (owners: the retention bounds evict from the owner using the most, and the index on
+# (owner, seq) finds its oldest), kept by the triggers in the transaction of every insert and
+# delete, and in all (usage: their sum). An owner's row stays when it empties: one row per API
+# key ever used, so the heaviest and the sum are found by reading them all (a page or two),
+# cheaper than indexes on the totals, or a total of all, that every trigger would rewrite
+# (measured: bench/README, session 14)
+OWNERS = ("CREATE TABLE owners (owner TEXT PRIMARY KEY, bytes INTEGER NOT NULL, "
+          "count INTEGER NOT NULL) WITHOUT ROWID",
+          "CREATE VIEW usage AS SELECT coalesce(sum(bytes), 0) AS bytes, "
+          "coalesce(sum(count), 0) AS count FROM owners",
+          "CREATE INDEX responses_owner ON responses (owner, seq)")
+
+
+def _add(table: str, size: str, count: int) -> str:
+    """The trigger adding a row's SIZE (and COUNT responses) to the totals, its owner's too."""
+    return (f"CREATE TRIGGER {table}_add AFTER INSERT ON {table} BEGIN "
+            f"INSERT INTO owners VALUES (new.owner, {size}, {count}) ON CONFLICT (owner) DO UPDATE "
+            f"SET bytes = bytes + excluded.bytes, count = count + excluded.count; END")
+
+
+def _sub(table: str, size: str, count: int) -> str:
+    """The trigger taking a deleted row's SIZE (and COUNT responses) off the totals."""
+    return (f"CREATE TRIGGER {table}_sub AFTER DELETE ON {table} BEGIN "
+            f"UPDATE owners SET bytes = bytes - {size}, count = count - {count} "
+            f"WHERE owner = old.owner; END")
+
+
+TRIGGERS = (_add("responses", "length(new.body)", 1), _sub("responses", "length(old.body)", 1),
+            _add("item_bodies", "new.size", 0), _sub("item_bodies", "old.size", 0))
+# the totals recomputed from the rows (at open, and by the upgrade from version 2)
+RECOUNT = ("DELETE FROM owners",
+           "INSERT INTO owners SELECT owner, sum(b), sum(n) FROM (SELECT owner, length(body) AS b, "
+           "1 AS n FROM responses UNION ALL SELECT owner, size, 0 FROM item_bodies) GROUP BY owner")
+SCHEMA = (RESPONSES, CREATED_AT, *BODIES, *ITEMS, *OWNERS, *TRIGGERS)
 # version 1 held each item's JSON in input_items (a chain's turns each a whole copy) and had no
 # sizes: move its tables aside, create this schema, fill it (the item bodies, the items naming
 # them, then the responses with their sizes), drop the old tables. Foreign keys are off meanwhile.
@@ -88,6 +108,10 @@ FROM_V1 = ("DROP TRIGGER IF EXISTS usage_add", "DROP TRIGGER IF EXISTS usage_sub
            "UPDATE sqlite_sequence SET seq = (SELECT max(seq) FROM sqlite_sequence WHERE name IN "
            "('responses', 'responses_v1')) WHERE name = 'responses'",  # seq never reused
            "DROP TABLE input_items_v1", "DROP TABLE responses_v1")
+# version 2 kept one total (usage, a table: bytes only, by its triggers): the per-owner totals
+# replace it, with the count and the owner index, and the rows are counted once here
+FROM_V2 = ("DROP TRIGGER usage_add", "DROP TRIGGER usage_sub", "DROP TRIGGER usage_body_add",
+           "DROP TRIGGER usage_body_sub", "DROP TABLE usage", *OWNERS, *TRIGGERS, *RECOUNT)
 
 
 def sha256(data: bytes) -> bytes:
@@ -148,7 +172,7 @@ def _upgrade(conn: sqlite3.Connection, version: int) -> None:
     conn.execute("BEGIN IMMEDIATE")
     try:
         version = _version(conn)  # another process may have upgraded it meanwhile
-        steps = {0: SCHEMA, 1: FROM_V1}.get(version, ())
+        steps = {0: SCHEMA, 1: FROM_V1, 2: FROM_V2}.get(version, ())
         for stmt in steps:
             conn.execute(stmt)
         conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")

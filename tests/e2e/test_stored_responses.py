@@ -210,16 +210,21 @@ def test_visibility_per_key_and_retention() -> None:
             two.responses.delete(mine.id)
         with pytest.raises(openai.BadRequestError):
             _ask(two, previous_response_id=mine.id)
-        assert _ask(one, previous_response_id=mine.id).previous_response_id == mine.id
-        # retention: only the 3 most recent survive (mine and its follow-up were 2 of them)
+        follow = _ask(one, previous_response_id=mine.id).id
+        assert one.responses.retrieve(follow).previous_response_id == mine.id
+        # retention: 3 survive; over the bound the key holding the most loses its oldest (of two
+        # holding as much, the one holding the oldest): key-one keeps its follow-up
         later = [_ask(two).id for _ in range(3)]
         with pytest.raises(openai.NotFoundError):
             one.responses.retrieve(mine.id)
-        assert [two.responses.retrieve(rid).id for rid in later] == later
+        assert one.responses.retrieve(follow).id == follow
+        with pytest.raises(openai.NotFoundError):
+            two.responses.retrieve(later[0])
+        assert [two.responses.retrieve(rid).id for rid in later[1:]] == later[1:]
         db = Path(srv.own_data_dir or "") / "responses.sqlite3"
         with sqlite3.connect(db) as conn:
             owners = {r[0] for r in conn.execute("SELECT owner FROM responses")}
-        assert len(owners) == 1 and "key-two" not in next(iter(owners))  # a digest, not the key
+        assert len(owners) == 2 and not any("key-" in o for o in owners)  # digests, not keys
     finally:
         srv.stop()
 

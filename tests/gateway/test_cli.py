@@ -108,14 +108,17 @@ def test_serve_storage_flags(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     assert seen[-1].data_dir == str(tmp_path / "xdg" / "rapid-mlx") and seen[-1].store_responses
     assert (seen[-1].responses_max_count, seen[-1].responses_max_age_days) == (10000, 30.0)
     assert seen[-1].responses_max_bytes == 1 << 30
+    assert seen[-1].responses_max_bytes_per_key == 0  # off unless asked for
     out = CliRunner().invoke(cli.main, ["serve", "--no-store", "--data-dir", str(tmp_path / "n"),
                                         "--responses-max-count", "3",
                                         "--responses-max-age", "0.5",
-                                        "--responses-max-bytes", "64MiB"])
+                                        "--responses-max-bytes", "64MiB",
+                                        "--responses-max-bytes-per-key", "8MiB"])
     assert out.exit_code == 0, out.output
     assert seen[-1].data_dir is None and not seen[-1].store_responses
     assert (seen[-1].responses_max_count, seen[-1].responses_max_age_days) == (3, 0.5)
     assert seen[-1].responses_max_bytes == 64 << 20
+    assert seen[-1].responses_max_bytes_per_key == 8 << 20
     assert not (tmp_path / "n").exists()  # --no-store creates nothing
     (tmp_path / "file").write_text("")
     out = CliRunner().invoke(cli.main, ["serve", "--data-dir", str(tmp_path / "file" / "d")])
