@@ -27,7 +27,7 @@ serve: $(STAMP)
 # The test process runs MLX too: preload the same optimized BLAS the workers use (worker/blas.py).
 test: $(STAMP)
 	sh deploy/ensure-agent-clis.sh $(VENV)/agent-clis
-	LD_PRELOAD="$$($(BIN)/python -m worker.blas)" $(BIN)/python -m pytest -q -ra
+	LD_PRELOAD="$$($(BIN)/python -m worker.blas)" $(BIN)/python -m pytest -q -ra --durations=25
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -23,14 +23,21 @@ def runner(whisper_dir: Path) -> SttRunner:
 
 
 def _drain(r: SttRunner, limit_s: float = 300) -> tuple[dict[str, list[m.RequestOutput]], float]:
+    """Step R until idle: the outputs by request, and the most CPU time one step took.
+
+    CPU time of this process (all its threads: the model runs on BLAS threads), not wall time:
+    other processes on the cores do not count in it. Beside two busy loops on a loaded 2-core
+    machine one step of a 3 s clip took 36 s of wall time but 4.6 s of CPU time. On an idle
+    machine a step's CPU time is at least its wall time (less only what it waits), so a CPU
+    bound is as strict as the same wall bound there."""
     outs: dict[str, list[m.RequestOutput]] = {}
     longest = 0.0
     deadline = time.monotonic() + limit_s
     while r.has_work and time.monotonic() < deadline:
-        t = time.monotonic()
+        t = time.process_time()
         for o in r.step():
             outs.setdefault(o.request_id, []).append(o)
-        longest = max(longest, time.monotonic() - t)
+        longest = max(longest, time.process_time() - t)
     assert not r.has_work
     return outs, longest
 
@@ -59,7 +66,7 @@ def test_bad_requests_fail_alone(runner: SttRunner, speech: list[tuple[str, Path
     assert wer(text, got) <= 0.4, got
     words = [w for o in ok for s in o.segments for w in s.words]
     assert words and ok[-1].duration > 1 and ok[-1].language == "english"
-    assert longest < 30  # the gateway's watchdog bound for one step
+    assert longest < 30  # the gateway's watchdog bound for one step (CPU time: see _drain)
 
 
 def test_queue_bound_and_abort(runner: SttRunner, speech: list[tuple[str, Path]]) -> None:

@@ -15,6 +15,8 @@ import pytest
 
 from tests.e2e.harness import ROOT, Server
 
+HALF_HANG_TIMEOUT = 15.0  # seconds: half the hang watchdog's default --hang-timeout (30 s)
+
 
 def _wait(pred, timeout: float = 60.0, every: float = 0.1):  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
@@ -41,8 +43,11 @@ def test_sigkill_worker_mid_stream_then_restart() -> None:
             for _ in stream:
                 pass
         elapsed = time.monotonic() - killed_at
-        assert elapsed < 5.0, elapsed
-        assert "stopped" in str(info.value.message) or "worker" in str(info.value.message)
+        # the supervisor saw the exit (it waits on the process), not the hang watchdog: the
+        # message names the signal. The watchdog would end it after --hang-timeout (30 s); the
+        # bound sits halfway, far above the 0.1 s it took here at load 7 (2 cores)
+        assert "killed by SIGKILL" in str(info.value.message), info.value.message
+        assert elapsed < HALF_HANG_TIMEOUT, elapsed
         # the supervisor restarts the worker; a new request succeeds
         _wait(lambda: srv.worker("default")["state"] == "ready" and
               srv.worker("default")["pid"] != pid)
@@ -71,10 +76,11 @@ def test_sigkill_fails_non_streaming_request_fast() -> None:
         _wait(lambda: srv.worker("default")["in_flight"] > 0)
         os.kill(pid, signal.SIGKILL)
         killed_at = time.monotonic()
-        t.join(10)
-        assert time.monotonic() - killed_at < 5.0
+        t.join(30)
+        assert time.monotonic() - killed_at < HALF_HANG_TIMEOUT  # as in the streaming test
         r = result["r"]
         assert r.status_code == 503 and r.json()["error"]["code"] == "worker_failed"
+        assert "killed by SIGKILL" in r.json()["error"]["message"], r.text
     finally:
         srv.stop()
 
