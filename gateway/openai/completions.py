@@ -24,11 +24,12 @@ from gateway.doors.relay import abort_all, error_for, peek_first, submit_spaced
 from gateway.doors.salt import CacheSalts
 from gateway.doors.streaming import DONE, SSE_HEADERS, merged, sse
 from gateway.doors.structured import grammar_for
-from gateway.edge.errors import APIError, bad_request, read_body
+from gateway.edge.errors import APIError, bad_request, decode_body, read_raw
+from gateway.edge.offload import off_loop
 from gateway.openai.logprobs import completion_logprobs
 from gateway.openai.schemas import CompletionRequest
 from gateway.plane.hub import Hub, Stream, Terminal
-from protocol.messages import Generate, RequestOutput, TokenLogprob
+from protocol.messages import Generate, GrammarSpec, ModelFacts, RequestOutput, TokenLogprob
 
 
 class _Choice:
@@ -63,7 +64,9 @@ class CompletionsEndpoint:
     async def handle(self, request: Request) -> Response:
         """Handle one POST /v1/completions."""
         try:
-            req = await read_body(request, CompletionRequest)
+            raw = await read_raw(request)
+            size = len(raw)  # a large body is decoded, checked and its jobs built off the loop
+            req = await off_loop(size, decode_body, raw, CompletionRequest)
         except APIError as exc:  # param names the field, as OpenAI does; the message has the path
             if exc.param and exc.param.startswith("prompt["):
                 exc.param = "prompt"
@@ -77,25 +80,12 @@ class CompletionsEndpoint:
             raise bad_request("best_of greater than n is not supported (no completions are "
                               "ranked server-side): ask for n completions instead.",
                               param="best_of", code="unsupported_parameter")
-        check_fanout(prompt_count(req.prompt), req.n)  # before any job exists
-        fmt = req.response_format
-        grammar = grammar_for(fmt.type, fmt.json_schema) if fmt else None
+        grammar = await off_loop(size, _checked, req)
         st = await self.hub.wait_ready(req.model)
         require_kind(st, "generate", "/v1/completions")
-        vocab = vocab_size(st.facts)
-        params = completion_params(req, vocab=vocab)
-        prompts = split_prompt(req.prompt, vocab, context_length(st.facts, None))
         cid = f"cmpl-{uuid.uuid4().hex}"
-        jobs: list[Generate] = []
-        choices: list[_Choice] = []
-        salt = self.salts.of(request)
-        for p_idx, prompt in enumerate(prompts):
-            for i in range(req.n):
-                idx = p_idx * req.n + i
-                jobs.append(Generate(request_id=f"{cid}-{idx}", params=params, grammar=grammar,
-                                     cache_salt=salt, **prompt))
-                choices.append(_Choice(idx, prompt.get("prompt", "") if req.echo else ""))
-            encodable(jobs[-1])  # the choices of a prompt differ only in request_id
+        jobs, choices = await off_loop(size, _jobs, req, grammar, st.facts, cid,
+                                       self.salts.of(request))
         streams = await submit_spaced(self.hub, req.model, jobs)
         try:
             firsts = await until_disconnected(request, peek_first(self.hub, streams))
@@ -151,6 +141,31 @@ class CompletionsEndpoint:
             yield DONE
         finally:
             abort_all(self.hub, streams)
+
+
+def _checked(req: CompletionRequest) -> GrammarSpec | None:
+    """The request's fan-out checked (before any job exists); its response format's grammar."""
+    check_fanout(prompt_count(req.prompt), req.n)
+    fmt = req.response_format
+    return grammar_for(fmt.type, fmt.json_schema) if fmt else None
+
+
+def _jobs(req: CompletionRequest, grammar: GrammarSpec | None, facts: ModelFacts | None,
+          cid: str, salt: str) -> tuple[list[Generate], list[_Choice]]:
+    """One job per prompt and choice (checked against the model's FACTS), and their choices."""
+    vocab = vocab_size(facts)
+    params = completion_params(req, vocab=vocab)
+    prompts = split_prompt(req.prompt, vocab, context_length(facts, None))
+    jobs: list[Generate] = []
+    choices: list[_Choice] = []
+    for p_idx, prompt in enumerate(prompts):
+        for i in range(req.n):
+            idx = p_idx * req.n + i
+            jobs.append(Generate(request_id=f"{cid}-{idx}", params=params, grammar=grammar,
+                                 cache_salt=salt, **prompt))
+            choices.append(_Choice(idx, prompt.get("prompt", "") if req.echo else ""))
+        encodable(jobs[-1])  # the choices of a prompt differ only in request_id
+    return jobs, choices
 
 
 def _usage(choices: list[_Choice], n: int) -> dict[str, Any]:
