@@ -15,7 +15,6 @@ continue a conversation of N tiny items stored into the server's data directory 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import shutil
@@ -31,10 +30,10 @@ from typing import Any
 import httpx
 
 from bench.lag_probe import worst
+from bench.loop_stall import STORED_ID, store_conversation
 
 PROBE = Path(__file__).resolve().parent / "lag_probe.py"
 BODY = 8 * 1024 * 1024 - 4096  # the largest body a door takes (edge/limits.py), less a margin
-STORED_ID = "resp_" + "c" * 32
 STORED_ITEMS = 110_000  # the conversation a continuation case continues
 
 
@@ -127,28 +126,6 @@ CASES: dict[str, tuple[str, Callable[[], bytes]]] = {
     "embeddings: 2048 short strings": ("/v1/embeddings", lambda: json.dumps(
         {"model": "minilm", "input": ["a b c"] * 2048}).encode()),
 }
-
-
-def store_conversation(data_dir: Path, n: int) -> None:
-    """Write STORED_ID (no API key) with N tiny input items into DATA_DIR's response store."""
-    from gateway.storage.paths import RESPONSES_DB
-    from gateway.storage.responses import ResponseStore
-
-    items = [{"id": f"msg_{i}", "type": "message", "role": "user",
-              "content": [{"type": "input_text", "text": "a"}]} for i in range(n)]
-    response = {"id": STORED_ID, "object": "response", "created_at": int(time.time()),
-                "status": "completed", "model": "default", "output": []}
-
-    async def put() -> None:
-        store = ResponseStore(data_dir / RESPONSES_DB)
-        await store.open()
-        try:
-            await store.put(STORED_ID, "", response, items)
-        finally:
-            await store.close()
-
-    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    asyncio.run(put())
 
 
 class Probed:

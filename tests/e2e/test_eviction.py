@@ -85,16 +85,7 @@ def test_connections_serving_a_request_are_never_evicted(small: tuple[Server, st
     got 503 at once."""
     srv, model = small
     time.sleep(0.5)  # the previous test's sockets are closed
-    stream = socket.socket()
-    stream.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # back-pressure: stays busy
-    stream.settimeout(60)
-    stream.connect(("127.0.0.1", srv.port))
-    body = json.dumps({"model": model, "stream": True, "max_tokens": 400, "ignore_eos": True,
-                       "n": 16, "messages": [{"role": "user", "content": "Hi"}]}).encode()
-    stream.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\ncontent-type: "
-                   b"application/json\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
-    got = stream.recv(1024)
-    assert got.startswith(b"HTTP/1.1 200"), got[:300]
+    stream = _held_stream(srv.port, model)
     busy = _open(srv.port, 4)
     for s in busy:
         s.sendall(BODY_HEAD)  # heads complete, bodies arriving: requests being read
@@ -116,6 +107,33 @@ def test_connections_serving_a_request_are_never_evicted(small: tuple[Server, st
         for s in busy:
             s.close()
         idle.close()
+    _assert_streamed_whole(stream)
+
+
+HELD_CHOICES = 16  # x 400 tokens with 20 top logprobs each: ~6,400 SSE chunks of ~1.5 KB (~9
+# MB), more than the server's socket buffers hold (4 MiB kernel + 64 KiB transport): the answer
+# cannot complete (and free the connection) before the test reads it, however fast it decodes
+
+
+def _held_stream(port: int, model: str) -> socket.socket:
+    """A streaming chat whose client does not read yet (back-pressure): busy until read."""
+    stream = socket.socket()
+    stream.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stream.settimeout(60)
+    stream.connect(("127.0.0.1", port))
+    body = json.dumps({"model": model, "stream": True, "max_tokens": 400, "ignore_eos": True,
+                       "n": HELD_CHOICES, "logprobs": True, "top_logprobs": 20,
+                       "messages": [{"role": "user", "content": "Hi"}]}).encode()
+    stream.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\ncontent-type: "
+                   b"application/json\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
+    got = stream.recv(1024)
+    assert got.startswith(b"HTTP/1.1 200"), got[:300]
+    return stream
+
+
+def _assert_streamed_whole(stream: socket.socket) -> None:
+    """Read a held stream's answer to its end (it was never evicted) and check that all its
+    choices finished; closes it."""
     stream.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
     rest = b""
     while b"data: [DONE]" not in rest:
@@ -123,4 +141,4 @@ def test_connections_serving_a_request_are_never_evicted(small: tuple[Server, st
         assert chunk, rest[-300:]  # closed before the end: the stream was evicted
         rest += chunk
     stream.close()
-    assert rest.count(b'"finish_reason":"length"') == 16, rest[-300:]
+    assert rest.count(b'"finish_reason":"length"') == HELD_CHOICES, rest[-300:]

@@ -18,6 +18,7 @@ from gateway.edge.slowbody import GRACE_S
 from tests.conftest import shared_model
 from tests.e2e.harness import Server
 from tests.e2e.test_connections import LIVEZ, _answer, _assert_refusal
+from tests.e2e.test_eviction import _assert_streamed_whole, _held_stream
 
 pytestmark = pytest.mark.slow
 MOST = 6
@@ -174,15 +175,7 @@ def test_a_fast_upload_and_a_streaming_answer_are_never_evicted(
     time.sleep(0.5)
     upload = Upload(srv.port)
     upload.start()
-    stream = socket.socket()
-    stream.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # back-pressure: stays busy
-    stream.settimeout(60)
-    stream.connect(("127.0.0.1", srv.port))
-    body = json.dumps({"model": model, "stream": True, "max_tokens": 400, "ignore_eos": True,
-                       "n": 16, "messages": [{"role": "user", "content": "Hi"}]}).encode()
-    stream.sendall(_head("/v1/chat/completions", len(body)) + body)
-    got = stream.recv(1024)
-    assert got.startswith(b"HTTP/1.1 200"), got[:300]
+    stream = _held_stream(srv.port, model)
     flood = Trickle(srv.port)
     try:
         stalled = [flood.open() for _ in range(MOST - 2)]
@@ -209,11 +202,4 @@ def test_a_fast_upload_and_a_streaming_answer_are_never_evicted(
         upload.join()
         upload.sock.close()
         flood.close()
-    stream.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-    rest = b""
-    while b"data: [DONE]" not in rest:
-        chunk = stream.recv(65536)
-        assert chunk, rest[-300:]  # closed before the end: the stream was evicted
-        rest += chunk
-    stream.close()
-    assert rest.count(b'"finish_reason":"length"') == 16, rest[-300:]
+    _assert_streamed_whole(stream)
