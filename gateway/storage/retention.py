@@ -22,30 +22,27 @@ NONE = 2**62  # a seq above every stored one: nothing kept
 
 def prune_count(db: sqlite3.Connection, bound: int, keep: int = NONE) -> None:
     """Delete responses, the heaviest owner's oldest first, until at most BOUND are stored."""
-    spent: list[str] = []
-    while bound > 0 and (excess := _total(db, "count") - bound) > 0:
-        top = _heaviest(db, "count", spent)
-        if not top:
-            return
-        owner, goal = _goal(top, excess)
-        cur = db.execute("DELETE FROM responses WHERE seq IN (SELECT seq FROM responses WHERE "
-                         "owner = ? AND seq < ? ORDER BY seq LIMIT ?)", (owner, keep, goal))
-        if cur.rowcount <= 0:
-            spent.append(owner)  # only KEEP left
+    _prune(db, "count", bound, keep)
 
 
 def prune_bytes(db: sqlite3.Connection, bound: int, keep: int = NONE) -> None:
     """Delete responses, the heaviest owner's oldest first, until at most BOUND bytes are stored.
     A response's `size` (its bytes alone) is at least what deleting it frees (a body it shares
     with a newer one stays), so a pass never deletes one that need not go; passes repeat."""
+    _prune(db, "bytes", bound, keep)
+
+
+def _prune(db: sqlite3.Connection, column: str, bound: int, keep: int) -> None:
+    """Delete responses, the heaviest owner's (by COLUMN) oldest first, until COLUMN's total is
+    at most BOUND."""
     spent: list[str] = []
-    while bound > 0 and (excess := _total(db, "bytes") - bound) > 0:
-        top = _heaviest(db, "bytes", spent)
+    while bound > 0 and (excess := _total(db, column) - bound) > 0:
+        top = _heaviest(db, column, spent)
         if not top:
             return
         owner, goal = _goal(top, excess)
-        if not _drop_oldest(db, owner, goal, keep):
-            spent.append(owner)
+        if not _drop_oldest(db, owner, goal, keep, "1" if column == "count" else "size"):
+            spent.append(owner)  # only KEEP left
 
 
 def prune_owner_bytes(db: sqlite3.Connection, owner: str, bound: int, keep: int = NONE) -> None:
@@ -90,9 +87,11 @@ def _goal(top: list[tuple[str, int]], excess: int) -> tuple[str, int]:
     return owner, max(1, min(excess, most - (top[1][1] if len(top) > 1 else 0)))
 
 
-def _drop_oldest(db: sqlite3.Connection, owner: str, goal: int, keep: int) -> bool:
-    """Delete OWNER's oldest responses (before KEEP) whose sizes add up to GOAL; False if none."""
-    cut, cur = None, db.execute("SELECT seq, size FROM responses WHERE owner = ? AND seq < ? "
+def _drop_oldest(db: sqlite3.Connection, owner: str, goal: int, keep: int,
+                 weight: str = "size") -> bool:
+    """Delete OWNER's oldest responses (before KEEP) whose WEIGHTs (their sizes, or 1 each) add
+    up to GOAL; False if none."""
+    cut, cur = None, db.execute(f"SELECT seq, {weight} FROM responses WHERE owner = ? AND seq < ? "
                                 "ORDER BY seq", (owner, keep))
     for seq, size in cur:
         cut, goal = seq, goal - size
