@@ -78,10 +78,7 @@ class GuardedH11Protocol(H11Protocol):
         server's connections at once; its fd is counted with the lingering refusals until
         connection_lost (the same reserve), reset at once when those slots are full, and after
         LINGER seconds if its client does not read what is left to send."""
-        self._disarm()
-        self.connections.discard(self)
-        self._refused = True
-        self.refusals.lingering += 1  # until connection_lost
+        self._leave_bound()
         self.idle.log.hit("evicting idle connections: %d open, the most allowed "
                           "(--max-connections); this one idle %.1fs", self.max_connections,
                           waited)
@@ -95,6 +92,14 @@ class GuardedH11Protocol(H11Protocol):
         self.transport.close()  # a keep-alive one's last answer is still sent out first...
         if self.transport.get_write_buffer_size():
             self.loop.call_later(LINGER, self.transport.abort)  # ...for a moment
+
+    def _leave_bound(self) -> None:
+        """Leave the server's connections at once, evicted; the fd counts with the lingering
+        refusals until connection_lost (the same reserve)."""
+        self._disarm()
+        self.connections.discard(self)
+        self._refused = True
+        self.refusals.lingering += 1  # until connection_lost
 
     def _make_room(self) -> bool:
         """Evict one connection for this new one: the one idle the longest unless it connected
@@ -127,10 +132,7 @@ class GuardedH11Protocol(H11Protocol):
         """Close this connection, whose request body has stalled, to make room for a new one:
         a 408 in its path's error shape (none if its answer was already sent), then closed as a
         refused one is; the app reading the body sees the client gone."""
-        self._disarm()
-        self.connections.discard(self)
-        self._refused = True
-        self.refusals.lingering += 1  # until connection_lost
+        self._leave_bound()
         waited = time.monotonic() - body.start
         self.bodies.log.hit("evicting connections whose request body stalled: %d open, the most "
                             "allowed (--max-connections); this one %d bytes in %.1fs",
