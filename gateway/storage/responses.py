@@ -95,6 +95,7 @@ class ResponseStore:
             self._prune_age(db)
             prune_owners_bytes(db, self.max_bytes_per_key)
             prune_bytes(db, self.max_bytes)
+            prune_count(db, self.max_count)
         self._reclaim(db)
 
     async def close(self) -> None:

@@ -99,6 +99,19 @@ def test_count_bound_prunes_oldest_with_their_items(tmp_path: Path) -> None:
         assert db.execute("SELECT count(*) FROM input_items").fetchone()[0] == 6  # cascaded
 
 
+def test_count_bound_applies_at_open(tmp_path: Path) -> None:
+    async def fill(s: ResponseStore) -> None:
+        for i in range(5):
+            await s.put(f"resp_{i}", "k1" if i % 2 else "k2", _resp(f"resp_{i}"), _items(1))
+    _with_store(tmp_path, fill)  # no bound: all five kept
+
+    async def check(s: ResponseStore) -> None:
+        assert await s.count() == 2  # a smaller bound prunes at once, the heaviest key first
+        kept = [i for i in range(5) if await s.get(f"resp_{i}", "k1" if i % 2 else "k2")]
+        assert kept == [3, 4]  # k2 (0, 2, 4) gives 0; at 2 each, k1 (oldest: 1) then k2 (2)
+    _with_store(tmp_path, check, max_count=2)
+
+
 def test_age_bound(tmp_path: Path) -> None:
     old = int(time.time()) - 3 * 86400
 

@@ -133,8 +133,9 @@ def test_a_version_1_database_is_upgraded(tmp_path: Path) -> None:
                            [(seq, p, it["id"], msgspec.json.encode(it))
                             for p, it in enumerate(its)])
 
-    async def body(s: ResponseStore) -> None:
-        assert await s.usage() == sum(_size(r, its) for r, its in rows.values())
+    async def body(s: ResponseStore) -> None:  # the count bound pruned the oldest two at open
+        assert await s.count() == 2 and await s.get("resp_1", "") is None
+        assert await s.usage() == sum(_size(*rows[rid]) for rid in ("resp_2", "resp_3"))
         found = await s.conversation("resp_3", "")
         assert found is not None and found[:2] == rows["resp_3"]
         assert found[2] == _size(*rows["resp_3"])  # the stored bytes, as the bound counts them
