@@ -45,14 +45,20 @@ def run_local(worker: list[str], ranks: int, port: int) -> int:
     with open(hostfile, "w") as f:
         json.dump([[f"127.0.0.1:{port + r}"] for r in range(ranks)], f)
     env = {**os.environ, "MLX_HOSTFILE": hostfile, DIR_ENV: folder}
-    procs = [subprocess.Popen(worker, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent,
-                              env={**env, "MLX_RANK": str(r)}) for r in range(ranks)]
+    procs: list[subprocess.Popen[bytes]] = []
+    stopping: list[int] = []  # a signal that came while the ranks were starting
 
     def _stop(signum: int) -> None:  # rank 0 drains, then tells the others to stop
-        if procs[0].poll() is None:
+        if not procs:
+            stopping.append(signum)
+        elif procs[0].poll() is None:
             procs[0].send_signal(signum)
 
-    _on_signals(_stop)
+    _on_signals(_stop)  # before any rank runs: a SIGTERM in the start-up is a drain, not a kill
+    procs.extend(subprocess.Popen(worker, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent,
+                                  env={**env, "MLX_RANK": str(r)}) for r in range(ranks))
+    if stopping:
+        _stop(stopping[0])
     try:
         while procs[0].poll() is None and all(q.poll() in (None, 0) for q in procs[1:]):
             time.sleep(0.1)  # (a rank exiting 0 was told to stop by rank 0, which follows)
