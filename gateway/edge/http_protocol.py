@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -62,6 +63,7 @@ class GuardedH11Protocol(H11Protocol):
     _refused = False  # refused or evicted: not among the server's connections, closing
     _refusal: asyncio.TimerHandle | None = None  # refused, its request line awaited
     _line = b""  # what a refused connection sent before its 503
+    _ending: asyncio.TimerHandle | None = None  # closes (or resets) a lingering one at the end
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if self.max_connections is not None and len(self.connections) >= self.max_connections:
@@ -91,7 +93,7 @@ class GuardedH11Protocol(H11Protocol):
             return
         self.transport.close()  # a keep-alive one's last answer is still sent out first...
         if self.transport.get_write_buffer_size():
-            self.loop.call_later(LINGER, self.transport.abort)  # ...for a moment
+            self._end_later(self.transport.abort)  # ...for a moment
 
     def _leave_bound(self) -> None:
         """Leave the server's connections at once, evicted; the fd counts with the lingering
@@ -213,6 +215,9 @@ class GuardedH11Protocol(H11Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.idle.discard(self)
         self.bodies.discard(self)
+        if self._ending is not None:  # a closed transport must not be reset: once its buffer
+            self._ending.cancel()  # drained, asyncio's abort() raised AttributeError on it
+            self._ending = None
         if self._refusal is not None:
             self._refusal.cancel()
             self._refusal = None
@@ -247,8 +252,21 @@ class GuardedH11Protocol(H11Protocol):
             self._linger(_error(408, "Request Timeout", "The request headers were not complete "
                                 f"within {self.header_timeout:g}s.", "header_timeout"))
 
+    def _should_upgrade(self) -> bool:
+        """Never: the gateway serves no WebSocket, and uvicorn's upgrade hands the socket to a
+        protocol outside the bound (a traceback from this one's bookkeeping): an Upgrade header
+        is ignored, as HTTP allows."""
+        return False
+
     def send_400_response(self, msg: str) -> None:
         self._disarm()
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:  # its body broke the framing:
+            cycle.disconnected = True  # its app sees the client gone, its answer is dropped
+            cycle.message_event.set()  # (it must not write after this 400 and the EOF)
+            if cycle.response_started:
+                self._linger(b"")  # part of its answer is out: a 400 now would corrupt it
+                return
         if len(self.conn.trailing_data[0]) > MAX_HEADER_BYTES:
             out = _error(431, "Request Header Fields Too Large", "The request line and headers "
                          f"must fit in {MAX_HEADER_BYTES} bytes.", "headers_too_large")
@@ -266,6 +284,13 @@ class GuardedH11Protocol(H11Protocol):
             self.transport.write(out)
         if self.transport.can_write_eof():
             self.transport.write_eof()
-            self.loop.call_later(LINGER, self.transport.close)
+            self._end_later(self.transport.close)
         else:
             self.transport.close()
+
+    def _end_later(self, end: Callable[[], None]) -> None:
+        """END (the transport's close or abort) after LINGER seconds, unless the connection is
+        lost before."""
+        if self._ending is not None:
+            self._ending.cancel()
+        self._ending = self.loop.call_later(LINGER, end)
