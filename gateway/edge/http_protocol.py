@@ -284,9 +284,16 @@ class GuardedH11Protocol(H11Protocol):
             self.transport.write(out)
         if self.transport.can_write_eof():
             self.transport.write_eof()
-            self._end_later(self.transport.close)
+            self._end_later(self._close_lingering)
         else:
             self.transport.close()
+
+    def _close_lingering(self) -> None:
+        """Close after the linger; reset LINGER seconds later if the client still leaves part
+        of the answer unread (close() alone would wait for it forever, the slot kept)."""
+        self.transport.close()
+        if self.transport.get_write_buffer_size():
+            self._end_later(self.transport.abort)
 
     def _end_later(self, end: Callable[[], None]) -> None:
         """END (the transport's close or abort) after LINGER seconds, unless the connection is

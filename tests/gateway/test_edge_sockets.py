@@ -192,3 +192,24 @@ def test_a_broken_chunked_body_being_read_gets_a_400_and_frees_its_slot(
     assert _tracebacks(caplog) == []
     assert edge.open_connections() == 0
     assert len(edge.server.server_state.tasks) == 0
+
+
+def test_a_client_that_never_reads_its_400_does_not_keep_its_connection(
+        edge: Edge, caplog: pytest.LogCaptureFixture) -> None:
+    """Old code: a connection answered with a 400 (or a 408) was closed after the linger, but
+    close() waits for unsent data: a client that asked for a large answer, read none of it and
+    then sent a malformed request kept its connection (and the bound's slot) open forever. Now
+    it is reset LINGER s after that close."""
+    s = edge.connect()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    try:
+        s.sendall(b"GET /big HTTP/1.1\r\nhost: x\r\n\r\nNOT HTTP\r\n\r\n")  # then never reads
+        assert edge.open_connections() == 1
+        deadline = time.monotonic() + 3 * LINGER + 2
+        while edge.open_connections() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert edge.open_connections() == 0  # old code: 1, for as long as the client waits
+        assert edge.protocol.refusals.lingering == 0
+    finally:
+        s.close()
+    assert _tracebacks(caplog) == []
