@@ -18,6 +18,7 @@ from starlette.requests import Request
 
 from gateway.edge.auth import bearer
 from gateway.edge.errors import APIError, bad_request
+from gateway.edge.limits import MAX_STORED_ITEMS
 from gateway.edge.offload import LARGE_BODY_BYTES, fast_switch, off_loop
 from gateway.responses.events import ResponseBuilder
 from gateway.responses.history import input_items, replay
@@ -51,8 +52,14 @@ class Conversations:
     def saver(self, req: CreateResponse, owner: str, items: list[dict[str, Any]],
               weight: int = 0) -> Saver:
         """What stores this request's response (ITEMS of WEIGHT bytes): nothing with --no-store
-        or `store: false`."""
+        or `store: false`; a 400 when ITEMS are more than a stored response may hold."""
         keep = self.store is not None and req.store is not False
+        if keep and len(items) > MAX_STORED_ITEMS:
+            raise bad_request(
+                f"This conversation has {len(items)} input items (with those of "
+                f"previous_response_id), more than a stored response may hold "
+                f"({MAX_STORED_ITEMS}); send fewer items, or set store to false.",
+                param="input", code="too_many_items")
         return Saver(self if keep else None, owner, items, weight)
 
     async def items(self, req: CreateResponse, owner: str,

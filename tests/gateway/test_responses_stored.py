@@ -139,3 +139,17 @@ def test_as_input_converts_in_chunks_with_the_same_result_and_errors() -> None:
     bad = [*items[:2000], {"type": 5}]
     with pytest.raises(msgspec.ValidationError, match=r"\$\[2000\]"):  # the item's own index
         as_input(bad)
+
+
+def test_a_stored_conversation_has_at_most_max_stored_items(tmp_path: Path) -> None:
+    """More items than MAX_STORED_ITEMS: a 400 when the response would be stored, else none
+    (old code: no bound; a put of 100,000 items held the store thread 7.5 s)."""
+    from gateway.edge.limits import MAX_STORED_ITEMS
+    conv = Conversations(ResponseStore(tmp_path / "r.db"), keyed=False)
+    items = [{"id": f"rs_{i}", "type": "reasoning"} for i in range(MAX_STORED_ITEMS)]
+    assert conv.saver(_req(), "", items).store is True  # at the bound: stored
+    with pytest.raises(APIError) as exc:
+        conv.saver(_req(), "", [*items, {"id": "one_more", "type": "reasoning"}])
+    assert (exc.value.status, exc.value.code, exc.value.param) == (400, "too_many_items", "input")
+    assert conv.saver(_req(store=False), "", [*items, {"id": "x"}]).store is False
+    assert Conversations(None, keyed=False).saver(_req(), "", [*items, {"id": "x"}]).store is False
