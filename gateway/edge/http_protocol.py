@@ -35,6 +35,14 @@ def _error(status: int, reason: str, message: str, code: str,
     return head.encode() + body
 
 
+def _path(head: bytes) -> str:
+    """The path of the request line at the start of HEAD (the error shape follows it: Anthropic's
+    on /v1/messages), or '' before a whole line."""
+    line = head.split(b"\n", 1)[0].split(b" ")
+    target = line[1] if len(line) > 2 else b""
+    return target.split(b"?", 1)[0].decode("latin-1")
+
+
 class Refusals:
     """The connections past the bound being refused right now (each lingers a moment to read
     its request, so that the 503 reaches the client instead of a reset), and their log."""
@@ -62,7 +70,8 @@ class GuardedH11Protocol(H11Protocol):
     _lingering = False
     _refused = False  # refused or evicted: not among the server's connections, closing
     _refusal: asyncio.TimerHandle | None = None  # refused, its request line awaited
-    _line = b""  # what a refused connection sent before its 503
+    _line = b""  # the start of the request head being read (a refused one's: before its 503)
+    _line_read = False  # _line holds the request line (or 8 KiB): no more is kept
     _ending: asyncio.TimerHandle | None = None  # closes (or resets) a lingering one at the end
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -87,7 +96,8 @@ class GuardedH11Protocol(H11Protocol):
         if self.conn.trailing_data[0]:
             self.transport.write(_error(
                 408, "Request Timeout", "The server needed this connection for another client: "
-                f"the request head was not complete after {waited:.1f}s.", "connection_evicted"))
+                f"the request head was not complete after {waited:.1f}s.", "connection_evicted",
+                path=_path(self._line)))
         if self.refusals.lingering > self.linger_slots:
             self.transport.abort()  # lingering evictions would eat the fds kept in reserve
             return
@@ -182,10 +192,7 @@ class GuardedH11Protocol(H11Protocol):
             self._refusal = None
         if self.transport.is_closing():
             return
-        line = self._line.split(b"\n", 1)[0].split(b" ")
-        target = line[1] if len(line) > 2 else b""
-        path = target.split(b"?", 1)[0].decode("latin-1")
-        self._linger(self._unavailable(path))
+        self._linger(self._unavailable(_path(self._line)))
 
     def data_received(self, data: bytes) -> None:
         if self._refusal is not None:  # refused: its request line picks the 503's shape
@@ -195,6 +202,9 @@ class GuardedH11Protocol(H11Protocol):
             return
         if self._lingering or self._refused:
             return  # the request was refused; its remaining bytes are dropped
+        if not self._line_read and self.conn.their_state is h11.IDLE:  # a head's first bytes:
+            self._line += data[:8192]  # its path picks the shape of an error about the head
+            self._line_read = b"\n" in data[:8192] or len(self._line) >= 8192
         super().data_received(data)
         state = self.conn.their_state
         if state is h11.IDLE and not self._lingering:
@@ -229,6 +239,7 @@ class GuardedH11Protocol(H11Protocol):
         super().connection_lost(exc)
 
     def on_response_complete(self) -> None:
+        self._line, self._line_read = b"", False  # the next request's line is kept anew
         super().on_response_complete()
         self._disarm()  # idle keep-alive connections are uvicorn's timeout_keep_alive's business
         if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
@@ -250,7 +261,8 @@ class GuardedH11Protocol(H11Protocol):
                 self.transport.close()  # nothing sent at all: just hang up
                 return
             self._linger(_error(408, "Request Timeout", "The request headers were not complete "
-                                f"within {self.header_timeout:g}s.", "header_timeout"))
+                                f"within {self.header_timeout:g}s.", "header_timeout",
+                                path=_path(self._line)))
 
     def _should_upgrade(self) -> bool:
         """Never: the gateway serves no WebSocket, and uvicorn's upgrade hands the socket to a
@@ -267,11 +279,15 @@ class GuardedH11Protocol(H11Protocol):
             if cycle.response_started:
                 self._linger(b"")  # part of its answer is out: a 400 now would corrupt it
                 return
-        if len(self.conn.trailing_data[0]) > MAX_HEADER_BYTES:
+        head = bytes(self.conn.trailing_data[0])
+        path = self.scope["path"] if cycle is not None and not cycle.response_complete \
+            else _path(self._line or head)  # a broken body, else a broken head: its line
+        if len(head) > MAX_HEADER_BYTES:
             out = _error(431, "Request Header Fields Too Large", "The request line and headers "
-                         f"must fit in {MAX_HEADER_BYTES} bytes.", "headers_too_large")
+                         f"must fit in {MAX_HEADER_BYTES} bytes.", "headers_too_large", path=path)
         else:
-            out = _error(400, "Bad Request", f"Malformed HTTP request: {msg}", "invalid_http")
+            out = _error(400, "Bad Request", f"Malformed HTTP request: {msg}", "invalid_http",
+                         path=path)
         self._linger(out)
 
     def _linger(self, out: bytes) -> None:

@@ -4,6 +4,7 @@ sockets; none may leave a traceback in the log or a connection counted after it 
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import threading
@@ -51,11 +52,11 @@ async def _app(scope: Any, receive: Any, send: Any) -> None:
 class Edge:
     """A uvicorn server in a thread with the gateway's protocol class, at most MAX connections."""
 
-    def __init__(self, max_connections: int) -> None:
+    def __init__(self, max_connections: int, header_timeout: float = 30.0) -> None:
         self.protocol: Any = type("P", (GuardedH11Protocol,), {
             "max_connections": max_connections, "refusals": Refusals(),
             "idle": IdleConnections(), "bodies": SlowBodies(), "linger_slots": 8,
-            "header_timeout": 30.0})
+            "header_timeout": header_timeout})
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
@@ -213,3 +214,53 @@ def test_a_client_that_never_reads_its_400_does_not_keep_its_connection(
     finally:
         s.close()
     assert _tracebacks(caplog) == []
+
+
+MESSAGES_HEAD = b"POST /v1/messages?beta=true HTTP/1.1\r\nhost: x\r\n"
+
+
+def _shape(answer: bytes) -> tuple[int, str, str]:
+    """The status, error shape ('anthropic' or 'openai') and error type of ANSWER."""
+    head, _, body = answer.partition(b"\r\n\r\n")
+    doc = json.loads(body)
+    if doc.get("type") == "error":
+        return int(head.split()[1]), "anthropic", doc["error"]["type"]
+    return int(head.split()[1]), "openai", doc["error"]["type"]
+
+
+@pytest.mark.parametrize("sent,status", [
+    (MESSAGES_HEAD + b"no colon here\r\n\r\n", 400),  # a malformed head
+    (MESSAGES_HEAD + b"transfer-encoding: chunked\r\n\r\nzz\r\n", 400),  # a broken body
+    (MESSAGES_HEAD + b"x-pad: " + b"a" * 70000, 431),  # a head too large
+])
+def test_a_broken_messages_request_gets_the_anthropic_shape(edge: Edge, sent: bytes,
+                                                             status: int) -> None:
+    """Old code: the edge's 400 and 431 were in OpenAI's shape whatever the path; a request
+    line for /v1/messages now gets Anthropic's, as the routes answer there."""
+    s = edge.connect()
+    try:
+        s.sendall(sent)
+        got = _read_all(s)
+    finally:
+        s.close()
+    assert _shape(got) == (status, "anthropic", "invalid_request_error"), got
+
+
+def test_timeouts_and_evictions_of_a_messages_head_get_the_anthropic_shape() -> None:
+    """Old code: the 408s of a head not complete in time, and of an idle connection evicted
+    for a newcomer, were in OpenAI's shape even after a /v1/messages request line."""
+    e = Edge(max_connections=1, header_timeout=0.5)
+    try:
+        slow = e.connect()
+        slow.sendall(MESSAGES_HEAD)
+        assert _shape(_read_all(slow)) == (408, "anthropic", "invalid_request_error")
+        slow.close()
+        idle = e.connect()
+        idle.sendall(MESSAGES_HEAD)
+        time.sleep(0.1)
+        newcomer = e.connect()  # evicts it
+        assert _shape(_read_all(idle)) == (408, "anthropic", "invalid_request_error")
+        idle.close()
+        newcomer.close()
+    finally:
+        e.stop()
