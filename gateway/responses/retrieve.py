@@ -46,16 +46,16 @@ class StoredEndpoints:
         return rid, self.conv.owner(request)
 
     async def get(self, request: Request) -> Response:
-        """The stored response object."""
+        """The stored response object, its JSON as stored."""
         if request.query_params.get("stream", "false").lower() not in ("false", "0", ""):
             raise bad_request("Streaming a stored response again is not supported; retrieve "
                               "it without stream.", param="stream", code="unsupported_parameter")
         rid, owner = self._rid(request)
         assert self.conv.store is not None
-        found = await self.conv.store.get(rid, owner)
-        if found is None:
+        found = await self.conv.store.get_json(rid, owner)  # as stored: decoding and encoding
+        if found is None:  # it again cost the event loop ~140 ms for 7 MiB of instructions
             raise not_found(rid)
-        return JSONResponse(found)
+        return Response(found, media_type="application/json")
 
     async def delete(self, request: Request) -> Response:
         """Delete a stored response: OpenAI's deleted-object shape."""
