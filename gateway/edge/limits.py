@@ -16,6 +16,11 @@ INT64_MAX = 2**63 - 1  # every integer anywhere in a body must fit int64 (the wi
 # store 7.5 s a turn and more each turn. Generous: a conversation filling a 128k context with
 # messages of 30 tokens has about 4,000.
 MAX_STORED_ITEMS = 10000
+# Bytes of a stored conversation that a new turn may continue (and store again): reasoning items
+# left without an assistant message after them reach no prompt, so a chain could grow 8 MiB a
+# turn at one token each up to --responses-max-bytes (1 GiB), each continuation then decoding it
+# all (several GB of Python objects) and its GET input_items serving 100 of its items at once.
+MAX_STORED_CONVERSATION_BYTES = 64 << 20
 
 MAX_CHOICES = 64  # prompts x n of one request: each becomes a job on the worker
 # A token never stands for more than this many characters on average over a whole prompt, so a

@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from gateway.edge.errors import APIError, bad_request, from_validation
+from gateway.edge.offload import LARGE_BODY_BYTES, off_loop
 from gateway.responses.stored import Conversations, not_found
 from gateway.storage.responses import UnknownItem
 
@@ -66,7 +67,8 @@ class StoredEndpoints:
         return JSONResponse({"id": rid, "object": "response", "deleted": True})
 
     async def input_items(self, request: Request) -> Response:
-        """One page of the response's input items, in OpenAI's list shape."""
+        """One page of the response's input items, in OpenAI's list shape (encoded off the
+        event loop)."""
         query = _query(request)
         rid, owner = self._rid(request)
         assert self.conv.store is not None
@@ -78,6 +80,9 @@ class StoredEndpoints:
         if page is None:
             raise not_found(rid)
         data, more = page
-        return JSONResponse({"object": "list", "data": data,
-                             "first_id": data[0]["id"] if data else None,
-                             "last_id": data[-1]["id"] if data else None, "has_more": more})
+        listing = {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+                   "last_id": data[-1]["id"] if data else None, "has_more": more}
+        # encoded off the event loop: a page of 100 items may hold tens of MiB (json.dumps took
+        # the loop 70-180 ms for 8 MiB at load 6)
+        body = await off_loop(LARGE_BODY_BYTES, msgspec.json.encode, listing)
+        return Response(body, media_type="application/json")

@@ -18,7 +18,7 @@ from starlette.requests import Request
 
 from gateway.edge.auth import bearer
 from gateway.edge.errors import APIError, bad_request
-from gateway.edge.limits import MAX_STORED_ITEMS
+from gateway.edge.limits import MAX_STORED_CONVERSATION_BYTES, MAX_STORED_ITEMS
 from gateway.edge.offload import LARGE_BODY_BYTES, fast_switch, off_loop
 from gateway.responses.events import ResponseBuilder
 from gateway.responses.history import input_items, replay
@@ -52,7 +52,8 @@ class Conversations:
     def saver(self, req: CreateResponse, owner: str, items: list[dict[str, Any]],
               weight: int = 0) -> Saver:
         """What stores this request's response (ITEMS of WEIGHT bytes): nothing with --no-store
-        or `store: false`; a 400 when ITEMS are more than a stored response may hold."""
+        or `store: false`; a 400 when ITEMS are more (in number, or in WEIGHT: the stored
+        conversation's bytes) than a stored response may hold."""
         keep = self.store is not None and req.store is not False
         if keep and len(items) > MAX_STORED_ITEMS:
             raise bad_request(
@@ -60,6 +61,12 @@ class Conversations:
                 f"previous_response_id), more than a stored response may hold "
                 f"({MAX_STORED_ITEMS}); send fewer items, or set store to false.",
                 param="input", code="too_many_items")
+        if keep and weight > MAX_STORED_CONVERSATION_BYTES:
+            raise bad_request(
+                f"The conversation of previous_response_id holds {weight} bytes, more than a "
+                f"stored response may continue ({MAX_STORED_CONVERSATION_BYTES}); start a new "
+                "one, or set store to false.", param="previous_response_id",
+                code="conversation_too_large")
         return Saver(self if keep else None, owner, items, weight)
 
     async def items(self, req: CreateResponse, owner: str,
