@@ -52,8 +52,7 @@ class Conversations:
     def saver(self, req: CreateResponse, owner: str, items: list[dict[str, Any]],
               weight: int = 0) -> Saver:
         """What stores this request's response (ITEMS of WEIGHT bytes): nothing with --no-store
-        or `store: false`; a 400 when ITEMS are more (in number, or in WEIGHT: the stored
-        conversation's bytes) than a stored response may hold."""
+        or `store: false`; a 400 when ITEMS are more than a stored response may hold."""
         keep = self.store is not None and req.store is not False
         if keep and len(items) > MAX_STORED_ITEMS:
             raise bad_request(
@@ -61,12 +60,6 @@ class Conversations:
                 f"previous_response_id), more than a stored response may hold "
                 f"({MAX_STORED_ITEMS}); send fewer items, or set store to false.",
                 param="input", code="too_many_items")
-        if keep and weight > MAX_STORED_CONVERSATION_BYTES:
-            raise bad_request(
-                f"The conversation of previous_response_id holds {weight} bytes, more than a "
-                f"stored response may continue ({MAX_STORED_CONVERSATION_BYTES}); start a new "
-                "one, or set store to false.", param="previous_response_id",
-                code="conversation_too_large")
         return Saver(self if keep else None, owner, items, weight)
 
     async def items(self, req: CreateResponse, owner: str,
@@ -74,7 +67,8 @@ class Conversations:
         """The whole conversation of this turn as stored items (the previous turn's input and
         output when `previous_response_id` names one of OWNER's, then this request's input) and
         its weight: the larger of the body's SIZE and the stored conversation's bytes, which
-        decides whether its conversion runs off the event loop (edge/offload.py)."""
+        decides whether its conversion runs off the event loop (edge/offload.py). A stored
+        conversation too large to be stored again is a 400 unless this turn is not stored."""
         if req.previous_response_id is None:
             return await off_loop(size, input_items, req, set()), size
         if self.store is None:
@@ -87,6 +81,12 @@ class Conversations:
                               "not found.", param="previous_response_id",
                               code="previous_response_not_found")
         response, history, stored = found
+        if stored > MAX_STORED_CONVERSATION_BYTES and req.store is not False:
+            raise bad_request(
+                f"The conversation of previous_response_id holds {stored} bytes, more than a "
+                f"stored response may continue ({MAX_STORED_CONVERSATION_BYTES}); start a new "
+                "one, or set store to false.", param="previous_response_id",
+                code="conversation_too_large")
         weight = max(size, stored)
         return await off_loop(weight, _continued, req, response, history), weight
 

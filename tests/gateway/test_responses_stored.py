@@ -216,14 +216,13 @@ def test_a_conversation_too_large_is_not_continued_into_the_store(
         await store.open()
         items, _ = await conv.items(_req(input=[thought] * 300), "")  # 1.2 MiB, no prompt
         await store.put("resp_1", "", {"id": "resp_1", "output": []}, items)
-        nxt = _req(previous_response_id="resp_1")
-        items, weight = await conv.items(nxt, "")
-        assert weight > 1 << 20
         with pytest.raises(APIError) as exc:
-            conv.saver(nxt, "", items, weight)
+            await conv.items(_req(previous_response_id="resp_1"), "")
         assert (exc.value.status, exc.value.code) == (400, "conversation_too_large")
         assert exc.value.param == "previous_response_id"
         unstored = _req(previous_response_id="resp_1", store=False)
+        items, weight = await conv.items(unstored, "")
+        assert weight > 1 << 20 and len(items) == 301
         assert conv.saver(unstored, "", items, weight).store is False
         await store.close()
 
