@@ -22,6 +22,8 @@ log = logging.getLogger("rapid_mlx.gateway")
 MAX_HEADER_BYTES = 64 * 1024  # request line + headers; a larger head gets 431
 HEADER_TIMEOUT = 15.0  # seconds a connection may take to send a complete request head
 LINGER = 2.0  # seconds a refused connection's remaining input is read and dropped
+SEND_STALL = 60.0  # seconds a client may take none of an answer the server is held up sending
+# (nginx's send_timeout): then the connection is reset, its request's app sees the client gone
 REFUSAL_WAIT = 0.5  # seconds a refused connection may take to send its request line (its path
 # picks the 503's error shape: Anthropic's on /v1/messages); then it gets the OpenAI shape
 
@@ -73,6 +75,9 @@ class GuardedH11Protocol(H11Protocol):
     _line = b""  # the start of the request head being read (a refused one's: before its 503)
     _line_read = False  # _line holds the request line (or 8 KiB): no more is kept
     _ending: asyncio.TimerHandle | None = None  # closes (or resets) a lingering one at the end
+    send_stall: float = SEND_STALL
+    _send_watch: asyncio.TimerHandle | None = None  # while writing is paused: is it taken?
+    _unsent = 0  # bytes left to send when the watch last looked
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if self.max_connections is not None and len(self.connections) >= self.max_connections:
@@ -228,6 +233,7 @@ class GuardedH11Protocol(H11Protocol):
         if self._ending is not None:  # a closed transport must not be reset: once its buffer
             self._ending.cancel()  # drained, asyncio's abort() raised AttributeError on it
             self._ending = None
+        self._unwatch_send()
         if self._refusal is not None:
             self._refusal.cancel()
             self._refusal = None
@@ -263,6 +269,35 @@ class GuardedH11Protocol(H11Protocol):
             self._linger(_error(408, "Request Timeout", "The request headers were not complete "
                                 f"within {self.header_timeout:g}s.", "header_timeout",
                                 path=_path(self._line)))
+
+    def pause_writing(self) -> None:
+        """The transport holds more than its high-water mark unsent: from now on, a client that
+        takes none of it for `send_stall` seconds is reset (a closing connection's answer too:
+        close() waits for it). Without this an unread answer held its memory and its connection,
+        never idle, never evicted, for as long as the client kept the socket open."""
+        super().pause_writing()
+        if self._send_watch is None:
+            self._unsent = self.transport.get_write_buffer_size()
+            self._send_watch = self.loop.call_later(self.send_stall, self._check_send)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._unwatch_send()
+
+    def _unwatch_send(self) -> None:
+        if self._send_watch is not None:
+            self._send_watch.cancel()
+            self._send_watch = None
+
+    def _check_send(self) -> None:
+        """Reset the connection if its client has taken nothing since the last look."""
+        self._send_watch = None
+        left = self.transport.get_write_buffer_size()
+        if left and left >= self._unsent:
+            self.transport.abort()
+        elif left:
+            self._unsent = left
+            self._send_watch = self.loop.call_later(self.send_stall, self._check_send)
 
     def _should_upgrade(self) -> bool:
         """Never: the gateway serves no WebSocket, and uvicorn's upgrade hands the socket to a

@@ -52,11 +52,12 @@ async def _app(scope: Any, receive: Any, send: Any) -> None:
 class Edge:
     """A uvicorn server in a thread with the gateway's protocol class, at most MAX connections."""
 
-    def __init__(self, max_connections: int, header_timeout: float = 30.0) -> None:
+    def __init__(self, max_connections: int, header_timeout: float = 30.0,
+                 send_stall: float = 60.0) -> None:
         self.protocol: Any = type("P", (GuardedH11Protocol,), {
             "max_connections": max_connections, "refusals": Refusals(),
             "idle": IdleConnections(), "bodies": SlowBodies(), "linger_slots": 8,
-            "header_timeout": header_timeout})
+            "header_timeout": header_timeout, "send_stall": send_stall})
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
@@ -262,5 +263,32 @@ def test_timeouts_and_evictions_of_a_messages_head_get_the_anthropic_shape() -> 
         assert _shape(_read_all(idle)) == (408, "anthropic", "invalid_request_error")
         idle.close()
         newcomer.close()
+    finally:
+        e.stop()
+
+
+def test_an_answer_nobody_reads_does_not_hold_its_connection_forever() -> None:
+    """Old code: an answer larger than the socket buffers that the client never read stayed in
+    the server's memory with its connection open, for as long as the client kept the socket:
+    with `Connection: close` (or HTTP/1.0) it was never idle, so never evicted, and enough of
+    them held the whole bound (503 for everyone). Now a client that takes none of it for
+    send_stall seconds is reset; one reading slowly but steadily gets all of it."""
+    e = Edge(max_connections=4, send_stall=1.0)
+    try:
+        stuck = e.connect()
+        stuck.sendall(b"GET /big HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        slow = e.connect()
+        slow.sendall(b"GET /big HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        got = b""
+        while chunk := slow.recv(1 << 20):  # about 1 MiB every 0.4 s: never 1 s without
+            got += chunk
+            time.sleep(0.4)
+        assert got.endswith(b"x" * 1000) and len(got) > len(BIG)
+        deadline = time.monotonic() + 10
+        while e.open_connections() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert e.open_connections() == 0  # old code: 1 (stuck), for as long as it waits
+        stuck.close()
+        slow.close()
     finally:
         e.stop()
