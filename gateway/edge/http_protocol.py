@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -21,6 +22,8 @@ log = logging.getLogger("rapid_mlx.gateway")
 MAX_HEADER_BYTES = 64 * 1024  # request line + headers; a larger head gets 431
 HEADER_TIMEOUT = 15.0  # seconds a connection may take to send a complete request head
 LINGER = 2.0  # seconds a refused connection's remaining input is read and dropped
+SEND_STALL = 60.0  # seconds a client may take none of an answer the server is held up sending
+# (nginx's send_timeout): then the connection is reset, its request's app sees the client gone
 REFUSAL_WAIT = 0.5  # seconds a refused connection may take to send its request line (its path
 # picks the 503's error shape: Anthropic's on /v1/messages); then it gets the OpenAI shape
 
@@ -32,6 +35,14 @@ def _error(status: int, reason: str, message: str, code: str,
     head = (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
             f"content-length: {len(body)}\r\n{extra}connection: close\r\n\r\n")
     return head.encode() + body
+
+
+def _path(head: bytes) -> str:
+    """The path of the request line at the start of HEAD (the error shape follows it: Anthropic's
+    on /v1/messages), or '' before a whole line."""
+    line = head.split(b"\n", 1)[0].split(b" ")
+    target = line[1] if len(line) > 2 else b""
+    return target.split(b"?", 1)[0].decode("latin-1")
 
 
 class Refusals:
@@ -61,7 +72,12 @@ class GuardedH11Protocol(H11Protocol):
     _lingering = False
     _refused = False  # refused or evicted: not among the server's connections, closing
     _refusal: asyncio.TimerHandle | None = None  # refused, its request line awaited
-    _line = b""  # what a refused connection sent before its 503
+    _line = b""  # the start of the request head being read (a refused one's: before its 503)
+    _line_read = False  # _line holds the request line (or 8 KiB): no more is kept
+    _ending: asyncio.TimerHandle | None = None  # closes (or resets) a lingering one at the end
+    send_stall: float = SEND_STALL
+    _send_watch: asyncio.TimerHandle | None = None  # while writing is paused: is it taken?
+    _unsent = 0  # bytes left to send when the watch last looked
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if self.max_connections is not None and len(self.connections) >= self.max_connections:
@@ -85,13 +101,14 @@ class GuardedH11Protocol(H11Protocol):
         if self.conn.trailing_data[0]:
             self.transport.write(_error(
                 408, "Request Timeout", "The server needed this connection for another client: "
-                f"the request head was not complete after {waited:.1f}s.", "connection_evicted"))
+                f"the request head was not complete after {waited:.1f}s.", "connection_evicted",
+                path=_path(self._line)))
         if self.refusals.lingering > self.linger_slots:
             self.transport.abort()  # lingering evictions would eat the fds kept in reserve
             return
         self.transport.close()  # a keep-alive one's last answer is still sent out first...
         if self.transport.get_write_buffer_size():
-            self.loop.call_later(LINGER, self.transport.abort)  # ...for a moment
+            self._end_later(self.transport.abort)  # ...for a moment
 
     def _leave_bound(self) -> None:
         """Leave the server's connections at once, evicted; the fd counts with the lingering
@@ -180,10 +197,7 @@ class GuardedH11Protocol(H11Protocol):
             self._refusal = None
         if self.transport.is_closing():
             return
-        line = self._line.split(b"\n", 1)[0].split(b" ")
-        target = line[1] if len(line) > 2 else b""
-        path = target.split(b"?", 1)[0].decode("latin-1")
-        self._linger(self._unavailable(path))
+        self._linger(self._unavailable(_path(self._line)))
 
     def data_received(self, data: bytes) -> None:
         if self._refusal is not None:  # refused: its request line picks the 503's shape
@@ -193,6 +207,9 @@ class GuardedH11Protocol(H11Protocol):
             return
         if self._lingering or self._refused:
             return  # the request was refused; its remaining bytes are dropped
+        if not self._line_read and self.conn.their_state is h11.IDLE:  # a head's first bytes:
+            self._line += data[:8192]  # its path picks the shape of an error about the head
+            self._line_read = b"\n" in data[:8192] or len(self._line) >= 8192
         super().data_received(data)
         state = self.conn.their_state
         if state is h11.IDLE and not self._lingering:
@@ -213,6 +230,10 @@ class GuardedH11Protocol(H11Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.idle.discard(self)
         self.bodies.discard(self)
+        if self._ending is not None:  # a closed transport must not be reset: once its buffer
+            self._ending.cancel()  # drained, asyncio's abort() raised AttributeError on it
+            self._ending = None
+        self._unwatch_send()
         if self._refusal is not None:
             self._refusal.cancel()
             self._refusal = None
@@ -224,6 +245,7 @@ class GuardedH11Protocol(H11Protocol):
         super().connection_lost(exc)
 
     def on_response_complete(self) -> None:
+        self._line, self._line_read = b"", False  # the next request's line is kept anew
         super().on_response_complete()
         self._disarm()  # idle keep-alive connections are uvicorn's timeout_keep_alive's business
         if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
@@ -245,15 +267,62 @@ class GuardedH11Protocol(H11Protocol):
                 self.transport.close()  # nothing sent at all: just hang up
                 return
             self._linger(_error(408, "Request Timeout", "The request headers were not complete "
-                                f"within {self.header_timeout:g}s.", "header_timeout"))
+                                f"within {self.header_timeout:g}s.", "header_timeout",
+                                path=_path(self._line)))
+
+    def pause_writing(self) -> None:
+        """The transport holds more than its high-water mark unsent: from now on, a client that
+        takes none of it for `send_stall` seconds is reset (a closing connection's answer too:
+        close() waits for it). Without this an unread answer held its memory and its connection,
+        never idle, never evicted, for as long as the client kept the socket open."""
+        super().pause_writing()
+        if self._send_watch is None:
+            self._unsent = self.transport.get_write_buffer_size()
+            self._send_watch = self.loop.call_later(self.send_stall, self._check_send)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._unwatch_send()
+
+    def _unwatch_send(self) -> None:
+        if self._send_watch is not None:
+            self._send_watch.cancel()
+            self._send_watch = None
+
+    def _check_send(self) -> None:
+        """Reset the connection if its client has taken nothing since the last look."""
+        self._send_watch = None
+        left = self.transport.get_write_buffer_size()
+        if left and left >= self._unsent:
+            self.transport.abort()
+        elif left:
+            self._unsent = left
+            self._send_watch = self.loop.call_later(self.send_stall, self._check_send)
+
+    def _should_upgrade(self) -> bool:
+        """Never: the gateway serves no WebSocket, and uvicorn's upgrade hands the socket to a
+        protocol outside the bound (a traceback from this one's bookkeeping): an Upgrade header
+        is ignored, as HTTP allows."""
+        return False
 
     def send_400_response(self, msg: str) -> None:
         self._disarm()
-        if len(self.conn.trailing_data[0]) > MAX_HEADER_BYTES:
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:  # its body broke the framing:
+            cycle.disconnected = True  # its app sees the client gone, its answer is dropped
+            cycle.message_event.set()  # (it must not write after this 400 and the EOF)
+            if cycle.response_started:
+                self._linger(b"")  # part of its answer is out: a 400 now would corrupt it
+                return
+        head = bytes(self.conn.trailing_data[0])
+        path = self.scope["path"] if cycle is not None and not cycle.response_complete \
+            else _path(self._line or head)  # a broken body, else a broken head: its line
+        if len(head) > MAX_HEADER_BYTES:
             out = _error(431, "Request Header Fields Too Large", "The request line and headers "
-                         f"must fit in {MAX_HEADER_BYTES} bytes.", "headers_too_large")
+                         f"must fit in {MAX_HEADER_BYTES} bytes.", "headers_too_large", path=path)
         else:
-            out = _error(400, "Bad Request", f"Malformed HTTP request: {msg}", "invalid_http")
+            out = _error(400, "Bad Request", f"Malformed HTTP request: {msg}", "invalid_http",
+                         path=path)
         self._linger(out)
 
     def _linger(self, out: bytes) -> None:
@@ -266,6 +335,20 @@ class GuardedH11Protocol(H11Protocol):
             self.transport.write(out)
         if self.transport.can_write_eof():
             self.transport.write_eof()
-            self.loop.call_later(LINGER, self.transport.close)
+            self._end_later(self._close_lingering)
         else:
             self.transport.close()
+
+    def _close_lingering(self) -> None:
+        """Close after the linger; reset LINGER seconds later if the client still leaves part
+        of the answer unread (close() alone would wait for it forever, the slot kept)."""
+        self.transport.close()
+        if self.transport.get_write_buffer_size():
+            self._end_later(self.transport.abort)
+
+    def _end_later(self, end: Callable[[], None]) -> None:
+        """END (the transport's close or abort) after LINGER seconds, unless the connection is
+        lost before."""
+        if self._ending is not None:
+            self._ending.cancel()
+        self._ending = self.loop.call_later(LINGER, end)

@@ -9,6 +9,19 @@ MAX_JSON_DEPTH = 64  # nesting of arrays/objects anywhere in a body; deeper gets
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1  # every integer anywhere in a body must fit int64 (the wire is msgpack)
 
+# Input items of a stored conversation (previous_response_id's and this turn's): storing one writes
+# a row per item, scattered over an index, on the store's single thread (~75 us each, every key's
+# reads and writes wait meanwhile), and a continued chain stores them again at every turn.
+# Without a bound, 100,000 empty reasoning items (a 3.5 MB body, no prompt token) held the
+# store 7.5 s a turn and more each turn. Generous: a conversation filling a 128k context with
+# messages of 30 tokens has about 4,000.
+MAX_STORED_ITEMS = 10000
+# Bytes of a stored conversation that a new turn may continue (and store again): reasoning items
+# left without an assistant message after them reach no prompt, so a chain could grow 8 MiB a
+# turn at one token each up to --responses-max-bytes (1 GiB), each continuation then decoding it
+# all (several GB of Python objects) and its GET input_items serving 100 of its items at once.
+MAX_STORED_CONVERSATION_BYTES = 64 << 20
+
 MAX_CHOICES = 64  # prompts x n of one request: each becomes a job on the worker
 # A token never stands for more than this many characters on average over a whole prompt, so a
 # prompt with more characters than context_length * CHARS_PER_TOKEN cannot fit: refuse it before

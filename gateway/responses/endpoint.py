@@ -96,9 +96,9 @@ class ResponsesEndpoint:
             if history.refs:
                 pictures = await history.for_model(req.model, st.facts,
                                                    self.allow_image_urls)
-        saver = self.conv.saver(req, owner, items, weight)
         await off_loop(weight, check_prompt_chars, messages, tools,
                        context_length(st.facts, served.context_length), "input")
+        saver = self.conv.saver(req, owner, items, weight)  # after: a prompt too long says so
         if grammar is not None:
             grammar.after_think = thinks(served.reasoning_parser, template_kwargs(req))
         rid = f"resp_{uuid.uuid4().hex}"

@@ -18,6 +18,7 @@ from starlette.requests import Request
 
 from gateway.edge.auth import bearer
 from gateway.edge.errors import APIError, bad_request
+from gateway.edge.limits import MAX_STORED_CONVERSATION_BYTES, MAX_STORED_ITEMS
 from gateway.edge.offload import LARGE_BODY_BYTES, fast_switch, off_loop
 from gateway.responses.events import ResponseBuilder
 from gateway.responses.history import input_items, replay
@@ -51,8 +52,14 @@ class Conversations:
     def saver(self, req: CreateResponse, owner: str, items: list[dict[str, Any]],
               weight: int = 0) -> Saver:
         """What stores this request's response (ITEMS of WEIGHT bytes): nothing with --no-store
-        or `store: false`."""
+        or `store: false`; a 400 when ITEMS are more than a stored response may hold."""
         keep = self.store is not None and req.store is not False
+        if keep and len(items) > MAX_STORED_ITEMS:
+            raise bad_request(
+                f"This conversation has {len(items)} input items (with those of "
+                f"previous_response_id), more than a stored response may hold "
+                f"({MAX_STORED_ITEMS}); send fewer items, or set store to false.",
+                param="input", code="too_many_items")
         return Saver(self if keep else None, owner, items, weight)
 
     async def items(self, req: CreateResponse, owner: str,
@@ -60,7 +67,8 @@ class Conversations:
         """The whole conversation of this turn as stored items (the previous turn's input and
         output when `previous_response_id` names one of OWNER's, then this request's input) and
         its weight: the larger of the body's SIZE and the stored conversation's bytes, which
-        decides whether its conversion runs off the event loop (edge/offload.py)."""
+        decides whether its conversion runs off the event loop (edge/offload.py). A stored
+        conversation too large to be stored again is a 400 unless this turn is not stored."""
         if req.previous_response_id is None:
             return await off_loop(size, input_items, req, set()), size
         if self.store is None:
@@ -73,6 +81,12 @@ class Conversations:
                               "not found.", param="previous_response_id",
                               code="previous_response_not_found")
         response, history, stored = found
+        if stored > MAX_STORED_CONVERSATION_BYTES and req.store is not False:
+            raise bad_request(
+                f"The conversation of previous_response_id holds {stored} bytes, more than a "
+                f"stored response may continue ({MAX_STORED_CONVERSATION_BYTES}); start a new "
+                "one, or set store to false.", param="previous_response_id",
+                code="conversation_too_large")
         weight = max(size, stored)
         return await off_loop(weight, _continued, req, response, history), weight
 

@@ -192,6 +192,11 @@ class ResponseStore:
         found = await self._run(self._seq, rid, owner)
         return msgspec.json.decode(found[1]) if found else None
 
+    async def get_json(self, rid: str, owner: str) -> bytes | None:
+        """The stored response RID of OWNER as its JSON, as stored (nothing decoded), or None."""
+        found = await self._run(self._seq, rid, owner)
+        return found[1] if found else None
+
     async def conversation(self, rid: str, owner: str
                            ) -> tuple[dict[str, Any], list[dict[str, Any]], int] | None:
         """The stored response RID of OWNER, all its input items in order and their stored size

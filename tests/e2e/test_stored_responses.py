@@ -294,3 +294,29 @@ def test_a_response_larger_than_the_byte_bound_is_answered_not_stored() -> None:
         assert any("not stored" in line for line in srv.lines)
     finally:
         srv.stop()
+
+
+def test_a_conversation_too_long_to_store_is_refused_before_generation(server: Server) -> None:
+    """Old code: any number of input items was stored (a row each, rewritten at every turn of
+    a chain, on the store's one thread): 100,000 empty reasoning items, no prompt token, held
+    every key's store reads 7.5 s, longer at each turn. Now a conversation of more than
+    MAX_STORED_ITEMS (with previous_response_id's) is a 400 unless it is not stored."""
+    from gateway.edge.limits import MAX_STORED_ITEMS
+    half = MAX_STORED_ITEMS // 2 + 1
+    thoughts = [{"type": "reasoning", "content": []}] * half
+
+    def post(**body: Any) -> httpx.Response:
+        return httpx.post(f"{server.url}/responses", timeout=120, json={
+            "model": "default", "max_output_tokens": 2, "reasoning": NO_THINK, **body})
+
+    first = post(input=[*thoughts, {"role": "user", "content": "Hi"}])
+    assert first.status_code == 200, first.text  # half the bound: stored
+    r = post(input=[*thoughts, {"role": "user", "content": "Hi"}],
+             previous_response_id=first.json()["id"])
+    assert r.status_code == 400, r.text  # old code: 200, twice as many items stored
+    err = r.json()["error"]
+    assert (err["code"], err["param"]) == ("too_many_items", "input")
+    assert str(MAX_STORED_ITEMS) in err["message"]
+    unstored = post(input=[*thoughts, {"role": "user", "content": "Hi"}], store=False,
+                    previous_response_id=first.json()["id"])
+    assert unstored.status_code == 200, unstored.text
