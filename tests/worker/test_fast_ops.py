@@ -74,7 +74,8 @@ def test_rope_outside_a_forward_is_mx_fast_rope() -> None:
 
 @pytest.mark.parametrize("eps", [1e-5, 1e-6])
 @pytest.mark.parametrize("shape", [(32, 1, 64), (8, 1, 512), (1, 7, 64), (3, 2, 48), (4, 1, 896),
-                                   (2, 3, 3584), (5, 1, 2560), (1, 1, 5120)])
+                                   (2, 3, 3584), (5, 1, 2560), (1, 1, 5120), (2, 1, 4, 64),
+                                   (6, 64)])
 def test_rms_norm_is_mx_fast_rms_norm(eps: float, shape: tuple[int, ...]) -> None:
     rng = np.random.default_rng(len(shape) * shape[-1])
     norm = nn.RMSNorm(shape[-1], eps=eps)
