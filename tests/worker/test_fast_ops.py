@@ -163,3 +163,14 @@ def test_a_decode_step_computes_its_rope_tables_once(tmp_path: Path,
     for ops in steps:  # a decode forward's graph
         assert ops.count("Cos") == 1 and ops.count("Sin") == 1
         assert "Rsqrt" not in ops
+
+
+def test_larger_models_keep_mx_fast(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above the small-model gate (kv_dense.MAX_WEIGHT_BYTES) nothing is wrapped: on the Qwen3
+    bench model the fused ops made plain steps copy the KV pool (bench/README.md, session 15)."""
+    mdl, tok = load(str(shared_model("stories260K")))[:2]
+    monkeypatch.setattr(kv_dense, "MAX_WEIGHT_BYTES", 0)
+    engine = make_engine(mdl, tok, max_batch=8)
+    assert engine._forward.fast_ops is None
+    kinds = {type(m) for m in mdl.modules()}
+    assert TableRoPE not in kinds and FusedRMSNorm not in kinds
