@@ -11,6 +11,7 @@ from cache.paged_kv import PagedKVStore
 from worker.attention import PagedBatch, routes_attention
 from worker.compile_mode import AUTO_MAX_ROWS, rows_for
 from worker.compiled_decode import CompiledDecode
+from worker.fast_ops import wrap_fast_ops
 from worker.kv_dense import DenseCache, pays_for
 from worker.kv_manager import RequestPages
 from worker.spec.compiled_verify import CompiledVerify
@@ -79,6 +80,11 @@ class Forward:
         self.compiled_verify = CompiledVerify(self._every, store, rows) if rows > 0 else None
         # decode steps attend a dense cache of the store's KV (worker/kv_dense.py; small models)
         self.dense = DenseCache(store) if pays_for(model) else None
+        # RoPE and RMSNorm with fewer CPU kernels in our forwards (worker/fast_ops.py), on small
+        # models: on the Qwen3 bench model (116 MB) plain 8-row steps became 1.8-2.6x slower,
+        # growing with the KV pool's size (page writes no longer in place; bench/README.md,
+        # session 15)
+        self.fast_ops = wrap_fast_ops(model) if pays_for(model) else None
 
     def compiled_owners(self) -> dict[str, CompiledDecode]:
         """Its holders of compiled functions (``fns``: key -> function): decode, verify."""
@@ -242,6 +248,17 @@ class Forward:
              inputs: mx.array | None = None, positions: mx.array | None = None,
              every: bool = False, rows: tuple[list[RequestPages], list[int]] | None = None
              ) -> mx.array | None:
+        if self.fast_ops is None:
+            return self._model(tokens, batch, want_logits, inputs, positions, every, rows)
+        self.fast_ops.use(batch.offset)
+        try:
+            return self._model(tokens, batch, want_logits, inputs, positions, every, rows)
+        finally:
+            self.fast_ops.use(None, active=False)
+
+    def _model(self, tokens: mx.array, batch: PagedBatch, want_logits: bool,
+               inputs: mx.array | None, positions: mx.array | None, every: bool,
+               rows: tuple[list[RequestPages], list[int]] | None) -> mx.array | None:
         cache = batch.views()
         if self.split is not None:
             inner, head = self.split
