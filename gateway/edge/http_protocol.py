@@ -37,6 +37,12 @@ def _error(status: int, reason: str, message: str, code: str,
     return head.encode() + body
 
 
+def _cancel(timer: asyncio.TimerHandle | None) -> None:
+    """Cancel TIMER, if there is one."""
+    if timer is not None:
+        timer.cancel()
+
+
 def _path(head: bytes) -> str:
     """The path of the request line at the start of HEAD (the error shape follows it: Anthropic's
     on /v1/messages), or '' before a whole line."""
@@ -192,9 +198,8 @@ class GuardedH11Protocol(H11Protocol):
     def _answer_refusal(self) -> None:
         """Send a refused connection its 503, shaped for the path of its request line (when it
         arrived), and linger."""
-        if self._refusal is not None:
-            self._refusal.cancel()
-            self._refusal = None
+        _cancel(self._refusal)
+        self._refusal = None
         if self.transport.is_closing():
             return
         self._linger(self._unavailable(_path(self._line)))
@@ -230,13 +235,11 @@ class GuardedH11Protocol(H11Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.idle.discard(self)
         self.bodies.discard(self)
-        if self._ending is not None:  # a closed transport must not be reset: once its buffer
-            self._ending.cancel()  # drained, asyncio's abort() raised AttributeError on it
-            self._ending = None
+        _cancel(self._ending)  # a closed transport must not be reset: once its buffer drained,
+        self._ending = None  # asyncio's abort() raised AttributeError on it
         self._unwatch_send()
-        if self._refusal is not None:
-            self._refusal.cancel()
-            self._refusal = None
+        _cancel(self._refusal)
+        self._refusal = None
         if self._refused:
             self.refusals.lingering -= 1
             if self.flow is None:
@@ -256,9 +259,8 @@ class GuardedH11Protocol(H11Protocol):
             self._head_timer = self.loop.call_later(self.header_timeout, self._head_timed_out)
 
     def _disarm(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
+        _cancel(self._head_timer)
+        self._head_timer = None
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
@@ -285,9 +287,8 @@ class GuardedH11Protocol(H11Protocol):
         self._unwatch_send()
 
     def _unwatch_send(self) -> None:
-        if self._send_watch is not None:
-            self._send_watch.cancel()
-            self._send_watch = None
+        _cancel(self._send_watch)
+        self._send_watch = None
 
     def _check_send(self) -> None:
         """Reset the connection if its client has taken nothing since the last look."""
@@ -349,6 +350,5 @@ class GuardedH11Protocol(H11Protocol):
     def _end_later(self, end: Callable[[], None]) -> None:
         """END (the transport's close or abort) after LINGER seconds, unless the connection is
         lost before."""
-        if self._ending is not None:
-            self._ending.cancel()
+        _cancel(self._ending)
         self._ending = self.loop.call_later(LINGER, end)
