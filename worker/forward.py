@@ -79,12 +79,13 @@ class Forward:
         # speculation's verify forwards (several positions per row) compile like decode steps
         self.compiled_verify = CompiledVerify(self._every, store, rows) if rows > 0 else None
         # decode steps attend a dense cache of the store's KV (worker/kv_dense.py; small models)
-        self.dense = DenseCache(store) if pays_for(model) else None
+        small = pays_for(model)
+        self.dense = DenseCache(store) if small else None
         # RoPE and RMSNorm with fewer CPU kernels in our forwards (worker/fast_ops.py), on small
         # models: on the Qwen3 bench model (116 MB) plain 8-row steps became 1.8-2.6x slower,
         # growing with the KV pool's size (page writes no longer in place; bench/README.md,
         # session 15)
-        self.fast_ops = wrap_fast_ops(model) if pays_for(model) else None
+        self.fast_ops = wrap_fast_ops(model) if small else None
 
     def compiled_owners(self) -> dict[str, CompiledDecode]:
         """Its holders of compiled functions (``fns``: key -> function): decode, verify."""

@@ -189,8 +189,8 @@ class ResponseStore:
 
     async def get(self, rid: str, owner: str) -> dict[str, Any] | None:
         """The stored response RID of OWNER, or None."""
-        found = await self._run(self._seq, rid, owner)
-        return msgspec.json.decode(found[1]) if found else None
+        found = await self.get_json(rid, owner)
+        return msgspec.json.decode(found) if found is not None else None
 
     async def get_json(self, rid: str, owner: str) -> bytes | None:
         """The stored response RID of OWNER as its JSON, as stored (nothing decoded), or None."""
