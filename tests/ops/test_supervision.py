@@ -33,7 +33,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def srv() -> Iterator[Server]:
-    s = pair("--hang-timeout", "2").wait_ready()
+    s = pair("--hang-timeout", "3").wait_ready()
     yield s
     s.stop()
 
