@@ -16,17 +16,19 @@ not quadratic. A body goes in the statement that deletes the last item naming it
 deleting or pruning any turn leaves every other one exactly as it was.
 
 Retention, checked in the transaction of every insert (indexed deletes, usually empty): at most
-MAX_COUNT responses, none older than MAX_AGE seconds, and at most MAX_BYTES of stored JSON
-(response bodies and item bodies, each counted once, while stored); over the count or byte bound,
+MAX_COUNT responses, none older than MAX_AGE seconds, and at most MAX_BYTES stored: the JSON
+(response bodies and item bodies, each counted once, while stored) and a fixed cost per row
+(schema.ITEM_ROW for each input_items row, a chain's turns repeating theirs; BODY_ROW,
+RESPONSE_ROW), so that the bound bounds the file; over the count or byte bound,
 the owner holding the most gives way, oldest first (retention.py), so one key's long chats never
 evict another's responses while it holds more; MAX_BYTES_PER_KEY (optional) bounds each owner
 alone the same way. The totals per owner (and their sum) are kept by triggers in the database
 itself (schema.OWNERS), so deletes, expiry, restarts and other processes never put them off; they
 are recomputed once at open all the same. A response larger than MAX_BYTES (or
 MAX_BYTES_PER_KEY) on its own (its body and its distinct items: what it takes when nothing else
-is stored) is not stored (`put` says False) and evicts nothing. Freed pages go back to the file
-system (incremental auto-vacuum) beyond a slack (RECLAIM_SLACK, at most an eighth of MAX_BYTES)
-kept for the next inserts to reuse, so the file follows the bound.
+is stored, rows included) is not stored (`put` says False) and evicts nothing. Freed pages go
+back to the file system (incremental auto-vacuum) beyond a slack (RECLAIM_SLACK, at most an
+eighth of MAX_BYTES) kept for the next inserts to reuse, so the file follows the bound.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from gateway.storage.retention import (
     prune_owner_bytes,
     prune_owners_bytes,
 )
-from gateway.storage.schema import RECOUNT, connect, sha256
+from gateway.storage.schema import BODY_ROW, ITEM_ROW, RECOUNT, RESPONSE_ROW, connect, sha256
 from gateway.storage.schema import transaction as _transaction
 
 log = logging.getLogger("rapid_mlx.gateway")
@@ -121,7 +123,8 @@ class ResponseStore:
         rows = [(it["id"], msgspec.json.encode(it)) for it in items]
         keys = [sha256(b) for _, b in rows]
         distinct = dict(zip(keys, rows, strict=True))
-        size = len(body) + sum(len(b) for _, b in distinct.values())  # what it takes alone
+        size = len(body) + RESPONSE_ROW + len(rows) * ITEM_ROW + sum(  # what it takes alone
+            len(b) + BODY_ROW for _, b in distinct.values())
         for bound, flag in ((self.max_bytes, "bytes"), (self.max_bytes_per_key, "bytes-per-key")):
             if 0 < bound < size:
                 log.warning("response %s not stored: %d bytes, more than --responses-max-%s %d",
@@ -131,9 +134,9 @@ class ResponseStore:
         with _transaction(db):
             db.execute("DELETE FROM responses WHERE id = ?", (rid,))  # a re-put replaces
             ids = self._bodies(db, owner, distinct)
-            seq = int(db.execute("INSERT INTO responses (id, owner, created_at, size, body) "
-                                 "VALUES (?, ?, ?, ?, ?)",
-                                 (rid, owner, created_at, size, body)).lastrowid or 0)
+            seq = int(db.execute("INSERT INTO responses (id, owner, created_at, size, items, "
+                                 "body) VALUES (?, ?, ?, ?, ?, ?)",
+                                 (rid, owner, created_at, size, len(rows), body)).lastrowid or 0)
             db.executemany("INSERT INTO input_items (response_seq, pos, body_id) VALUES (?, ?, ?)",
                            [(seq, pos, ids[k]) for pos, k in enumerate(keys)])
             self._prune_age(db)
@@ -251,7 +254,7 @@ class ResponseStore:
         return cur.rowcount > 0
 
     async def usage(self) -> int:
-        """Bytes of stored JSON (all owners), the total the byte bound applies to."""
+        """Bytes stored (all owners: JSON and rows' costs), the total the byte bound applies to."""
         return await self._run(lambda: self._bytes(self._db()))
 
     async def count(self) -> int:
