@@ -60,11 +60,10 @@ ITEMS = ("""CREATE TABLE input_items (
          "DELETE FROM item_bodies WHERE id = old.body_id AND NOT EXISTS "
          "(SELECT 1 FROM input_items WHERE body_id = old.body_id); END")
 # the bytes stored (response bodies and item bodies, each once, and every row's cost above) and
-# the responses stored, per
-# owner (owners: the retention bounds evict from the owner using the most, and the index on
-# (owner, seq) finds its oldest), kept by the triggers in the transaction of every insert and
-# delete, and in all (usage: their sum). An owner's row stays when it empties: one row per API
-# key ever used, so the heaviest and the sum are found by reading them all (a page or two),
+# the responses stored, per owner (owners: the retention bounds evict from the owner using the
+# most, and the index on (owner, seq) finds its oldest), kept by the triggers in the transaction
+# of every insert and delete, and in all (usage: their sum). An owner's row stays when it
+# empties: one row per API key ever used, so the heaviest and the sum are found by reading them all (a page or two),
 # cheaper than indexes on the totals, or a total of all, that every trigger would rewrite
 # (measured: bench/README, session 14)
 OWNERS = ("CREATE TABLE owners (owner TEXT PRIMARY KEY, bytes INTEGER NOT NULL, "
