@@ -63,9 +63,9 @@ ITEMS = ("""CREATE TABLE input_items (
 # the responses stored, per owner (owners: the retention bounds evict from the owner using the
 # most, and the index on (owner, seq) finds its oldest), kept by the triggers in the transaction
 # of every insert and delete, and in all (usage: their sum). An owner's row stays when it
-# empties: one row per API key ever used, so the heaviest and the sum are found by reading them all (a page or two),
-# cheaper than indexes on the totals, or a total of all, that every trigger would rewrite
-# (measured: bench/README, session 14)
+# empties: one row per API key ever used, so the heaviest and the sum are found by reading them
+# all (a page or two), cheaper than indexes on the totals, or a total of all, that every trigger
+# would rewrite (measured: bench/README, session 14)
 OWNERS = ("CREATE TABLE owners (owner TEXT PRIMARY KEY, bytes INTEGER NOT NULL, "
           "count INTEGER NOT NULL) WITHOUT ROWID",
           "CREATE VIEW usage AS SELECT coalesce(sum(bytes), 0) AS bytes, "
