@@ -204,11 +204,11 @@ def _group_args(ranks: int, hostfile: str | None, port: int) -> list[str]:
 @click.option("--responses-max-age", default=30.0, show_default=True,
               type=click.FloatRange(min=0), help="days a stored response is kept (0: no bound)")
 @click.option("--responses-max-bytes", default="1GiB", show_default=True, type=Size(),
-              help="keep at most this much stored JSON; over it the API key holding the most "
-                   "loses its oldest first; a response larger on its own is answered but not "
-                   "stored (0: no bound)")
+              help="keep at most this many bytes stored (JSON and rows); over it the API key "
+                   "holding the most loses its oldest first; a response larger on its own is "
+                   "answered but not stored (0: no bound)")
 @click.option("--responses-max-bytes-per-key", default="0", show_default=True, type=Size(),
-              help="keep at most this much stored JSON of any one API key, its oldest dropped "
+              help="keep at most this many bytes stored of any one API key, its oldest dropped "
                    "first (0: no bound)")
 @edge_options
 def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],

@@ -58,8 +58,8 @@ class GatewayConfig:
     store_responses: bool = True
     responses_max_count: int = 10000  # 0: no count bound
     responses_max_age_days: float = 30.0  # 0: no age bound
-    responses_max_bytes: int = 1 << 30  # bytes of stored JSON; 0: no byte bound
-    responses_max_bytes_per_key: int = 0  # bytes of stored JSON of one owner; 0: no bound
+    responses_max_bytes: int = 1 << 30  # bytes stored (JSON and rows); 0: no bound
+    responses_max_bytes_per_key: int = 0  # the same, of one owner; 0: no bound
 
     def exposure_error(self) -> str | None:
         """Why this configuration must not start (a non-loopback host without keys), or None."""

@@ -10,8 +10,8 @@ INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1  # every integer anywhere in a body must fit int64 (the wire is msgpack)
 
 # Input items of a stored conversation (previous_response_id's and this turn's): storing one writes
-# a row per item, scattered over an index, on the store's single thread (~75 us each, every key's
-# reads and writes wait meanwhile), and a continued chain stores them again at every turn.
+# a row per item, scattered over an index, on the store's writing thread (~75 us each, every
+# key's writes wait meanwhile), and a continued chain stores them again at every turn.
 # Without a bound, 100,000 empty reasoning items (a 3.5 MB body, no prompt token) held the
 # store 7.5 s a turn and more each turn. Generous: a conversation filling a 128k context with
 # messages of 30 tokens has about 4,000.

@@ -14,7 +14,7 @@ from tests.e2e.harness import Server
 
 pytestmark = pytest.mark.slow
 
-BOUND = 12000  # bytes of stored JSON: a handful of the responses below
+BOUND = 12000  # bytes stored (JSON and rows): a handful of the responses below
 TEXT = "Tell me a story about a cat. " * 50  # ~1.5 KB of input item a response
 
 

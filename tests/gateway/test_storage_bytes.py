@@ -12,7 +12,7 @@ import msgspec
 from gateway.storage.paths import RESPONSES_DB
 from gateway.storage.responses import ResponseStore
 from gateway.storage.schema import SCHEMA_VERSION
-from tests.gateway.store_helpers import V1
+from tests.gateway.store_helpers import V1, recount, stored_bytes
 from tests.gateway.store_helpers import with_store as _with_store
 
 KIB = 1024
@@ -28,16 +28,13 @@ def _items(rid: str, n: int, size: int) -> list[dict[str, Any]]:
 
 
 def _size(response: dict[str, Any], items: list[dict[str, Any]]) -> int:
-    """What the bound counts: the JSON of the body and of every item."""
-    return len(msgspec.json.encode(response)) + sum(len(msgspec.json.encode(i)) for i in items)
+    """What the bound counts: the JSON of the body and of every item, and the rows' costs."""
+    return stored_bytes([(response, items)])
 
 
 def _sum_sizes(path: Path) -> int:
     """The total recomputed from the rows themselves (not the running one): each body once."""
-    with sqlite3.connect(path / RESPONSES_DB) as db:
-        body = db.execute("SELECT coalesce(sum(length(body)), 0) FROM responses").fetchone()[0]
-        items = db.execute("SELECT coalesce(sum(length(body)), 0) FROM item_bodies").fetchone()[0]
-    return int(body + items)
+    return sum(b for b, _ in recount(path).values())
 
 
 def test_byte_bound_drops_oldest_first(tmp_path: Path) -> None:
@@ -138,7 +135,9 @@ def test_a_version_1_database_is_upgraded(tmp_path: Path) -> None:
         assert await s.usage() == sum(_size(*rows[rid]) for rid in ("resp_2", "resp_3"))
         found = await s.conversation("resp_3", "")
         assert found is not None and found[:2] == rows["resp_3"]
-        assert found[2] == _size(*rows["resp_3"])  # the stored bytes, as the bound counts them
+        r, its = rows["resp_3"]
+        assert found[2] == len(msgspec.json.encode(r)) + sum(  # the JSON read
+            len(msgspec.json.encode(it)) for it in its)
         await s.put("resp_9", "", _resp("resp_9"), [])  # seq continues after the old rows
         assert await s.count() == 2  # the count bound still prunes the oldest
         assert await s.get("resp_2", "") is None and await s.get("resp_3", "") is not None

@@ -15,7 +15,7 @@ from gateway.responses.history import replay
 from gateway.storage.paths import RESPONSES_DB
 from gateway.storage.responses import ResponseStore
 from gateway.storage.schema import SCHEMA_VERSION
-from tests.gateway.store_helpers import V1
+from tests.gateway.store_helpers import V1, stored_bytes
 from tests.gateway.store_helpers import with_store as _with_store
 
 Turn = tuple[str, dict[str, Any], list[dict[str, Any]]]
@@ -61,9 +61,9 @@ def _chain(turns: int, text: int, tag: str = "") -> list[Turn]:
 
 
 def _stored(turns: list[Turn]) -> int:
-    """The bytes TURNS take stored with each item once: bodies plus distinct items."""
-    distinct = {it["id"]: _n(it) for _, _, items in turns for it in items}
-    return sum(_n(r) for _, r, _ in turns) + sum(distinct.values())
+    """The bytes TURNS take stored with each item once: bodies plus distinct items (and the
+    rows' costs)."""
+    return stored_bytes([(r, items) for _, r, items in turns])
 
 
 def _db(path: Path, sql: str) -> int:

@@ -13,8 +13,8 @@ import pytest
 
 from gateway.storage.paths import RESPONSES_DB
 from gateway.storage.responses import ResponseStore
-from gateway.storage.schema import SCHEMA_VERSION, sha256
-from tests.gateway.store_helpers import V2
+from gateway.storage.schema import BODY_ROW, ITEM_ROW, RESPONSE_ROW, SCHEMA_VERSION, sha256
+from tests.gateway.store_helpers import V2, recount, stored_bytes
 from tests.gateway.store_helpers import with_store as _with_store
 
 KIB = 1024
@@ -34,7 +34,7 @@ def _items(rid: str, size: int, shared: int = 0) -> list[dict[str, Any]]:
 
 
 def _size(rid: str, size: int) -> int:
-    return len(msgspec.json.encode(_resp(rid))) + len(msgspec.json.encode(_items(rid, size)[0]))
+    return stored_bytes([(_resp(rid), _items(rid, size))])
 
 
 async def _kept(s: ResponseStore, rids: list[tuple[str, str]]) -> list[bool]:
@@ -46,14 +46,11 @@ def _owners(path: Path) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int
     with sqlite3.connect(path / RESPONSES_DB) as db:
         kept = {o: (b, n) for o, b, n in db.execute("SELECT owner, bytes, count FROM owners")
                 if (b, n) != (0, 0)}
-        rows: dict[str, tuple[int, int]] = {}
-        for owner, size, n in db.execute(
-                "SELECT owner, length(body), 1 FROM responses UNION ALL "
-                "SELECT owner, length(body), 0 FROM item_bodies"):
-            b0, n0 = rows.get(owner, (0, 0))
-            rows[owner] = (b0 + size, n0 + n)
+        rows = recount(path)
         total = db.execute("SELECT bytes, count FROM usage").fetchone()
         assert tuple(total) == (sum(b for b, _ in rows.values()), sum(n for _, n in rows.values()))
+        assert db.execute("SELECT count(*) FROM responses r WHERE items != (SELECT count(*) "
+                          "FROM input_items i WHERE i.response_seq = r.seq)").fetchone()[0] == 0
     return kept, rows
 
 
@@ -100,7 +97,9 @@ def test_the_response_just_stored_is_kept_when_its_owner_is_the_heaviest(tmp_pat
         assert await s.put("resp_big", "heavy", _resp("resp_big"), _items("big", 6 * KIB))
         assert await s.get("resp_big", "heavy") is not None  # put said True: it is there
         assert await _kept(s, [(f"resp_b{i}", "light") for i in range(3)]) == [False, True, True]
-    _with_store(tmp_path, body, max_bytes=9 * KIB)
+    big = stored_bytes([(_resp("resp_big"), _items("big", 6 * KIB))])
+    light = stored_bytes([(_resp("resp_b0"), _items("0", KIB))])
+    _with_store(tmp_path, body, max_bytes=big + 2 * light + light // 2)
 
 
 @pytest.mark.parametrize("bound", ["bytes", "count"])
@@ -110,8 +109,7 @@ def test_one_owner_still_loses_its_oldest_first(tmp_path: Path, bound: str) -> N
     limit = 12 * KIB if bound == "bytes" else 7
 
     def stored(i: int) -> int:
-        return len(msgspec.json.encode(_resp(f"resp_{i}"))) + len(msgspec.json.encode(
-            _items(str(i), sizes[i])[0]))
+        return stored_bytes([(_resp(f"resp_{i}"), _items(str(i), sizes[i]))])
 
     async def body(s: ResponseStore) -> None:
         kept: list[int] = []
@@ -125,6 +123,19 @@ def test_one_owner_still_loses_its_oldest_first(tmp_path: Path, bound: str) -> N
     _with_store(tmp_path, body, **{f"max_{bound}": limit})
 
 
+def _random_items(rng: random.Random, rid: str, prev: list[dict[str, Any]] | None
+                  ) -> list[dict[str, Any]]:
+    """A new conversation (its own item and up to 3 shared ones), or the continuation of PREV
+    (its items again, as a previous_response_id turn names them, then a new one), some repeated:
+    many rows, few bodies."""
+    if prev is None or rng.random() < 0.5:
+        items = _items(rid, rng.randrange(100, 4 * KIB), rng.randrange(4))
+    else:
+        items = prev + _items(rid, rng.randrange(10, 300))[-1:]
+    reps = rng.randrange(30) if rng.random() < 0.95 else rng.randrange(200, 700)  # rows alone
+    return items + items[:1 + rng.randrange(2)] * reps  # may outgrow the per-key bound
+
+
 def test_per_owner_totals_follow_random_puts_deletes_and_evictions(tmp_path: Path) -> None:
     rng = random.Random(11)
     owners = ["", "key_a", "key_b", "key_c"]
@@ -134,6 +145,8 @@ def test_per_owner_totals_follow_random_puts_deletes_and_evictions(tmp_path: Pat
     async def body(s: ResponseStore) -> None:
         live: dict[str, str] = {}
         order: dict[str, list[str]] = {o: [] for o in owners}
+        convs: dict[str, list[dict[str, Any]]] = {}
+        seen = {"refused": 0, "evicted": 0, "rows": 0}
         for step in range(400):
             owner = rng.choices(owners, weight)[0]
             if live and rng.random() < 0.15:
@@ -145,9 +158,14 @@ def test_per_owner_totals_follow_random_puts_deletes_and_evictions(tmp_path: Pat
                 owner = live[rid]
             else:
                 rid = f"resp_{step}"
-            size = rng.randrange(100, 4 * KIB)
-            assert await s.put(rid, owner, _resp(rid), _items(rid, size, rng.randrange(4)))
-            live[rid] = owner
+            mine = [r for r in order[owner] if r in live]
+            items = _random_items(rng, rid, convs.get(rng.choice(mine)) if mine else None)
+            if not await s.put(rid, owner, _resp(rid), items):  # a chain outgrew a bound
+                assert stored_bytes([(_resp(rid), items)]) > min(bound, s.max_bytes_per_key)
+                assert (await s.get(rid, owner) is None) == (rid not in live)  # nothing changed
+                seen["refused"] += 1
+                continue
+            live[rid], convs[rid] = owner, items
             order[owner] = [r for r in order[owner] if r != rid] + [rid]
             assert await s.get(rid, owner) is not None  # the one just stored stays
             for o in owners:  # evictions within an owner: its oldest first
@@ -155,11 +173,29 @@ def test_per_owner_totals_follow_random_puts_deletes_and_evictions(tmp_path: Pat
                 assert here == sorted(here), (o, here)
             for gone in [r for r, o in live.items() if await s.get(r, o) is None]:
                 live.pop(gone)
+                seen["evicted"] += 1
+            seen["rows"] = max(seen["rows"], len(items))
             assert await s.usage() <= bound
+            if step % 50 == 0:  # the totals kept equal a recount, while the store is open too
+                kept, rows = _owners(tmp_path)
+                assert kept == rows, step
         assert await s.count() == len(live)
-    _with_store(tmp_path, body, max_bytes=bound, max_count=60)
+        assert seen["refused"] > 0 and seen["evicted"] > 50 and seen["rows"] > 100, seen
+    _with_store(tmp_path, body, max_bytes=bound, max_count=60, max_bytes_per_key=16 * KIB)
     kept, rows = _owners(tmp_path)
     assert kept == rows and len(rows) >= 3
+    assert max(b for b, _ in rows.values()) <= 16 * KIB
+
+    async def usage(s: ResponseStore) -> int:
+        return await s.usage()
+    for bounds in ({"max_bytes_per_key": 8 * KIB}, {"max_bytes": 12 * KIB}, {"max_count": 4}):
+        left = _with_store(tmp_path, usage, **bounds)  # smaller bounds apply at open
+        kept, rows = _owners(tmp_path)
+        assert kept == rows and left == sum(b for b, _ in rows.values())
+        assert sum(n for _, n in rows.values()) <= bounds.get("max_count", 60)
+        assert left <= bounds.get("max_bytes", bound)
+        assert max(b for b, _ in rows.values()) <= 8 * KIB
+    assert rows and left > 0  # something is left to check
 
 
 def _v2_store(path: Path) -> dict[str, list[str]]:
@@ -196,7 +232,11 @@ def _v2_store(path: Path) -> dict[str, list[str]]:
 def test_a_version_2_database_is_upgraded_with_per_owner_totals(tmp_path: Path) -> None:
     made = _v2_store(tmp_path)
     with sqlite3.connect(tmp_path / RESPONSES_DB) as db:
-        before = db.execute("SELECT bytes FROM usage").fetchone()[0]
+        before = db.execute("SELECT bytes FROM usage").fetchone()[0]  # the JSON alone then
+        before += sum(n * cost for n, cost in zip(db.execute(
+            "SELECT (SELECT count(*) FROM responses), (SELECT count(*) FROM input_items), "
+            "(SELECT count(*) FROM item_bodies)").fetchone(), (RESPONSE_ROW, ITEM_ROW, BODY_ROW),
+            strict=True))  # and now the rows' costs
 
     async def body(s: ResponseStore) -> None:
         assert await s.usage() == before and await s.count() == 9
