@@ -86,7 +86,18 @@ class ResponseStore:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._reads, fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(self._reads, self._snapshot, fn,
+                                                                *args)
+
+    def _snapshot(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run FN in one read transaction: its statements all see the same commit, so a prune
+        committed between two of them (the response found, its items gone) is never seen."""
+        db = self._reader()
+        db.execute("BEGIN")
+        try:
+            return fn(*args)
+        finally:
+            db.execute("COMMIT")
 
     def _reader(self) -> sqlite3.Connection:
         if self._rconn is None:
@@ -101,7 +112,7 @@ class ResponseStore:
     async def open(self) -> None:
         """Open the database (creating or upgrading it) and apply the bounds."""
         await self._run(self._open)
-        await self._read(self._open_reads)
+        await asyncio.get_running_loop().run_in_executor(self._reads, self._open_reads)
 
     def _open_reads(self) -> None:
         self._rconn = db = sqlite3.connect(self.path, isolation_level=None)
@@ -121,7 +132,7 @@ class ResponseStore:
 
     async def close(self) -> None:
         """Close the connections and stop the threads."""
-        await self._read(self._close_reads)
+        await asyncio.get_running_loop().run_in_executor(self._reads, self._close_reads)
         await self._run(self._close)
         self._reads.shutdown(wait=True)
         self._pool.shutdown(wait=True)

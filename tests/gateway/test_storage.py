@@ -201,3 +201,28 @@ def test_reads_never_wait_for_a_write(tmp_path: Path) -> None:
         assert await s.get("resp_2", "bob") is not None
         assert await s.delete("resp_2", "bob") and await s.get("resp_2", "bob") is None
     _with_store(tmp_path, body)
+
+
+def test_a_read_sees_one_commit_even_if_a_prune_lands_between_its_statements(
+        tmp_path: Path) -> None:
+    """A conversation read is two statements (the response, then its items). Between them, a
+    delete committed by the writer (here by another connection, as a prune would) must not be
+    seen: without one read transaction the turn came back with no history at all."""
+    async def body(s: ResponseStore) -> None:
+        await s.put("resp_1", "bob", _resp("resp_1"), _items(3))
+        seq = s._seq
+
+        def seq_then_delete(rid: str, owner: str) -> tuple[int, bytes] | None:
+            found = seq(rid, owner)
+            other = sqlite3.connect(tmp_path / RESPONSES_DB, isolation_level=None)
+            other.execute("PRAGMA foreign_keys=ON")
+            other.execute("DELETE FROM responses WHERE id = 'resp_1'")  # its items go too
+            other.close()
+            return found
+
+        s._seq = seq_then_delete  # type: ignore[method-assign]
+        found = await s.conversation("resp_1", "bob")
+        s._seq = seq  # type: ignore[method-assign]
+        assert found is not None and found[1] == _items(3)
+        assert await s.conversation("resp_1", "bob") is None  # the delete is seen afterwards
+    _with_store(tmp_path, body)
