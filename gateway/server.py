@@ -12,6 +12,7 @@ import uvicorn
 
 from gateway.app import build_app
 from gateway.config import GatewayConfig
+from gateway.edge.bodybudget import MIN_BUDGET, BodyBudget, BudgetGauge
 from gateway.edge.connlimit import (
     backlog,
     default_max_connections,
@@ -84,17 +85,25 @@ def connection_bounds(config: GatewayConfig, limit: int) -> dict[str, object]:
     if problem:
         print(f"error: {problem}", file=sys.stderr, flush=True)
         sys.exit(2)
+    if config.max_body_memory < MIN_BUDGET:
+        print(f"error: --max-body-memory must be at least {MIN_BUDGET} bytes (64MiB), the "
+              "largest body a route takes", file=sys.stderr, flush=True)
+        sys.exit(2)
     log.info("at most %d open client connections (fd limit %d)", most, limit)
     return {"header_timeout": config.header_timeout, "max_connections": most,
             "refusals": Refusals(), "idle": IdleConnections(), "bodies": SlowBodies(),
-            "linger_slots": backlog(limit)}
+            "linger_slots": backlog(limit), "budget": BodyBudget(config.max_body_memory)}
 
 
 async def serve(config: GatewayConfig) -> None:
     """Serve until SIGINT/SIGTERM; workers are stopped before returning."""
     limit = raise_fd_limit()
-    protocol = type("Protocol", (GuardedH11Protocol,), connection_bounds(config, limit))
+    bounds = connection_bounds(config, limit)
+    protocol = type("Protocol", (GuardedH11Protocol,), bounds)
     app = build_app(config)
+    budget = bounds["budget"]
+    assert isinstance(budget, BodyBudget)
+    app.state.hub.metrics.registry.register(BudgetGauge(budget))
     asyncio.get_running_loop().set_exception_handler(quiet_accept_errors)
     uv = uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level,
                         lifespan="on", timeout_graceful_shutdown=5, http=protocol,
