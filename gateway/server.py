@@ -22,6 +22,7 @@ from gateway.edge.connlimit import (
 )
 from gateway.edge.http_protocol import MAX_HEADER_BYTES, GuardedH11Protocol, Refusals
 from gateway.edge.idle import IdleConnections
+from gateway.edge.quietlog import quiet_uvicorn
 from gateway.edge.slowbody import SlowBodies
 from gateway.plane.drain import Drainer
 from gateway.plane.hub import Hub
@@ -109,6 +110,7 @@ async def serve(config: GatewayConfig) -> None:
                         lifespan="on", timeout_graceful_shutdown=5, http=protocol,
                         h11_max_incomplete_event_size=MAX_HEADER_BYTES, timeout_keep_alive=5,
                         backlog=backlog(limit))
+    quiet_uvicorn()  # after uvicorn.Config, which configures its loggers
     server = _Server(uv)
     server.loop = asyncio.get_running_loop()
     server.shutdown_timeout = config.shutdown_timeout
