@@ -7,10 +7,17 @@ So a request's body is charged to one budget per server from its complete head u
 answer is complete (or its connection closes): its declared Content-Length at once, before any
 of it is read (a body of undeclared size, chunked, is charged MAX_BODY_BYTES at once and its
 bytes past that as they arrive; a Content-Length over LARGEST_BODY, which every route refuses
-unread with a 413, is charged only what arrives). A request that does not fit gets a 503 with
-Retry-After at once, in its path's error shape (gateway/edge/http_protocol.py); one accepted
-with a declared length is never refused later. The charge covers the body as the gateway holds
-it, raw then decoded, for as long as the request lives.
+unread with a 413, is charged only what arrives). The charge covers the body as the gateway
+holds it, raw then decoded, for as long as the request lives.
+
+A request that does not fit first makes room by evicting the requests whose charged bodies
+have fallen behind their pace (`pace`: what completes them within their read timeout; so a
+client declaring large bodies and sending them slowly cannot hold the budget cheaply: it must
+send budget / 30 s, ~9 MB/s for the default), as slowbody's stalled bodies give way at the
+connection bound: each gets a 408 `connection_evicted`. When none has, the newcomer gets a 503
+with Retry-After at once, before any of its body is read, in its path's error shape
+(gateway/edge/http_protocol.py). A request accepted with a declared length keeping its pace is
+never refused later.
 """
 
 from __future__ import annotations
@@ -21,7 +28,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gateway.edge.connlimit import OverloadLog
-from gateway.edge.limits import MAX_BODY_BYTES
+from gateway.edge.limits import BODY_READ_TIMEOUT_S, MAX_BODY_BYTES
+from gateway.edge.slowbody import MIN_RATE, SlowBodies
 from gateway.images.limits import MAX_IMAGE_BODY_BYTES
 
 # the largest body any route reads (images'; an audio upload is at most 25 MiB + 256 KiB; the
@@ -29,6 +37,15 @@ from gateway.images.limits import MAX_IMAGE_BODY_BYTES
 LARGEST_BODY = max(MAX_BODY_BYTES, MAX_IMAGE_BODY_BYTES)
 DEFAULT_BUDGET = 4 * LARGEST_BODY  # 256 MiB: 4 image bodies, or 32 text ones, at their limits
 MIN_BUDGET = LARGEST_BODY  # a smaller budget would refuse a body every route accepts, forever
+UPLOAD_PACE_S = 300.0  # audio uploads' whole-body timeout (gateway/audio/upload.py UPLOAD_TIMEOUT_S)
+
+
+def pace(charge: int, path: str) -> float:
+    """Bytes a second a body charged CHARGE bytes must arrive at, on average after slowbody's
+    GRACE_S, to keep its charge when the budget is full: what finishes it within its read
+    timeout (30 s; an audio upload's 300 s), at least slowbody's MIN_RATE."""
+    window = UPLOAD_PACE_S if path.startswith("/v1/audio/") else BODY_READ_TIMEOUT_S
+    return max(MIN_RATE, charge / window)
 
 
 class BodyBudget:
@@ -38,7 +55,9 @@ class BodyBudget:
         self.total = total
         self.in_use = 0
         self.refused = 0  # requests refused so far
-        self.log = OverloadLog()
+        self.log = OverloadLog()  # refusals
+        self.eviction_log = OverloadLog()
+        self.pending: SlowBodies[Any] = SlowBodies()  # charged bodies still arriving
 
     def take(self, n: int) -> bool:
         """Charge N more bytes if they fit; False (nothing charged) when they do not."""

@@ -12,7 +12,7 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 
 from gateway.anthropic.errors import envelope, is_messages_path
-from gateway.edge.bodybudget import BodyBudget, upfront
+from gateway.edge.bodybudget import BodyBudget, pace, upfront
 from gateway.edge.connlimit import OverloadLog
 from gateway.edge.errors import APIError
 from gateway.edge.idle import FRESH_S, IdleConnections
@@ -91,6 +91,7 @@ class GuardedH11Protocol(H11Protocol):
     _charged_cycle: object = None  # that request's cycle, until its answer is complete
     _metered = False  # its body's size was not declared (or is past any route's): charged as
     _received = 0  # it arrives, these bytes (with chunk framing) so far
+    _pace = 0.0  # bytes a second its body must keep up while it holds budget (bodybudget.pace)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if self.max_connections is not None and len(self.connections) >= self.max_connections:
@@ -158,21 +159,31 @@ class GuardedH11Protocol(H11Protocol):
             return False  # being answered (a response may start before the body is complete)
         return not (cycle.waiting_for_100_continue or self.flow.read_paused)
 
-    def _evict_body(self, body: Body) -> None:
-        """Close this connection, whose request body has stalled, to make room for a new one:
-        a 408 in its path's error shape (none if its answer was already sent), then closed as a
-        refused one is; the app reading the body sees the client gone."""
+    def _evict_body(self, body: Body, for_budget: bool = False) -> None:
+        """Close this connection, whose request body has stalled, to make room for a new one
+        (FOR_BUDGET: its charge, given back at once): a 408 in its path's error shape (none if
+        its answer was already sent), then closed as a refused one is; the app reading the body
+        sees the client gone."""
         self._leave_bound()
         waited = time.monotonic() - body.start
-        self.bodies.log.hit("evicting connections whose request body stalled: %d open, the most "
-                            "allowed (--max-connections); this one %d bytes in %.1fs",
-                            self.max_connections, body.bytes, waited)
+        what = "this connection"
+        if for_budget:
+            what = "the memory held for this request"
+            self.budget.eviction_log.hit(
+                "evicting requests whose body stalled: %d bytes held, at most %d "
+                "(--max-body-memory); this one %d of %d bytes in %.1fs", self.budget.in_use,
+                self.budget.total, body.bytes, self._charged, waited)
+            self._release()
+        else:
+            self.bodies.log.hit("evicting connections whose request body stalled: %d open, the "
+                                "most allowed (--max-connections); this one %d bytes in %.1fs",
+                                self.max_connections, body.bytes, waited)
         out = b""
         cycle = self.cycle
         if not cycle.response_complete:
             cycle.disconnected = True  # its receive() answers http.disconnect, its send() drops
             cycle.message_event.set()
-            out = _error(408, "Request Timeout", "The server needed this connection for another "
+            out = _error(408, "Request Timeout", f"The server needed {what} for another "
                          f"client: the request body was arriving too slowly ({body.bytes} bytes "
                          f"in {waited:.1f}s).", "connection_evicted", path=self.scope["path"])
         if self.refusals.lingering > self.linger_slots:
@@ -232,16 +243,19 @@ class GuardedH11Protocol(H11Protocol):
         if state is h11.IDLE and not self._lingering:
             self._arm()  # a new request head began (or continues): it keeps its first deadline
             self.idle.add(self)  # (kept in its place if already idle)
-            self.bodies.discard(self)
+            self._untrack()
             return
         self._disarm()
         self.idle.discard(self)  # a request is being read or served: not idle
         if state is h11.SEND_BODY and not self._lingering and not self.flow.read_paused:
             # its body is arriving: evictable if slow (of the chunk that ended the head, only
             # the body bytes count: those still buffered for the app)
-            self.bodies.received(self, len(data) if self in self.bodies else len(self.cycle.body))
+            n = len(data) if self in self.bodies else len(self.cycle.body)
+            self.bodies.received(self, n)
+            if self._charged:  # it holds part of the body budget: evictable if slow for its size
+                self.budget.pending.received(self, n, self._pace)
         else:
-            self.bodies.discard(self)  # complete (being served: never evicted), or the server
+            self._untrack()  # complete (being served: never evicted), or the server
             # paused reading it (its clock starts again when reading resumes)
 
     def handle_events(self) -> None:
@@ -255,11 +269,29 @@ class GuardedH11Protocol(H11Protocol):
         """Charge the new request CYCLE's body to the budget, or refuse it with a 503 before its
         app reads any of it (the app sees the client gone)."""
         want, metered = upfront(self.headers)
-        if self.budget.take(want):
-            self._charged, self._charged_cycle, self._metered = want, cycle, metered
-            self._received = len(cycle.body)
+        if not self._take(want):
+            self._refuse_body(cycle, want)
             return
-        self._refuse_body(cycle, want)
+        self._charged, self._charged_cycle, self._metered = want, cycle, metered
+        self._received = len(cycle.body)
+        self._pace = pace(want, self.scope["path"])
+
+    def _take(self, n: int) -> bool:
+        """Charge N more bytes to the budget, evicting first, while they do not fit, the other
+        requests whose bodies have fallen furthest behind their pace; False if they still do
+        not fit (nothing charged)."""
+        while not self.budget.take(n):
+            stalled = self.budget.pending.pop_stalled(
+                lambda c: c is not self and GuardedH11Protocol._body_evictable(c))
+            if stalled is None:
+                return False
+            stalled[0]._evict_body(stalled[1], for_budget=True)
+        return True
+
+    def _untrack(self) -> None:
+        """This connection's body is no longer arriving (complete, paused, or closing)."""
+        self.bodies.discard(self)
+        self.budget.pending.discard(self)
 
     def _charge_more(self) -> None:
         """Charge the bytes of a metered body received past its charge, or refuse its request
@@ -267,7 +299,7 @@ class GuardedH11Protocol(H11Protocol):
         cycle = self.cycle
         if cycle is None or cycle.response_complete or self._charged_cycle is not cycle:
             return
-        if self.budget.take(self._received - self._charged):
+        if self._take(self._received - self._charged):
             self._charged = self._received
             return
         self._refuse_body(cycle, self._received)
@@ -288,13 +320,14 @@ class GuardedH11Protocol(H11Protocol):
 
     def _release(self) -> None:
         """Give the current request's charge back to the budget."""
+        self.budget.pending.discard(self)
         self.budget.give_back(self._charged)
         self._charged, self._charged_cycle, self._metered = 0, None, False
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._release()
         self.idle.discard(self)
-        self.bodies.discard(self)
+        self._untrack()
         _cancel(self._ending)  # a closed transport must not be reset: once its buffer drained,
         self._ending = None  # asyncio's abort() raised AttributeError on it
         self._unwatch_send()
@@ -392,7 +425,7 @@ class GuardedH11Protocol(H11Protocol):
         closing with unread input would reset the connection and lose the answer."""
         self._lingering = True
         self.idle.discard(self)  # closing anyway: it counts until closed, but is not evicted
-        self.bodies.discard(self)
+        self._untrack()
         if out:
             self.transport.write(out)
         if self.transport.can_write_eof():

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from gateway.edge.slowbody import GRACE_S
 from tests.conftest import shared_model
 from tests.e2e.harness import Server
 from tests.e2e.test_connections import _answer
@@ -90,15 +91,42 @@ def _fill(port: int, n: int = 8) -> list[socket.socket]:
     return socks
 
 
+class Feed:
+    """Keeps bodies arriving at 400 KB/s each, faster than HELD's pace (HELD / 30 s, 267 KB/s),
+    leaving their last 1 MB unsent; a send that fails is left alone."""
+
+    def __init__(self, socks: list[socket.socket]) -> None:
+        self.socks = list(socks)
+        self.sent = 1
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        self.sent = 1  # the `{`
+        while not self.stop.wait(0.1) and self.sent < HELD - 1_000_000:
+            for s in self.socks:
+                try:
+                    s.sendall(b" " * 40_000)
+                except OSError:
+                    pass
+            self.sent += 40_000
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
 def test_a_body_past_the_budget_is_refused_at_once_and_accepted_ones_go_on(
         small: tuple[Server, str]) -> None:
-    """With 64,000,000 bytes declared by 8 slow uploads, a newcomer declaring 4 MB gets the 503
-    at once (OpenAI shape; Anthropic's on /v1/messages) while its body is unsent; a small chat
-    request fits and is served; an accepted upload completing its 8 MB body is answered; once the
-    uploads are reset, the gauge is back to 0."""
+    """With 64,000,000 bytes declared by 8 uploads keeping their pace, a newcomer declaring 4 MB
+    gets the 503 at once (OpenAI shape; Anthropic's on /v1/messages) while its body is unsent; a
+    small chat request fits and is served; an accepted upload completing its 8 MB body is
+    answered; once the uploads are reset, the gauge is back to 0."""
     srv, model = small
     assert _held(srv) == 0
     socks = _fill(srv.port)
+    feed = Feed(socks)
     try:
         assert _settled(srv, 8 * HELD) == 8 * HELD
         t0 = time.monotonic()
@@ -116,17 +144,53 @@ def test_a_body_past_the_budget_is_refused_at_once_and_accepted_ones_go_on(
         r = httpx.post(f"{srv.url}/chat/completions", timeout=60, json={
             "model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
         assert r.status_code == 200, r.text
+        time.sleep(GRACE_S + 0.5)  # past their grace: they keep their pace, so none is evicted
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as s:
+            s.sendall(_head("/v1/chat/completions", 4_000_000))
+            _refusal(_answer(s))
+        feed.close()
         done = socks.pop(0)  # an accepted upload completes: answered, budget or not
-        done.sendall(_chat(model, HELD)[1:])
+        chat = _chat(model, 0)  # after the `{` and the spaces sent: the rest of a valid body
+        done.sendall(b" " * (HELD - feed.sent - len(chat) + 1) + chat[1:])
         head = _answer_head(done)
         assert head.startswith(b"HTTP/1.1 200"), head
         done.close()
         assert _settled(srv, 7 * HELD) == 7 * HELD
     finally:
+        feed.close()
         for s in socks:
             _reset(s)
     assert _settled(srv, 0) == 0
     assert any("refusing request bodies" in ln for ln in srv.lines), srv.lines[-10:]
+
+
+def test_uploads_behind_their_pace_give_way_to_a_newcomer(small: tuple[Server, str]) -> None:
+    """With the budget held by 8 uploads that stopped sending, a newcomer declaring 4 MB evicts
+    one of them (a 408 connection_evicted, Anthropic's shape on /v1/messages) instead of getting
+    the 503, and is served; the other 7 keep their charge."""
+    srv, model = small
+    first = socket.create_connection(("127.0.0.1", srv.port), timeout=30)  # the most behind
+    first.sendall(_head("/v1/messages", HELD, "anthropic-version: 2023-06-01\r\n") + b"{")
+    time.sleep(0.2)
+    socks = _fill(srv.port, 7)
+    try:
+        assert _settled(srv, 8 * HELD) == 8 * HELD
+        time.sleep(GRACE_S + 0.5)
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as s:
+            s.sendall(_head("/v1/chat/completions", 4_000_000) + _chat(model, 4_000_000))
+            head = _answer_head(s)
+        assert head.startswith(b"HTTP/1.1 200"), head
+        out = _answer(first)
+        assert out.startswith(b"HTTP/1.1 408"), out[:300]
+        err = json.loads(out.partition(b"\r\n\r\n")[2])
+        assert err["type"] == "error" and "memory" in err["error"]["message"], err
+        assert _settled(srv, 7 * HELD) == 7 * HELD
+    finally:
+        _reset(first)
+        for s in socks:
+            _reset(s)
+    assert _settled(srv, 0) == 0
+    assert any("evicting requests whose body stalled" in ln for ln in srv.lines), srv.lines[-9:]
 
 
 def _answer_head(s: socket.socket) -> bytes:
