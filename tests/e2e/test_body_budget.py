@@ -92,7 +92,7 @@ def _fill(port: int, n: int = 8) -> list[socket.socket]:
 
 
 class Feed:
-    """Keeps bodies arriving at 400 KB/s each, faster than HELD's pace (HELD / 30 s, 267 KB/s),
+    """Keeps bodies arriving at 600 KB/s each, faster than HELD's pace (HELD / 30 s, 267 KB/s),
     leaving their last 1 MB unsent; a send that fails is left alone."""
 
     def __init__(self, socks: list[socket.socket]) -> None:
@@ -107,10 +107,10 @@ class Feed:
         while not self.stop.wait(0.1) and self.sent < HELD - 1_000_000:
             for s in self.socks:
                 try:
-                    s.sendall(b" " * 40_000)
+                    s.sendall(b" " * 60_000)
                 except OSError:
                     pass
-            self.sent += 40_000
+            self.sent += 60_000
 
     def close(self) -> None:
         self.stop.set()
