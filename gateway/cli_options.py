@@ -59,6 +59,11 @@ def edge_options(f: Callable[..., None]) -> Callable[..., None]:
                      "are serving requests (default: "
                      "the open-file limit, raised to its hard limit, less a reserve for workers, "
                      "storage and accept bursts, at most 10000)"),
+        click.option("--max-body-memory", default="256MiB", show_default=True, type=Size(),
+                     help="request-body bytes held at once over all connections (each request's "
+                     "Content-Length from its headers until it is answered); a request whose "
+                     "body does not fit gets a 503 with Retry-After before it is read (at least "
+                     "64MiB, the largest body a route takes)"),
     ]
     for option in reversed(options):
         f = option(f)

@@ -49,6 +49,7 @@ class GatewayConfig:
     alias_models: dict[str, str] = field(default_factory=dict)  # alias table: name -> repo
     header_timeout: float = 15.0  # a connection must send its request headers within this
     max_connections: int = 0  # open client connections at once; 0: from the fd limit
+    max_body_memory: int = 256 << 20  # request-body bytes held at once (gateway/edge/bodybudget.py)
     worker_token_file: str | None = None  # external workers prove themselves with this token
     insecure_worker_transport: bool = False  # tcp:// without CURVE, external workers without proof
     heartbeat_timeout: float = 1.0  # seconds a worker connection may leave a ping unanswered

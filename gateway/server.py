@@ -12,6 +12,7 @@ import uvicorn
 
 from gateway.app import build_app
 from gateway.config import GatewayConfig
+from gateway.edge.bodybudget import MIN_BUDGET, BodyBudget, BudgetGauge
 from gateway.edge.connlimit import (
     backlog,
     default_max_connections,
@@ -21,6 +22,7 @@ from gateway.edge.connlimit import (
 )
 from gateway.edge.http_protocol import MAX_HEADER_BYTES, GuardedH11Protocol, Refusals
 from gateway.edge.idle import IdleConnections
+from gateway.edge.quietlog import quiet_uvicorn
 from gateway.edge.slowbody import SlowBodies
 from gateway.plane.drain import Drainer
 from gateway.plane.hub import Hub
@@ -84,22 +86,31 @@ def connection_bounds(config: GatewayConfig, limit: int) -> dict[str, object]:
     if problem:
         print(f"error: {problem}", file=sys.stderr, flush=True)
         sys.exit(2)
+    if config.max_body_memory < MIN_BUDGET:
+        print(f"error: --max-body-memory must be at least {MIN_BUDGET} bytes (64MiB), the "
+              "largest body a route takes", file=sys.stderr, flush=True)
+        sys.exit(2)
     log.info("at most %d open client connections (fd limit %d)", most, limit)
     return {"header_timeout": config.header_timeout, "max_connections": most,
             "refusals": Refusals(), "idle": IdleConnections(), "bodies": SlowBodies(),
-            "linger_slots": backlog(limit)}
+            "linger_slots": backlog(limit), "budget": BodyBudget(config.max_body_memory)}
 
 
 async def serve(config: GatewayConfig) -> None:
     """Serve until SIGINT/SIGTERM; workers are stopped before returning."""
     limit = raise_fd_limit()
-    protocol = type("Protocol", (GuardedH11Protocol,), connection_bounds(config, limit))
+    bounds = connection_bounds(config, limit)
+    protocol = type("Protocol", (GuardedH11Protocol,), bounds)
     app = build_app(config)
+    budget = bounds["budget"]
+    assert isinstance(budget, BodyBudget)
+    app.state.hub.metrics.registry.register(BudgetGauge(budget))
     asyncio.get_running_loop().set_exception_handler(quiet_accept_errors)
     uv = uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level,
                         lifespan="on", timeout_graceful_shutdown=5, http=protocol,
                         h11_max_incomplete_event_size=MAX_HEADER_BYTES, timeout_keep_alive=5,
                         backlog=backlog(limit))
+    quiet_uvicorn()  # after uvicorn.Config, which configures its loggers
     server = _Server(uv)
     server.loop = asyncio.get_running_loop()
     server.shutdown_timeout = config.shutdown_timeout

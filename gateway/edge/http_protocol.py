@@ -9,9 +9,10 @@ import time
 from collections.abc import Callable
 
 import h11
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 
 from gateway.anthropic.errors import envelope, is_messages_path
+from gateway.edge.bodybudget import BodyBudget, pace, upfront
 from gateway.edge.connlimit import OverloadLog
 from gateway.edge.errors import APIError
 from gateway.edge.idle import FRESH_S, IdleConnections
@@ -66,13 +67,15 @@ class GuardedH11Protocol(H11Protocol):
     `max_connections` open ones, a new connection evicts the one idle the longest (no request
     head yet, gateway/edge/idle.py), else the one whose request body has stalled the most
     (gateway/edge/slowbody.py), or, when every connection is serving a request or receiving
-    its body at a fair rate, gets a 503."""
+    its body at a fair rate, gets a 503. A request whose body does not fit under the server's
+    budget of held body bytes gets a 503 before its body is read (gateway/edge/bodybudget.py)."""
 
     header_timeout: float = HEADER_TIMEOUT
     max_connections: int | None = None  # open client connections; past it: 503 and close
     refusals: Refusals = Refusals()  # a subclass per server gets its own (gateway/server.py)
     idle: IdleConnections[GuardedH11Protocol] = IdleConnections()  # per server too
     bodies: SlowBodies[GuardedH11Protocol] = SlowBodies()  # per server too
+    budget: BodyBudget = BodyBudget()  # per server too
     linger_slots: int = 32  # refused connections that may linger at once; more are reset at once
     _head_timer: asyncio.TimerHandle | None = None
     _lingering = False
@@ -84,6 +87,11 @@ class GuardedH11Protocol(H11Protocol):
     send_stall: float = SEND_STALL
     _send_watch: asyncio.TimerHandle | None = None  # while writing is paused: is it taken?
     _unsent = 0  # bytes left to send when the watch last looked
+    _charged = 0  # body bytes of the current request charged to the budget
+    _charged_cycle: object = None  # that request's cycle, until its answer is complete
+    _metered = False  # its body's size was not declared (or is past any route's): charged as
+    _received = 0  # it arrives, these bytes (with chunk framing) so far
+    _pace = 0.0  # bytes a second its body must keep up while it holds budget (bodybudget.pace)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if self.max_connections is not None and len(self.connections) >= self.max_connections:
@@ -151,21 +159,31 @@ class GuardedH11Protocol(H11Protocol):
             return False  # being answered (a response may start before the body is complete)
         return not (cycle.waiting_for_100_continue or self.flow.read_paused)
 
-    def _evict_body(self, body: Body) -> None:
-        """Close this connection, whose request body has stalled, to make room for a new one:
-        a 408 in its path's error shape (none if its answer was already sent), then closed as a
-        refused one is; the app reading the body sees the client gone."""
+    def _evict_body(self, body: Body, for_budget: bool = False) -> None:
+        """Close this connection, whose request body has stalled, to make room for a new one
+        (FOR_BUDGET: its charge, given back at once): a 408 in its path's error shape (none if
+        its answer was already sent), then closed as a refused one is; the app reading the body
+        sees the client gone."""
         self._leave_bound()
         waited = time.monotonic() - body.start
-        self.bodies.log.hit("evicting connections whose request body stalled: %d open, the most "
-                            "allowed (--max-connections); this one %d bytes in %.1fs",
-                            self.max_connections, body.bytes, waited)
+        what = "this connection"
+        if for_budget:
+            what = "the memory held for this request"
+            self.budget.eviction_log.hit(
+                "evicting requests whose body stalled: %d bytes held, at most %d "
+                "(--max-body-memory); this one %d of %d bytes in %.1fs", self.budget.in_use,
+                self.budget.total, body.bytes, self._charged, waited)
+            self._release()
+        else:
+            self.bodies.log.hit("evicting connections whose request body stalled: %d open, the "
+                                "most allowed (--max-connections); this one %d bytes in %.1fs",
+                                self.max_connections, body.bytes, waited)
         out = b""
         cycle = self.cycle
         if not cycle.response_complete:
             cycle.disconnected = True  # its receive() answers http.disconnect, its send() drops
             cycle.message_event.set()
-            out = _error(408, "Request Timeout", "The server needed this connection for another "
+            out = _error(408, "Request Timeout", f"The server needed {what} for another "
                          f"client: the request body was arriving too slowly ({body.bytes} bytes "
                          f"in {waited:.1f}s).", "connection_evicted", path=self.scope["path"])
         if self.refusals.lingering > self.linger_slots:
@@ -215,26 +233,101 @@ class GuardedH11Protocol(H11Protocol):
         if not self._line_read and self.conn.their_state is h11.IDLE:  # a head's first bytes:
             self._line += data[:8192]  # its path picks the shape of an error about the head
             self._line_read = b"\n" in data[:8192] or len(self._line) >= 8192
+        if self._metered and self._charged_cycle is self.cycle \
+                and self.conn.their_state is h11.SEND_BODY:
+            self._received += len(data)
         super().data_received(data)
+        if self._metered and self._received > self._charged and not self._lingering:
+            self._charge_more()
         state = self.conn.their_state
         if state is h11.IDLE and not self._lingering:
             self._arm()  # a new request head began (or continues): it keeps its first deadline
             self.idle.add(self)  # (kept in its place if already idle)
-            self.bodies.discard(self)
+            self._untrack()
             return
         self._disarm()
         self.idle.discard(self)  # a request is being read or served: not idle
         if state is h11.SEND_BODY and not self._lingering and not self.flow.read_paused:
             # its body is arriving: evictable if slow (of the chunk that ended the head, only
             # the body bytes count: those still buffered for the app)
-            self.bodies.received(self, len(data) if self in self.bodies else len(self.cycle.body))
+            n = len(data) if self in self.bodies else len(self.cycle.body)
+            self.bodies.received(self, n)
+            if self._charged:  # it holds part of the body budget: evictable if slow for its size
+                self.budget.pending.received(self, n, self._pace)
         else:
-            self.bodies.discard(self)  # complete (being served: never evicted), or the server
+            self._untrack()  # complete (being served: never evicted), or the server
             # paused reading it (its clock starts again when reading resumes)
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.idle.discard(self)
+    def handle_events(self) -> None:
+        before = self.cycle
+        super().handle_events()
+        cycle = self.cycle
+        if cycle is not before and cycle is not None and not (self._lingering or self._refused):
+            self._admit(cycle)  # a new request head: its app has not run yet
+
+    def _admit(self, cycle: RequestResponseCycle) -> None:
+        """Charge the new request CYCLE's body to the budget, or refuse it with a 503 before its
+        app reads any of it (the app sees the client gone)."""
+        want, metered = upfront(self.headers)
+        if not self._take(want):
+            self._refuse_body(cycle, want)
+            return
+        self._charged, self._charged_cycle, self._metered = want, cycle, metered
+        self._received = len(cycle.body)
+        self._pace = pace(want, self.scope["path"])
+
+    def _take(self, n: int) -> bool:
+        """Charge N more bytes to the budget, evicting first, while they do not fit, the other
+        requests whose bodies have fallen furthest behind their pace; False if they still do
+        not fit (nothing charged)."""
+        while not self.budget.take(n):
+            stalled = self.budget.pending.pop_stalled(
+                lambda c: c is not self and GuardedH11Protocol._body_evictable(c))
+            if stalled is None:
+                return False
+            stalled[0]._evict_body(stalled[1], for_budget=True)
+        return True
+
+    def _untrack(self) -> None:
+        """This connection's body is no longer arriving (complete, paused, or closing)."""
         self.bodies.discard(self)
+        self.budget.pending.discard(self)
+
+    def _charge_more(self) -> None:
+        """Charge the bytes of a metered body received past its charge, or refuse its request
+        (a 503) when they do not fit."""
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete or self._charged_cycle is not cycle:
+            return
+        if self._take(self._received - self._charged):
+            self._charged = self._received
+            return
+        self._refuse_body(cycle, self._received)
+
+    def _refuse_body(self, cycle: RequestResponseCycle, want: int) -> None:
+        """Answer CYCLE with the 503 of a full body budget (WANT bytes did not fit) in its
+        path's shape, unless part of its answer is out; its app sees the client gone."""
+        path = self.scope["path"]
+        self.budget.refusal(path, want)
+        started = cycle.response_started
+        cycle.disconnected = True  # its receive() answers http.disconnect, its send() drops
+        cycle.message_event.set()
+        self.flow.resume_reading()  # the rest of its body is read and dropped while lingering
+        self._linger(b"" if started else _error(
+            503, "Service Unavailable", "The server holds too much request data right now "
+            f"(at most {self.budget.total} bytes of request bodies at once). Retry soon.",
+            "request_bodies_full", kind="server_error", extra="retry-after: 1\r\n", path=path))
+
+    def _release(self) -> None:
+        """Give the current request's charge back to the budget."""
+        self.budget.pending.discard(self)
+        self.budget.give_back(self._charged)
+        self._charged, self._charged_cycle, self._metered = 0, None, False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._release()
+        self.idle.discard(self)
+        self._untrack()
         _cancel(self._ending)  # a closed transport must not be reset: once its buffer drained,
         self._ending = None  # asyncio's abort() raised AttributeError on it
         self._unwatch_send()
@@ -248,6 +341,7 @@ class GuardedH11Protocol(H11Protocol):
         super().connection_lost(exc)
 
     def on_response_complete(self) -> None:
+        self._release()  # before the next pipelined request is admitted
         self._line, self._line_read = b"", False  # the next request's line is kept anew
         super().on_response_complete()
         self._disarm()  # idle keep-alive connections are uvicorn's timeout_keep_alive's business
@@ -331,7 +425,7 @@ class GuardedH11Protocol(H11Protocol):
         closing with unread input would reset the connection and lose the answer."""
         self._lingering = True
         self.idle.discard(self)  # closing anyway: it counts until closed, but is not evicted
-        self.bodies.discard(self)
+        self._untrack()
         if out:
             self.transport.write(out)
         if self.transport.can_write_eof():

@@ -51,11 +51,12 @@ class Body:
     last: float
     bytes: int = 0
     key: float = 0.0  # the deadline its live heap entry was filed under
+    rate: float = MIN_RATE  # the average bytes a second it must keep up after GRACE_S
     seq: int = 0  # that entry's sequence number (older entries for it are stale)
 
     def deadline(self) -> float:
         """When this body counts as stalled unless more bytes arrive."""
-        return min(self.last + STALL_S, self.start + max(GRACE_S, self.bytes / MIN_RATE))
+        return min(self.last + STALL_S, self.start + max(GRACE_S, self.bytes / self.rate))
 
 
 class SlowBodies(Generic[T]):
@@ -74,12 +75,12 @@ class SlowBodies(Generic[T]):
     def __contains__(self, conn: object) -> bool:
         return conn in self._live
 
-    def received(self, conn: T, n: int) -> None:
-        """N more body bytes of CONN; a connection not tracked yet starts now."""
+    def received(self, conn: T, n: int, rate: float = MIN_RATE) -> None:
+        """N more body bytes of CONN; a connection not tracked yet starts now, held to RATE."""
         body = self._live.get(conn)
         now = time.monotonic()
         if body is None:
-            body = self._live[conn] = Body(now, now, n)
+            body = self._live[conn] = Body(now, now, n, rate=rate)
             self._file(conn, body, body.deadline())
             return
         body.bytes += n
