@@ -24,6 +24,7 @@ import mlx.core as mx
 import numpy as np
 
 from cache.paged_kv import QuantizedPages, dequantize
+from worker import cpu_softmax
 from worker.paged_batch import LayerKV, PagedBatch, PagedView
 
 __all__ = ["PagedBatch", "PagedView", "install", "paged_attention", "routes_attention"]
@@ -137,6 +138,9 @@ def _segment(kv: tuple[Any, Any], mask: mx.array | None) -> Segment:
 
 def _fused(queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask: Any
            ) -> mx.array:
+    """The fused kernel; on CPU its fallback's ops with the FMA softmax (the same bits)."""
+    if cpu_softmax.fits(queries, keys, values, mask):
+        return cpu_softmax.sdpa(queries, keys, values, scale, mask)
     return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask)
 
 
@@ -287,6 +291,9 @@ def _router(original: Any) -> Any:
             if sinks is not None:
                 raise ValueError("paged attention does not support attention sinks")
             return paged_attention(queries, keys, scale, mask)
+        if (sinks is None and isinstance(cache, PagedView)  # full-precision pages, gathered
+                and cpu_softmax.fits(queries, keys, values, mask)):
+            return cpu_softmax.sdpa(queries, keys, values, scale, mask)
         result: mx.array = original(queries, keys, values, cache=cache, scale=scale, mask=mask,
                                     sinks=sinks)
         return result
