@@ -54,6 +54,7 @@ def _load() -> Any | None:
     except Exception as exc:  # an ABI mismatch with this MLX shows up here: keep MLX's ops
         log.warning("native FMA softmax failed its check (%r); MLX's own softmax", exc)
         return None
+    log.info("native FMA softmax in use for CPU float32 attention (worker/native)")
     return module
 
 

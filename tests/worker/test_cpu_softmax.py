@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import platform
 import sys
+from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
@@ -17,10 +18,17 @@ from tests.worker.test_engine import make_engine
 from tests.worker.test_kv_dense import _prompts, _run
 from worker.compile_mode import ROWS_ENV
 
-# make install/make test build the extension on Linux x86-64: there it must load (a failed
-# build fails these tests instead of silently testing MLX against itself)
-pytestmark = pytest.mark.skipif(sys.platform != "linux" or platform.machine() != "x86_64",
-                                reason="the extension is built on Linux x86-64 only")
+
+def _fma_cpu() -> bool:
+    if sys.platform != "linux" or platform.machine() != "x86_64":
+        return False
+    flags = Path("/proc/cpuinfo").read_text().split()
+    return "avx2" in flags and "fma" in flags
+
+
+# make install/make test build the extension on Linux x86-64: there (with AVX2 and FMA) it must
+# load; a failed build fails these tests instead of silently testing MLX against itself
+pytestmark = pytest.mark.skipif(not _fma_cpu(), reason="built and used on x86-64 with FMA only")
 MIN = np.finfo(np.float32).min
 
 
