@@ -36,7 +36,7 @@ def main() -> None:
         got = native.exp(x)
         mx.eval(got)
         t_fma += time.perf_counter() - t
-        differ += int(mx.sum(mx.view(want, mx.uint32) != mx.view(got, mx.uint32)).item())
+        differ += int(mx.sum(mx.view(want, mx.uint32) != mx.view(got, mx.uint32)).item())  # type: ignore[arg-type]
     print(f"inputs 2^32, differing {differ}; mx.exp {t_mlx:.1f} s, fma exp {t_fma:.1f} s "
           f"({t_mlx / t_fma:.1f}x); wall {time.perf_counter() - t0:.1f} s")
 

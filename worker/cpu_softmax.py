@@ -13,6 +13,7 @@ its check at first use, one line is logged and everything stays on MLX's own ops
 
 from __future__ import annotations
 
+import importlib
 import logging
 from typing import Any
 
@@ -35,14 +36,14 @@ def native() -> Any | None:
 
 def _load() -> Any | None:
     try:
-        from worker.native import _fma_softmax as module
+        module: Any = importlib.import_module("worker.native._fma_softmax")
     except ImportError as exc:
         log.info("native FMA softmax not available (%s); MLX's own softmax", exc)
         return None
-    if getattr(module, "built_for", None) != mx.__version__:  # its C++ view of MLX's arrays
+    running = getattr(mx, "__version__", "")
+    if getattr(module, "built_for", None) != running:  # its C++ view of MLX's arrays
         log.warning("native FMA softmax was built for mlx %s, running %s (make install "
-                    "rebuilds it); MLX's own softmax", getattr(module, "built_for", "?"),
-                    mx.__version__)
+                    "rebuilds it); MLX's own softmax", getattr(module, "built_for", "?"), running)
         return None
     try:
         if not module.fma_cpu():
@@ -67,7 +68,7 @@ def _check(module: Any) -> bool:
     mask = rng.random((3, 1, 37)) > 0.3
     mask[2] = False
     xs, ms = mx.array(x), mx.array(mask)
-    want = mx.softmax(mx.where(ms, xs, mx.array(np.finfo(np.float32).min, mx.float32)), axis=-1,
+    want = mx.softmax(mx.where(ms, xs, mx.array(float(np.finfo(np.float32).min), mx.float32)), axis=-1,
                       precise=True)
     got = module.softmax(xs, ms)
     return bool(mx.array_equal(mx.view(want, mx.uint32), mx.view(got, mx.uint32)).item())

@@ -34,7 +34,7 @@ def target() -> Path:
 def _mlx_version() -> str:
     import mlx.core as mx
 
-    return str(mx.__version__)
+    return str(getattr(mx, "__version__", ""))
 
 
 def _internals_key(core: Path) -> str | None:
