@@ -154,9 +154,10 @@ def stories() -> tuple[Any, Any]:
 
 @pytest.mark.parametrize("rows", [1, 8, 32])
 @pytest.mark.parametrize("compiled", [0, 32])
+@pytest.mark.parametrize("kind", ["none", "k8v4"])  # K8V4: full precision at head_dim 8
 def test_engine_logits_are_the_fused_calls(native: Any, stories: tuple[Any, Any], rows: int,
-                                           compiled: int, monkeypatch: pytest.MonkeyPatch
-                                           ) -> None:
+                                           compiled: int, kind: str,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Greedy tokens and every sampled logits array of prefill and decode (plain and compiled
     steps, rows joining and leaving) equal the fused call's, bit for bit, and the native path
     ran on decode steps."""
@@ -175,7 +176,7 @@ def test_engine_logits_are_the_fused_calls(native: Any, stories: tuple[Any, Any]
     results = []
     for enabled in (False, True):
         monkeypatch.setattr(cpu_softmax, "ENABLED", enabled)
-        engine = make_engine(mdl, tok, kind="none", page_size=8, max_batch=rows,
+        engine = make_engine(mdl, tok, kind=kind, page_size=8, max_batch=rows,
                              compile_decode="auto")
         results.append(_run(engine, prompts, rows // 4, monkeypatch))
     (tokens_off, logits_off), (tokens_on, logits_on) = results
