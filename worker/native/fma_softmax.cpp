@@ -14,6 +14,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <stdexcept>
@@ -99,11 +100,13 @@ __attribute__((target("avx2,fma"))) void exp_span(const float* in, float* out, s
   }
 }
 
-// --- one softmax row, in place in OUT (which holds the row's scores) ---------------------
+// --- softmax rows, in place in OUT (which holds the rows' scores) ------------------------
 
-__attribute__((target("avx2,fma"))) void softmax_row(float* out, size_t m) {
+// exp(x - max) of one row, in place: MLX's first loop and the exponentials of its second.
+__attribute__((target("avx2,fma"))) void exp_row(float* out, size_t m) {
   // The maximum: MLX keeps the first NaN it meets; a NaN anywhere makes every value NaN-borne,
-  // so rows with a NaN take the scalar loop, which repeats MLX's order exactly.
+  // so rows with a NaN take the scalar loop, which repeats MLX's order exactly. (The sign of a
+  // zero maximum cannot matter: x - 0 and x - -0 differ only for x = -0, and exp(+-0) is 1.)
   bool has_nan = false;
   float maximum = -INFINITY;
   size_t j = 0;
@@ -133,7 +136,6 @@ __attribute__((target("avx2,fma"))) void softmax_row(float* out, size_t m) {
       maximum = std::isnan(a) ? a : (a > maximum ? a : maximum);
     }
   }
-  // Exponentials (8 at a time), then their sum left to right as MLX's scalar loop adds them
   const __m256 vm = _mm256_set1_ps(maximum);
   for (j = 0; j + 8 <= m; j += 8) {
     _mm256_storeu_ps(out + j, exp8(_mm256_sub_ps(_mm256_loadu_ps(out + j), vm)));
@@ -141,13 +143,44 @@ __attribute__((target("avx2,fma"))) void softmax_row(float* out, size_t m) {
   for (; j < m; j++) {
     out[j] = exp1(out[j] - maximum);
   }
-  float normalizer = 0.0f;
-  for (j = 0; j < m; j++) {
-    normalizer = normalizer + out[j];
+}
+
+// Each row's sum, left to right from 0 as MLX's scalar loop adds: eight rows' additions are
+// interleaved (eight independent chains), each row's own order unchanged.
+__attribute__((target("avx2,fma"))) void row_sums(float* const* rows, size_t g, size_t m,
+                                                  float* sums) {
+  if (g == 8) {
+    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f, s4 = 0.0f, s5 = 0.0f, s6 = 0.0f,
+          s7 = 0.0f;
+    for (size_t j = 0; j < m; j++) {
+      s0 = s0 + rows[0][j];
+      s1 = s1 + rows[1][j];
+      s2 = s2 + rows[2][j];
+      s3 = s3 + rows[3][j];
+      s4 = s4 + rows[4][j];
+      s5 = s5 + rows[5][j];
+      s6 = s6 + rows[6][j];
+      s7 = s7 + rows[7][j];
+    }
+    const float all[8] = {s0, s1, s2, s3, s4, s5, s6, s7};
+    std::memcpy(sums, all, sizeof all);
+    return;
   }
-  normalizer = 1 / normalizer;
+  for (size_t i = 0; i < g; i++) {
+    float normalizer = 0.0f;
+    for (size_t j = 0; j < m; j++) {
+      normalizer = normalizer + rows[i][j];
+    }
+    sums[i] = normalizer;
+  }
+}
+
+// MLX's last loop: 1 / sum, and every value times it.
+__attribute__((target("avx2,fma"))) void scale_row(float* out, size_t m, float sum) {
+  const float normalizer = 1 / sum;
   const __m256 vn = _mm256_set1_ps(normalizer);
-  for (j = 0; j + 8 <= m; j += 8) {
+  size_t j = 0;
+  for (; j + 8 <= m; j += 8) {
     _mm256_storeu_ps(out + j, _mm256_mul_ps(_mm256_loadu_ps(out + j), vn));
   }
   for (; j < m; j++) {
@@ -167,39 +200,59 @@ int64_t row_offset(size_t r, const mx::Shape& shape, const mx::Strides& strides)
   return offset;
 }
 
-__attribute__((target("avx2,fma"))) void softmax_all(const mx::array& x, const mx::array* mask,
-                                                     mx::array& out) {
+// Row R's scores into ROW: where(mask, x, finfo.min) (MASK may be null), read with strides.
+__attribute__((target("avx2,fma"))) void load_row(const mx::array& x, const mx::array* mask,
+                                                  size_t r, float* row) {
   const size_t m = x.shape().back();
-  const size_t rows = m == 0 ? 0 : x.size() / m;
-  const float* xp = x.data<float>();
-  float* op = out.data<float>();
   const bool dense = x.flags().row_contiguous;
   const int64_t xs = x.strides().back();
-  for (size_t r = 0; r < rows; r++) {
-    float* row = op + r * m;
-    const float* src = dense ? xp + r * m : xp + row_offset(r, x.shape(), x.strides());
-    if (mask != nullptr) {
-      const bool* mp = mask->data<bool>() + row_offset(r, mask->shape(), mask->strides());
-      const int64_t ms = mask->strides().back();
-      if (dense && ms == 1) {
-        for (size_t j = 0; j < m; j++) {
-          row[j] = mp[j] ? src[j] : kMasked;
-        }
-      } else {
-        for (size_t j = 0; j < m; j++) {
-          row[j] = mp[j * ms] ? src[j * xs] : kMasked;
-        }
-      }
-    } else if (dense) {
-      if (row != src) {
-        std::memcpy(row, src, m * sizeof(float));
-      }
-    } else {
-      for (size_t j = 0; j < m; j++) {
-        row[j] = src[j * xs];
+  const float* src = x.data<float>() + (dense ? static_cast<int64_t>(r * m)
+                                              : row_offset(r, x.shape(), x.strides()));
+  if (mask != nullptr) {
+    const bool* mp = mask->data<bool>() + row_offset(r, mask->shape(), mask->strides());
+    const int64_t ms = mask->strides().back();
+    size_t j = 0;
+    if (xs == 1 && ms == 1) {  // bools are stored as bytes 0 / 1
+      const __m256 masked = _mm256_set1_ps(kMasked);
+      for (; j + 8 <= m; j += 8) {
+        __m128i bytes;
+        std::memcpy(&bytes, mp + j, 8);
+        __m256i keep = _mm256_cmpgt_epi32(_mm256_cvtepu8_epi32(bytes), _mm256_setzero_si256());
+        _mm256_storeu_ps(row + j, _mm256_blendv_ps(masked, _mm256_loadu_ps(src + j),
+                                                   _mm256_castsi256_ps(keep)));
       }
     }
-    softmax_row(row, m);
+    for (; j < m; j++) {
+      row[j] = mp[j * ms] ? src[j * xs] : kMasked;
+    }
+  } else if (xs == 1) {
+    if (row != src) {
+      std::memcpy(row, src, m * sizeof(float));
+    }
+  } else {
+    for (size_t j = 0; j < m; j++) {
+      row[j] = src[j * xs];
+    }
+  }
+}
+
+void softmax_all(const mx::array& x, const mx::array* mask, mx::array& out) {
+  const size_t m = x.shape().back();
+  const size_t rows = m == 0 ? 0 : x.size() / m;
+  float* op = out.data<float>();
+  for (size_t r0 = 0; r0 < rows; r0 += 8) {
+    const size_t g = std::min<size_t>(8, rows - r0);
+    float* group[8];
+    float sums[8];
+    for (size_t i = 0; i < g; i++) {
+      group[i] = op + (r0 + i) * m;
+      load_row(x, mask, r0 + i, group[i]);
+      exp_row(group[i], m);
+    }
+    row_sums(group, g, m, sums);
+    for (size_t i = 0; i < g; i++) {
+      scale_row(group[i], m, sums[i]);
+    }
   }
 }
 
