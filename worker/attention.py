@@ -12,7 +12,9 @@ Softmax runs in base 2 (scores scaled by log2(e), weights from ``mx.power(2, x)`
 ``exp2`` for large arrays on CPU): on MLX's CPU backend ``mx.exp`` is about 3x slower than
 ``mx.power`` and dominates attention time, so on CPU this hand-written softmax beats the fused
 kernel (a fallback there) by 3x or more. On a GPU the fused kernel is used wherever no
-log-sum-exp is needed.
+log-sum-exp is needed. On the CPU, float32 calls of the fused kernel with a boolean mask or none
+(``_fused``; mlx-lm's own call on gathered or dense full-precision pages, e.g. stories260K's
+decode) run worker/cpu_softmax.py's native copy of its fallback instead: the same bits.
 """
 
 from __future__ import annotations
