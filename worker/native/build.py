@@ -100,6 +100,9 @@ def build(force: bool = False) -> Path | None:
     """Build the extension if it is missing, older than its source or built for another MLX;
     its path, or None."""
     out = target()
+    if not SOURCE.exists():
+        print(f"worker/native: not built ({SOURCE.name} is not installed); MLX's own softmax")
+        return None
     if (not force and out.exists() and out.stat().st_mtime >= SOURCE.stat().st_mtime
             and _built_for(out) == _mlx_version()):
         print(f"worker/native: {out.name} is up to date")
