@@ -3,7 +3,7 @@
     LD_PRELOAD="$(.venv/bin/python -m worker.blas)" .venv/bin/python -m bench.toggle_softmax \\
         [--model stories260K] [--rows 32] [--kv k8v4] [--block 6] [--pairs 20]
 
-One engine decodes ROWS rows greedily (64-token random prompts, like bench.profile_decode);
+One engine (OpenBLAS threads as the worker sets them) decodes ROWS rows greedily (64-token random prompts, like bench.profile_decode);
 blocks of BLOCK steps alternate ``cpu_softmax.ENABLED`` (the first of each pair chosen by a
 coin), and each block's wall and process-CPU ms per step are recorded after a warm-up step. The
 paired ratios (on / off, same pair) cancel most of the machine's drift; prints their median and
@@ -13,6 +13,7 @@ quartiles. Both settings give the same tokens (tests/worker/test_cpu_softmax.py)
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -39,6 +40,10 @@ def main() -> None:
 
     assert cpu_softmax.native() is not None, "worker/native is not built"
     model, tok = load(args.model)
+    if "OPENBLAS_NUM_THREADS" not in os.environ:
+        from worker.blas import apply_blas_policy
+
+        apply_blas_policy(model)  # the worker's OpenBLAS threads (one for these models)
     install()
     plan = plan_kv(model, eng.model_dtype(model), kind=args.kv, memory="512MiB", page_size=16,
                    group_size=32, max_batch=32, context_length=1024, working_set=True)
