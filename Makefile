@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 
-.PHONY: install serve test lint check bench clean
+.PHONY: install native serve test lint check bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -19,13 +19,18 @@ $(STAMP): pyproject.toml
 	PYTHON=$(BIN)/python sh deploy/ensure-tokenizer-files.sh $(VENV)/tokenizer-files
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) native
 
-serve: $(STAMP)
+# worker/native's MLX extension (an FMA softmax for MLX's CPU build); skipped with one line
+# where it cannot be built (then MLX's own softmax runs). Up-to-date builds are skipped.
+native: $(STAMP)
+	$(BIN)/python -m worker.native.build
+
+serve: $(STAMP) native
 	$(BIN)/rapid-mlx serve $(ARGS)
 
 # The test process runs MLX too: preload the same optimized BLAS the workers use (worker/blas.py).
-test: $(STAMP)
+test: $(STAMP) native
 	sh deploy/ensure-agent-clis.sh $(VENV)/agent-clis
 	LD_PRELOAD="$$($(BIN)/python -m worker.blas)" $(BIN)/python -m pytest -q -ra --durations=25
 

@@ -12,7 +12,9 @@ Softmax runs in base 2 (scores scaled by log2(e), weights from ``mx.power(2, x)`
 ``exp2`` for large arrays on CPU): on MLX's CPU backend ``mx.exp`` is about 3x slower than
 ``mx.power`` and dominates attention time, so on CPU this hand-written softmax beats the fused
 kernel (a fallback there) by 3x or more. On a GPU the fused kernel is used wherever no
-log-sum-exp is needed.
+log-sum-exp is needed. On the CPU, float32 calls of the fused kernel with a boolean mask or none
+(``_fused``; mlx-lm's own call on gathered or dense full-precision pages, e.g. stories260K's
+decode) run worker/cpu_softmax.py's native copy of its fallback instead: the same bits.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import mlx.core as mx
 import numpy as np
 
 from cache.paged_kv import QuantizedPages, dequantize
+from worker import cpu_softmax
 from worker.paged_batch import LayerKV, PagedBatch, PagedView
 
 __all__ = ["PagedBatch", "PagedView", "install", "paged_attention", "routes_attention"]
@@ -137,6 +140,9 @@ def _segment(kv: tuple[Any, Any], mask: mx.array | None) -> Segment:
 
 def _fused(queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask: Any
            ) -> mx.array:
+    """The fused kernel; on CPU its fallback's ops with the FMA softmax (the same bits)."""
+    if cpu_softmax.fits(queries, keys, values, mask):
+        return cpu_softmax.sdpa(queries, keys, values, scale, mask)
     return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask)
 
 
@@ -287,6 +293,9 @@ def _router(original: Any) -> Any:
             if sinks is not None:
                 raise ValueError("paged attention does not support attention sinks")
             return paged_attention(queries, keys, scale, mask)
+        if (sinks is None and isinstance(cache, PagedView)  # full-precision pages, gathered
+                and cpu_softmax.fits(queries, keys, values, mask)):
+            return cpu_softmax.sdpa(queries, keys, values, scale, mask)
         result: mx.array = original(queries, keys, values, cache=cache, scale=scale, mask=mask,
                                     sinks=sinks)
         return result

@@ -1,0 +1,101 @@
+"""CPU float32 attention through worker/native's FMA softmax: the fused call's bits, cheaper.
+
+On the CPU, ``mx.fast.scaled_dot_product_attention`` falls back to plain ops (scale, matmul,
+select with the mask, ``softmax(precise=True)``, matmul), and MLX's x86 CPU softmax spends most
+of its time in ``simd::exp``: scalar, six calls to libm's ``fmaf`` per float (bench/README.md,
+sessions 10 and 15). worker/native/fma_softmax.cpp is an MLX primitive computing the same
+polynomial with inline FMA instructions, 8 lanes at a time, and the select and softmax in one
+kernel; ``sdpa`` is the fallback's graph built in C++ around it. Same float32 bits
+(tests/worker/test_cpu_softmax.py, bench/exp_fma.py over all 2^32 inputs). When the extension is
+not built (``make install`` builds it on Linux x86-64), does not load, lacks AVX2/FMA or fails
+its check at first use, one line is logged and everything stays on MLX's own ops.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+log = logging.getLogger("rapid_mlx.worker")
+
+ENABLED = True  # tests and benches compare against the fused call with this off
+MIN_SCORES = 1024  # below this many scores the fused call's C++ graph is built faster
+_loaded: dict[str, Any] = {}
+
+
+def native() -> Any | None:
+    """The extension module once it has passed its check (loaded once), else None."""
+    if "module" not in _loaded:
+        _loaded["module"] = _load()
+    return _loaded["module"]
+
+
+def _load() -> Any | None:
+    try:
+        module: Any = importlib.import_module("worker.native._fma_softmax")
+    except ImportError as exc:
+        log.info("native FMA softmax not available (%s); MLX's own softmax", exc)
+        return None
+    running = getattr(mx, "__version__", "")
+    if getattr(module, "built_for", None) != running:  # its C++ view of MLX's arrays
+        log.warning("native FMA softmax was built for mlx %s, running %s (make install "
+                    "rebuilds it); MLX's own softmax", getattr(module, "built_for", "?"), running)
+        return None
+    try:
+        if not module.fma_cpu():
+            log.info("native FMA softmax: this CPU has no AVX2/FMA; MLX's own softmax")
+            return None
+        if not _check(module):
+            log.warning("native FMA softmax differs from MLX's on its check; MLX's own softmax")
+            return None
+    except Exception as exc:  # an ABI mismatch with this MLX shows up here: keep MLX's ops
+        log.warning("native FMA softmax failed its check (%r); MLX's own softmax", exc)
+        return None
+    log.info("native FMA softmax in use for CPU float32 attention (worker/native)")
+    return module
+
+
+def _check(module: Any) -> bool:
+    """Bit-compare the extension with MLX on a few rows with specials and masked keys."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 2, 37)).astype(np.float32) * 40
+    x[0, 0, :3] = [np.inf, -np.inf, 89.0]
+    x[1, 1, 5] = np.nan
+    mask = rng.random((3, 1, 37)) > 0.3
+    mask[2] = False
+    xs, ms = mx.array(x), mx.array(mask)
+    want = mx.softmax(mx.where(ms, xs, mx.array(float(np.finfo(np.float32).min), mx.float32)), axis=-1,
+                      precise=True)
+    got = module.softmax(xs, ms)
+    return bool(mx.array_equal(mx.view(want, mx.uint32), mx.view(got, mx.uint32)).item())
+
+
+def fits(queries: mx.array, keys: mx.array, values: mx.array, mask: object) -> bool:
+    """True when ``sdpa`` reproduces the fused call (CPU, float32, 4-D, a boolean mask or
+    none) with enough scores to pay, and the extension is loaded."""
+    if not ENABLED or mx.default_device() != mx.cpu:
+        return False
+    if mask is not None and not (isinstance(mask, mx.array) and mask.dtype == mx.bool_
+                                 and mask.ndim <= 4):
+        return False
+    if not (queries.ndim == keys.ndim == values.ndim == 4
+            and queries.dtype == keys.dtype == values.dtype == mx.float32):
+        return False
+    bsz, hq, n, _ = queries.shape
+    hkv, length = keys.shape[1], keys.shape[2]
+    if hkv == 0 or hq % hkv or keys.shape[0] != bsz or bsz * hq * n * length < MIN_SCORES:
+        return False
+    return native() is not None
+
+
+def sdpa(queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask: Any
+         ) -> mx.array:
+    """``mx.fast.scaled_dot_product_attention`` on CPU (``fits``), bit for bit."""
+    module = native()
+    assert module is not None
+    out: mx.array = module.sdpa(queries, keys, values, scale, mask)
+    return out
