@@ -37,23 +37,26 @@ def _mlx_version() -> str:
     return str(getattr(mx, "__version__", ""))
 
 
-def _internals_key(core: Path) -> str | None:
-    data = core.read_bytes()
-    start = data.find(b"nanobind_system_")
+def _c_string(path: Path, prefix: bytes) -> str | None:
+    """The NUL-terminated string in PATH's bytes that starts with PREFIX (prefix included)."""
+    data = path.read_bytes()
+    start = data.find(prefix)
     if start < 0:
         return None
-    end = data.find(b"\0", start)
-    return data[start:end].decode("ascii", "replace")
+    return data[start:data.find(b"\0", start)].decode("ascii", "replace")
+
+
+def _internals_key(core: Path) -> str | None:
+    return _c_string(core, b"nanobind_system_")
+
+
+TAG = "rapid-mlx built for mlx "
 
 
 def _built_for(module: Path) -> str | None:
     """The MLX version MODULE was compiled against (read from its bytes, not imported)."""
-    data = module.read_bytes()
-    start = data.find(b"rapid-mlx built for mlx ")
-    if start < 0:
-        return None
-    end = data.find(b"\0", start)
-    return data[start + len(b"rapid-mlx built for mlx "):end].decode("ascii", "replace")
+    tag = _c_string(module, TAG.encode())
+    return None if tag is None else tag[len(TAG):]
 
 
 def _why_not() -> str | None:
