@@ -187,12 +187,15 @@ async def test_one_request_has_one_fetch_budget(monkeypatch: pytest.MonkeyPatch)
     from gateway.images.refs import ImageRef
 
     budgets: list[float] = []
+    loop = asyncio.get_running_loop()
+    now = [loop.time()]  # the loop's clock, moved by the fetches alone (no wall-clock timing)
 
     async def slow(url: str, param: str, total: float) -> bytes:
         budgets.append(total)
-        await asyncio.sleep(0.3)
+        now[0] += 0.3
         return PNG
 
+    monkeypatch.setattr(loop, "time", lambda: now[0])
     monkeypatch.setattr(intake, "fetch", slow)
     monkeypatch.setattr(intake, "FETCH_REQUEST_S", 0.5)
     images = ImageParts()
@@ -202,3 +205,4 @@ async def test_one_request_has_one_fetch_budget(monkeypatch: pytest.MonkeyPatch)
         await images.load(True)
     assert info.value.param == "p2" and info.value.code == "image_fetch_failed"
     assert budgets[0] <= 0.5 and budgets[1] <= 0.21  # each fetch gets what is left
+    assert len(budgets) == 2
