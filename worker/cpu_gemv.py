@@ -30,7 +30,9 @@ nn: Any = mlx.nn  # mlx.nn ships no type information mypy can follow
 log = logging.getLogger("rapid_mlx.worker")
 
 ENABLED = True  # tests and benches compare against MLX's matmul with this off
-MAX_ROWS = 4  # rows of x the kernel takes (gemv.cpp's kMaxRows; measured to pay up to there)
+# rows of x routed to the kernel: it takes up to 4 (gemv.cpp), but at 4 rows OpenBLAS's full
+# 4-row tile is cheaper than the kernel's shuffles (bench/README.md, session 16)
+MAX_ROWS = 3
 GEMM_Q = 320  # OpenBLAS's SGEMM_DEFAULT_Q for its Zen/Haswell cores (the check confirms it)
 _loaded: dict[str, Any] = {}
 

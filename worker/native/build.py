@@ -6,7 +6,8 @@ nanobind release whose internals key MLX's wheel carries (``NB_VERSION`` below; 
 checked in ``mlx/core*.so`` first) with MLX's domain (``NB_DOMAIN=mlx``). Only on Linux x86-64;
 anywhere else, or when anything is missing or fails, it prints one line and exits 0: the worker
 then uses MLX's own softmax (worker/cpu_softmax.py). Two g++ calls in parallel, ~10-20 s; an
-up-to-date build is skipped.
+up-to-date build is skipped. ``python -m worker.native.build`` also builds gemv.cpp (module
+``_gemv``: few-row float32 products in OpenBLAS's order, worker/cpu_gemv.py) the same way.
 """
 
 from __future__ import annotations
