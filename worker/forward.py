@@ -11,6 +11,7 @@ from cache.paged_kv import PagedKVStore
 from worker.attention import PagedBatch, routes_attention
 from worker.compile_mode import AUTO_MAX_ROWS, rows_for
 from worker.compiled_decode import CompiledDecode
+from worker.cpu_gemv import running, wrap_gemv
 from worker.fast_ops import wrap_fast_ops
 from worker.kv_dense import DenseCache, pays_for
 from worker.kv_manager import RequestPages
@@ -67,6 +68,9 @@ class Forward:
         self.model = model
         self.store = store
         self.dtype = dtype
+        # float32 products of few rows in OpenBLAS's order without its packing
+        # (worker/cpu_gemv.py); before _split, which binds the tied head's method
+        self.gemv = wrap_gemv(model)
         self.split = _split(model)
         self.cascade = routes_attention(model)
         self.tap: Tap | None = None  # rank 0 of a tensor-parallel group sets it
@@ -249,13 +253,14 @@ class Forward:
              inputs: mx.array | None = None, positions: mx.array | None = None,
              every: bool = False, rows: tuple[list[RequestPages], list[int]] | None = None
              ) -> mx.array | None:
-        if self.fast_ops is None:
-            return self._model(tokens, batch, want_logits, inputs, positions, every, rows)
-        self.fast_ops.use(batch.offset)
-        try:
-            return self._model(tokens, batch, want_logits, inputs, positions, every, rows)
-        finally:
-            self.fast_ops.use(None, active=False)
+        with running(self.gemv):
+            if self.fast_ops is None:
+                return self._model(tokens, batch, want_logits, inputs, positions, every, rows)
+            self.fast_ops.use(batch.offset)
+            try:
+                return self._model(tokens, batch, want_logits, inputs, positions, every, rows)
+            finally:
+                self.fast_ops.use(None, active=False)
 
     def _model(self, tokens: mx.array, batch: PagedBatch, want_logits: bool,
                inputs: mx.array | None, positions: mx.array | None, every: bool,

@@ -6,7 +6,8 @@ nanobind release whose internals key MLX's wheel carries (``NB_VERSION`` below; 
 checked in ``mlx/core*.so`` first) with MLX's domain (``NB_DOMAIN=mlx``). Only on Linux x86-64;
 anywhere else, or when anything is missing or fails, it prints one line and exits 0: the worker
 then uses MLX's own softmax (worker/cpu_softmax.py). Two g++ calls in parallel, ~10-20 s; an
-up-to-date build is skipped.
+up-to-date build is skipped. ``python -m worker.native.build`` also builds gemv.cpp (module
+``_gemv``: few-row float32 products in OpenBLAS's order, worker/cpu_gemv.py) the same way.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def _why_not() -> str | None:
     return None
 
 
-def _commands(out: Path, tmp: Path) -> list[list[str]]:
+def _commands(out: Path, tmp: Path, source: Path) -> list[list[str]]:
     import mlx
     import nanobind
 
@@ -92,21 +93,23 @@ def _commands(out: Path, tmp: Path) -> list[list[str]]:
          str(nb / "src" / "nb_combined.cpp"), "-o", str(nb_obj)],
         ["g++", *CXXFLAGS, "-std=c++20", "-ffp-contract=off", "-DNB_DOMAIN=mlx",
          f"-DBUILT_FOR_MLX=\"{_mlx_version()}\"", f"-I{py_inc}",
-         f"-I{nb / 'include'}", f"-I{mlx_dir / 'include'}", "-c", str(SOURCE), "-o",
+         f"-I{nb / 'include'}", f"-I{mlx_dir / 'include'}", "-c", str(source), "-o",
          str(ext_obj)],
         ["g++", "-shared", "-o", str(out), str(ext_obj), str(nb_obj), f"-L{mlx_dir / 'lib'}",
          "-lmlx", f"-Wl,-rpath,{mlx_dir / 'lib'}"],
     ]
 
 
-def build(force: bool = False) -> Path | None:
-    """Build the extension if it is missing, older than its source or built for another MLX;
-    its path, or None."""
-    out = target()
-    if not SOURCE.exists():
-        print(f"worker/native: not built ({SOURCE.name} is not installed); MLX's own softmax")
+def build(force: bool = False, source: Path | None = None, out: Path | None = None
+          ) -> Path | None:
+    """Build the extension (SOURCE into OUT: the softmax's by default) if it is missing, older
+    than its source or built for another MLX; its path, or None."""
+    source = SOURCE if source is None else source
+    out = target() if out is None else out
+    if not source.exists():
+        print(f"worker/native: not built ({source.name} is not installed); MLX's own ops")
         return None
-    if (not force and out.exists() and out.stat().st_mtime >= SOURCE.stat().st_mtime
+    if (not force and out.exists() and out.stat().st_mtime >= source.stat().st_mtime
             and _built_for(out) == _mlx_version()):
         print(f"worker/native: {out.name} is up to date")
         return out
@@ -116,7 +119,7 @@ def build(force: bool = False) -> Path | None:
         return None
     with tempfile.TemporaryDirectory() as tmp:
         partial = Path(tmp) / out.name
-        compile_nb, compile_ext, link = _commands(partial, Path(tmp))
+        compile_nb, compile_ext, link = _commands(partial, Path(tmp), source)
         try:
             jobs = [subprocess.Popen(c, stderr=subprocess.PIPE, text=True)
                     for c in (compile_nb, compile_ext)]
@@ -136,3 +139,5 @@ def build(force: bool = False) -> Path | None:
 
 if __name__ == "__main__":
     build(force="--force" in sys.argv)
+    # the one-row products in OpenBLAS's order (gemv.cpp, worker/cpu_gemv.py)
+    build("--force" in sys.argv, HERE / "gemv.cpp", HERE / ("_gemv" + target().name[len(NAME):]))

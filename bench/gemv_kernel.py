@@ -1,0 +1,69 @@
+"""worker/native's gemv primitive against MLX's matmul (cblas_sgemm) on the Qwen3 bench model's
+weight shapes, 1-4 rows, one OpenBLAS thread, in turns in one process.
+
+    LD_PRELOAD="$(.venv/bin/python -m worker.blas)" .venv/bin/python -m bench.gemv_kernel \\
+        [--repeats 7]
+
+Prints ms per product (each evaluated alone: MLX's per-op overhead included) as medians and
+the median of the paired ratios gemv / mlx, and whether the bits were equal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import mlx.core as mx
+import numpy as np
+
+SHAPES = ((32000, 512), (1536, 512), (512, 1536), (512, 512), (256, 512))  # (N, K) of W
+
+
+def timed(fn: Callable[[], None], reps: int) -> float:
+    """ms per call of FN over REPS calls."""
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    return (time.perf_counter() - t0) / reps * 1e3
+
+
+def main() -> None:
+    """Time both products per shape and row count and print one line each."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--repeats", type=int, default=7)
+    args = p.parse_args()
+    from worker.blas import set_blas_threads
+    from worker.cpu_gemv import GEMM_Q, native
+
+    set_blas_threads(1)
+    module = native()
+    assert module is not None, "worker/native/_gemv is not built (make install)"
+    rng = np.random.default_rng(0)
+    for n, k in SHAPES:
+        w = mx.array(rng.standard_normal((n, k)).astype(np.float32) * 0.05)
+        for m in (1, 2, 3, 4):
+            x = mx.array(rng.standard_normal((m, k)).astype(np.float32))
+            mx.eval(x, w)
+            same = mx.array_equal(mx.view(x @ w.T, mx.uint32),
+                                  mx.view(module.matmul_t(x, w, GEMM_Q), mx.uint32)).item()
+            reps = max(int(2e7 // (n * k)), 3)
+            ts: dict[str, list[float]] = {"mlx": [], "gemv": []}
+            def plain(x: mx.array = x, w: mx.array = w) -> None:
+                mx.eval(x @ w.T)
+
+            def kernel(x: mx.array = x, w: mx.array = w) -> None:
+                mx.eval(module.matmul_t(x, w, GEMM_Q))
+
+            for _ in range(args.repeats):
+                ts["mlx"].append(timed(plain, reps))
+                ts["gemv"].append(timed(kernel, reps))
+            ratio = statistics.median(g / b for g, b in zip(ts["gemv"], ts["mlx"], strict=True))
+            print(f"W {n}x{k} rows {m}: mlx {statistics.median(ts['mlx']):.3f} ms, gemv "
+                  f"{statistics.median(ts['gemv']):.3f} ms, gemv/mlx {ratio:.2f}, same bits {same}",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()

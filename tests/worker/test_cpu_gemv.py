@@ -1,0 +1,164 @@
+"""worker/native's gemv primitive (worker/cpu_gemv.py) gives OpenBLAS sgemm's bits for few rows."""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx_lm import load
+
+import worker.cpu_gemv as cpu_gemv
+from tests.conftest import shared_model
+from tests.worker.test_engine import make_engine
+from tests.worker.test_kv_dense import _prompts, _run
+from worker.blas import set_blas_threads
+from worker.compile_mode import ROWS_ENV
+
+QWEN3 = Path(__file__).resolve().parents[2] / "bench" / ".models" / "qwen3-4l-512"
+
+
+def _fma_cpu() -> bool:
+    if sys.platform != "linux" or platform.machine() != "x86_64":
+        return False
+    flags = Path("/proc/cpuinfo").read_text().split()
+    return "avx2" in flags and "fma" in flags
+
+
+def _openblas() -> Any:
+    lib = ctypes.CDLL(None)
+    return lib if hasattr(lib, "openblas_get_num_threads") else None
+
+
+# the kernel copies the order of the preloaded OpenBLAS (tests run with it, see the Makefile)
+# with one thread, the worker's policy for models below 1 GB; make install builds it on Linux
+# x86-64, where (with AVX2 and FMA) it must load and match
+pytestmark = pytest.mark.skipif(not _fma_cpu() or _openblas() is None,
+                                reason="built for x86-64 with FMA, with OpenBLAS preloaded")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_blas_thread() -> Iterator[None]:
+    before = int(_openblas().openblas_get_num_threads())
+    set_blas_threads(1)
+    yield
+    set_blas_threads(before)
+
+
+@pytest.fixture(scope="module")
+def native() -> Any:
+    module = cpu_gemv.native()
+    assert module is not None, "worker/native/_gemv not built or not loadable (make install)"
+    return module
+
+
+def _bits(a: mx.array) -> np.ndarray:
+    return np.array(mx.view(a, mx.uint32))
+
+
+@pytest.mark.parametrize("k", [512, 1536, 1000, 641, 333, 17, 8, 7])
+@pytest.mark.parametrize("n", [1, 7, 9, 24, 37, 512])
+def test_products_are_mx_matmuls(native: Any, k: int, n: int) -> None:
+    """1-4 rows, K across GEMM_Q's blocking rules (one block, halves rounded to 8, q-sized
+    blocks, tails), N across the 16/8/single-row groups; in 2-D, 3-D and compiled."""
+    rng = np.random.default_rng(k * 1000 + n)
+    w = mx.array(rng.standard_normal((n, k)).astype(np.float32))
+    for m in range(1, 5):
+        x = mx.array(rng.standard_normal((m, k)).astype(np.float32) * 10.0 ** rng.integers(-3, 4))
+        want = _bits(x @ w.T)
+        assert np.array_equal(_bits(native.matmul_t(x, w, cpu_gemv.GEMM_Q)), want), m
+        x3 = x.reshape(m, 1, k)
+        assert np.array_equal(_bits(native.matmul_t(x3, w, cpu_gemv.GEMM_Q)).reshape(m, n), want)
+        traced = mx.compile(lambda a, b: native.matmul_t(a, b, cpu_gemv.GEMM_Q))
+        assert np.array_equal(_bits(traced(x, w)), want)
+    assert cpu_gemv.same_bits(native, [w])
+
+
+def test_the_tied_head_shape(native: Any) -> None:
+    """The Qwen3 bench model's LM head shape (32000 x 512) with its rows' magnitudes."""
+    rng = np.random.default_rng(3)
+    w = mx.array(rng.standard_normal((32000, 512)).astype(np.float32) * 0.02)
+    assert cpu_gemv.same_bits(native, [w], rows=4, seed=5)
+
+
+def test_more_rows_other_dtypes_and_strided_inputs_are_mlx(native: Any) -> None:
+    rng = np.random.default_rng(4)
+    w = mx.array(rng.standard_normal((24, 40)).astype(np.float32))
+    x = mx.array(rng.standard_normal((6, 40)).astype(np.float32))
+    assert np.array_equal(_bits(native.matmul_t(x, w, 320)), _bits(x @ w.T))  # 6 rows: MLX's
+    half = native.matmul_t(x.astype(mx.float16), w.astype(mx.float16), 320)
+    assert half.dtype == mx.float16
+    strided = mx.array(rng.standard_normal((40, 3)).astype(np.float32)).T  # (3, 40), not contiguous
+    assert np.array_equal(_bits(native.matmul_t(strided, w, 320)), _bits(strided @ w.T))
+
+
+def test_the_check_refuses_another_order(native: Any) -> None:
+    """K blocks of 256 instead of OpenBLAS's 320 sum in another order: the check says so, and
+    a model is then left as it was."""
+    rng = np.random.default_rng(6)
+    w = mx.array(rng.standard_normal((64, 1536)).astype(np.float32))
+    assert cpu_gemv.same_bits(native, [w])
+    assert not cpu_gemv.same_bits(native, [w], q=256)
+    assert not cpu_gemv.same_bits(native, [w], q=10_000)  # one block: a single chain
+
+
+def test_a_failed_check_leaves_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    nn: Any = cpu_gemv.nn
+    model = nn.Sequential(nn.Linear(1536, 64, bias=False), nn.Linear(64, 8))
+    monkeypatch.setattr(cpu_gemv, "same_bits", lambda module, weights, **kw: False)
+    assert cpu_gemv.wrap_gemv(model) is None
+    assert type(model.layers[0]) is nn.Linear
+    monkeypatch.undo()
+    state = cpu_gemv.wrap_gemv(model)
+    assert state is not None
+    assert type(model.layers[0]) is cpu_gemv.GemvLinear
+    assert type(model.layers[1]) is nn.Linear  # a bias: MLX's addmm
+    x = mx.ones((1, 1536))
+    with cpu_gemv.running(state):
+        model(x)
+    model(x)  # outside our forwards: MLX's matmul
+    assert state.calls == 1
+
+
+MODELS = {"stories260K": lambda: shared_model("stories260K"), "qwen3": lambda: QWEN3}
+
+
+@pytest.fixture(scope="module", params=list(MODELS))
+def model(request: pytest.FixtureRequest) -> tuple[Any, Any]:
+    path = MODELS[request.param]()
+    if not (path / "config.json").exists():
+        pytest.skip(f"{path} is absent (bench/build_qwen3_model.py builds it)")
+    return load(str(path))[:2]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rows", [1, 8])
+@pytest.mark.parametrize("compiled", [0, 8])
+def test_engine_logits_are_the_same_bits(native: Any, model: tuple[Any, Any], rows: int,
+                                         compiled: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Greedy tokens and every sampled logits array (prefill and decode, plain and compiled
+    steps, rows joining and leaving) are the same bits with and without the kernel, and the
+    kernel ran."""
+    mdl, tok = model
+    monkeypatch.setenv(ROWS_ENV, str(compiled))
+    prompts = _prompts(tok, rows, False)
+    results = []
+    for enabled in (False, True):
+        monkeypatch.setattr(cpu_gemv, "ENABLED", enabled)
+        engine = make_engine(mdl, tok, page_size=16, max_batch=rows, compile_decode="auto")
+        state = engine._forward.gemv
+        assert state is not None, "the check refused the kernel on this model"
+        before = state.calls
+        results.append(_run(engine, prompts, rows // 4, monkeypatch))
+        assert (state.calls > before) == enabled
+    (tokens_off, logits_off), (tokens_on, logits_on) = results
+    assert tokens_on == tokens_off
+    assert len(logits_on) == len(logits_off) > 0
+    for a, b in zip(logits_on, logits_off, strict=True):
+        assert a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))

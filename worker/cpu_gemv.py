@@ -1,0 +1,175 @@
+"""A model's float32 Linear layers and tied LM head on few rows through worker/native's gemv
+primitive: OpenBLAS's sgemm bits without its packing.
+
+MLX's CPU matmul runs ``x @ W.T`` through ``cblas_sgemm`` even for one row, and OpenBLAS then
+copies (packs) all of W before its micro-kernel runs: on the Qwen3 bench model a one-row step
+spends most of its time there (bench/README.md, session 8). worker/native/gemv.cpp makes the
+same sums in the same order as the preloaded OpenBLAS's sgemm (its K blocks of GEMM_Q, its
+micro-kernel's FMA chains) straight from W, so the logits are the same bits, alone or batched.
+That order was measured on one OpenBLAS build and CPU (bench/README.md, session 16), so
+``wrap_gemv`` first runs the primitive against ``mx.matmul`` on random rows times each of the
+model's own weight matrices, at every row count it would serve and at the OpenBLAS thread count
+in force, and enables it only when every bit matches (one log line either way). The wrapped
+modules use it only inside our forwards (``running``) with at most ``MAX_ROWS`` rows; every other
+call is MLX's matmul, as before.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn
+import numpy as np
+
+nn: Any = mlx.nn  # mlx.nn ships no type information mypy can follow
+log = logging.getLogger("rapid_mlx.worker")
+
+ENABLED = True  # tests and benches compare against MLX's matmul with this off
+# rows of x routed to the kernel: it takes up to 4 (gemv.cpp), but at 4 rows OpenBLAS's full
+# 4-row tile is cheaper than the kernel's shuffles (bench/README.md, session 16)
+MAX_ROWS = 3
+GEMM_Q = 320  # OpenBLAS's SGEMM_DEFAULT_Q for its Zen/Haswell cores (the check confirms it)
+_loaded: dict[str, Any] = {}
+
+
+class GemvState:
+    """What a model's wrapped modules share: whether one of our forwards is running."""
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+        self.active = False
+        self.calls = 0  # products routed to the kernel (tests check the path ran)
+
+
+def native() -> Any | None:
+    """The extension module (loaded once), or None with one log line why not."""
+    if "module" not in _loaded:
+        _loaded["module"] = _load()
+    return _loaded["module"]
+
+
+def _load() -> Any | None:
+    try:
+        module: Any = importlib.import_module("worker.native._gemv")
+    except ImportError as exc:
+        log.info("native gemv not available (%s); MLX's matmul", exc)
+        return None
+    running = getattr(mx, "__version__", "")
+    if getattr(module, "built_for", None) != running:  # its C++ view of MLX's arrays
+        log.warning("native gemv was built for mlx %s, running %s (make install rebuilds it); "
+                    "MLX's matmul", getattr(module, "built_for", "?"), running)
+        return None
+    if not module.fma_cpu():
+        log.info("native gemv: this CPU has no AVX2/FMA; MLX's matmul")
+        return None
+    return module
+
+
+def same_bits(module: Any, weights: list[mx.array], rows: int = MAX_ROWS, q: int = GEMM_Q,
+              seed: int = 0) -> bool:
+    """True when MODULE's products with each of WEIGHTS (N, K) equal ``mx.matmul``'s bit for
+    bit for 1..ROWS random rows (three magnitudes)."""
+    rng = np.random.default_rng(seed)
+    for w in weights:
+        k = w.shape[1]
+        for m in range(1, rows + 1):
+            x = rng.standard_normal((m, k)).astype(np.float32)
+            x *= np.float32(10.0) ** rng.integers(-3, 4, (m, 1)).astype(np.float32)
+            xs = mx.array(x)
+            want, got = xs @ w.T, module.matmul_t(xs, w, q)
+            if not mx.array_equal(mx.view(want, mx.uint32), mx.view(got, mx.uint32)).item():
+                return False
+    return True
+
+
+class GemvLinear(nn.Linear):  # type: ignore[misc]
+    """``nn.Linear`` without bias that, inside our forwards, runs few rows through the kernel."""
+
+    _gemv: GemvState
+
+    def __call__(self, x: mx.array) -> mx.array:
+        """``nn.Linear.__call__``; the kernel's identical product on at most MAX_ROWS rows."""
+        if not fits(self._gemv, x) or "bias" in self:
+            return super().__call__(x)  # type: ignore[no-any-return]
+        self._gemv.calls += 1
+        out: mx.array = self._gemv.module.matmul_t(x, self["weight"], GEMM_Q)
+        return out
+
+
+class GemvEmbedding(nn.Embedding):  # type: ignore[misc]
+    """``nn.Embedding`` whose ``as_linear`` (a tied LM head) uses the kernel like GemvLinear."""
+
+    _gemv: GemvState
+
+    def as_linear(self, x: mx.array) -> mx.array:
+        """``nn.Embedding.as_linear``; the kernel's identical product on at most MAX_ROWS rows."""
+        if not fits(self._gemv, x):
+            return super().as_linear(x)  # type: ignore[no-any-return]
+        self._gemv.calls += 1
+        out: mx.array = self._gemv.module.matmul_t(x, self["weight"], GEMM_Q)
+        return out
+
+
+def fits(state: GemvState, x: mx.array) -> bool:
+    """True inside our forwards for float32 X of at most MAX_ROWS rows on the CPU."""
+    return (state.active and ENABLED and x.dtype == mx.float32 and x.ndim >= 1
+            and x.shape[-1] > 0 and x.size // x.shape[-1] <= MAX_ROWS
+            and mx.default_device() == mx.cpu)
+
+
+def wrap_gemv(model: Any) -> GemvState | None:
+    """Give MODEL's float32 bias-free ``nn.Linear`` and ``nn.Embedding`` modules the
+    subclasses above when the kernel reproduces ``mx.matmul`` on their weights (CPU only).
+
+    Their ``GemvState``, or None (kept as it was) when there is nothing to wrap, the extension
+    is not usable or the check fails. Call it after the OpenBLAS thread count is set.
+    """
+    if mx.default_device() != mx.cpu or not isinstance(model, nn.Module):
+        return None
+    modules = list(model.modules())
+    done = next((m._gemv for m in modules if isinstance(m, (GemvLinear, GemvEmbedding))), None)
+    if done is not None:
+        return done
+    classes = {nn.Linear: GemvLinear, nn.Embedding: GemvEmbedding}
+    chosen = [m for m in modules if type(m) in classes and m["weight"].dtype == mx.float32
+              and m["weight"].ndim == 2 and "bias" not in m]
+    if not chosen:
+        return None
+    module = native()
+    if module is None:
+        return None
+    shapes = {tuple(m["weight"].shape): m["weight"] for m in chosen}
+    try:
+        ok = same_bits(module, list(shapes.values()))
+    except Exception as exc:  # an ABI mismatch with this MLX shows up here: keep MLX's matmul
+        log.warning("native gemv failed its check (%r); MLX's matmul", exc)
+        return None
+    if not ok:
+        log.warning("native gemv's sums differ from this OpenBLAS's sgemm on the model's "
+                    "shapes; MLX's matmul")
+        return None
+    state = GemvState(module)
+    for m in chosen:
+        m.__class__ = classes[type(m)]
+        m._gemv = state
+    log.info("native gemv in use for float32 products of up to %d rows (%d weight shapes "
+             "checked bit for bit)", MAX_ROWS, len(shapes))
+    return state
+
+
+@contextmanager
+def running(state: GemvState | None) -> Iterator[None]:
+    """One of our forwards runs: STATE's modules may use the kernel meanwhile."""
+    if state is None:
+        yield
+        return
+    state.active = True
+    try:
+        yield
+    finally:
+        state.active = False

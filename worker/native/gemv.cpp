@@ -1,0 +1,242 @@
+// x @ w.T for float32 and a few rows (M <= 4), with the bits OpenBLAS's sgemm gives MLX.
+//
+// MLX's CPU matmul calls cblas_sgemm even for one row; OpenBLAS then packs the whole weight
+// matrix and runs its GEMM micro-kernel, several times slower than a matrix-vector pass. This
+// primitive makes the same sums in the same order without the packing. The order (measured on
+// Debian's OpenBLAS 0.3.21, core Zen, sgemm_kernel_16x4_haswell.S; see bench/README.md,
+// session 16): K is cut into blocks as driver/level3.c cuts it (GEMM_Q = q, halves rounded up
+// to 8); in a block, each output is one FMA chain over k from 0 (a row of a 1-, 2- or 3-column
+// tile) or, in a full 4-column tile (4 rows of x), two chains, even and odd k of each 8-step,
+// with the tail of the block (len % 8) on the even one, added as even + odd; each block's
+// result is added to the output (0 first). worker/cpu_gemv.py enables it only when it matches
+// mx.matmul bit for bit on the model's shapes at worker start. Build: worker/native/build.py.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+#include <nanobind/nanobind.h>
+
+#include "mlx/allocator.h"
+#include "mlx/array.h"
+#include "mlx/backend/cpu/encoder.h"
+#include "mlx/ops.h"
+#include "mlx/primitives.h"
+#include "mlx/utils.h"
+
+namespace nb = nanobind;
+namespace mx = mlx::core;
+
+namespace {
+
+constexpr int kMaxRows = 4;
+
+// driver/level3.c's K blocks: min_l = q while >= 2q remain, else half rounded up to U when > q
+std::vector<int> blocks(int k, int q, int unroll) {
+  std::vector<int> cuts{0};
+  int ls = 0;
+  while (ls < k) {
+    int ml = k - ls;
+    if (ml >= 2 * q) {
+      ml = q;
+    } else if (ml > q) {
+      ml = ((ml / 2 + unroll - 1) / unroll) * unroll;
+    }
+    ls += ml;
+    cuts.push_back(ls);
+  }
+  return cuts;
+}
+
+// G groups of 8 weight rows from n0, M rows of x (TWO: the 4-column tile's two chains)
+template <int M, int G, bool TWO>
+__attribute__((target("avx2,fma"))) void rows8(const float* x, const float* w, float* out,
+                                               int n0, int n, int k,
+                                               const std::vector<int>& cuts) {
+  __m256 c[G][M];
+  for (int g = 0; g < G; g++)
+    for (int m = 0; m < M; m++) c[g][m] = _mm256_setzero_ps();
+  for (size_t b = 0; b + 1 < cuts.size(); b++) {
+    const int s = cuts[b], e = cuts[b + 1];
+    const int main_end = s + ((e - s) / 8) * 8;
+    __m256 ev[G][M], od[G][M];
+    for (int g = 0; g < G; g++)
+      for (int m = 0; m < M; m++) ev[g][m] = od[g][m] = _mm256_setzero_ps();
+    for (int kk = s; kk < main_end; kk += 4) {
+      // rows i and i + 4 of a group in one register's halves: an in-lane 4x4 transpose gives
+      // element kk + j of rows 0..7 (k steps of 4 from s: j's parity is kk - s + j's)
+      for (int g = 0; g < G; g++) {
+        const float* p = w + (size_t)(n0 + 8 * g) * k + kk;
+        __m256 r0 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p)),
+                                         _mm_loadu_ps(p + 4 * (size_t)k), 1);
+        __m256 r1 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p + k)),
+                                         _mm_loadu_ps(p + 5 * (size_t)k), 1);
+        __m256 r2 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p + 2 * (size_t)k)),
+                                         _mm_loadu_ps(p + 6 * (size_t)k), 1);
+        __m256 r3 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p + 3 * (size_t)k)),
+                                         _mm_loadu_ps(p + 7 * (size_t)k), 1);
+        const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+        const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+        const __m256 col[4] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xEE),
+                               _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xEE)};
+        for (int j = 0; j < 4; j++) {
+          for (int m = 0; m < M; m++) {
+            const __m256 xv = _mm256_broadcast_ss(x + (size_t)m * k + kk + j);
+            if (TWO && (j & 1)) {
+              od[g][m] = _mm256_fmadd_ps(col[j], xv, od[g][m]);
+            } else {
+              ev[g][m] = _mm256_fmadd_ps(col[j], xv, ev[g][m]);
+            }
+          }
+        }
+      }
+    }
+    for (int kk = main_end; kk < e; kk++) {  // the block's tail: on the (even) chain
+      for (int g = 0; g < G; g++) {
+        const float* p = w + (size_t)(n0 + 8 * g) * k + kk;
+        const __m256 col = _mm256_setr_ps(p[0], p[k], p[2 * k], p[3 * k], p[4 * k], p[5 * k],
+                                          p[6 * k], p[7 * k]);
+        for (int m = 0; m < M; m++) {
+          ev[g][m] = _mm256_fmadd_ps(col, _mm256_broadcast_ss(x + (size_t)m * k + kk), ev[g][m]);
+        }
+      }
+    }
+    for (int g = 0; g < G; g++)
+      for (int m = 0; m < M; m++) {
+        const __m256 r = TWO ? _mm256_add_ps(ev[g][m], od[g][m]) : ev[g][m];
+        c[g][m] = _mm256_add_ps(c[g][m], r);
+      }
+  }
+  for (int g = 0; g < G; g++)
+    for (int m = 0; m < M; m++) _mm256_storeu_ps(out + (size_t)m * n + n0 + 8 * g, c[g][m]);
+}
+
+// one weight row (the last N % 8), the same order in scalar FMAs
+template <int M, bool TWO>
+__attribute__((target("avx2,fma"))) void row1(const float* x, const float* w, float* out, int nn,
+                                              int n, int k, const std::vector<int>& cuts) {
+  const float* wr = w + (size_t)nn * k;
+  for (int m = 0; m < M; m++) {
+    const float* xr = x + (size_t)m * k;
+    float c = 0.0f;
+    for (size_t b = 0; b + 1 < cuts.size(); b++) {
+      const int s = cuts[b], e = cuts[b + 1];
+      const int main_end = s + ((e - s) / 8) * 8;
+      float ev = 0.0f, od = 0.0f;
+      for (int kk = s; kk < e; kk++) {
+        if (TWO && kk < main_end && ((kk - s) & 1)) {
+          od = __builtin_fmaf(wr[kk], xr[kk], od);
+        } else {
+          ev = __builtin_fmaf(wr[kk], xr[kk], ev);
+        }
+      }
+      c = c + (TWO ? ev + od : ev);
+    }
+    out[(size_t)m * n + nn] = c;
+  }
+}
+
+template <int M, bool TWO>
+void run_rows(const float* x, const float* w, float* out, int n, int k,
+              const std::vector<int>& cuts) {
+  int n0 = 0;
+  // two groups of 8 rows of W at a time measured faster for 3 rows of x only (1-2 rows: one
+  // group, 1.2-1.7x faster than two; 4 rows' two chains: one group keeps them in registers)
+  if (M == 3) {
+    for (; n0 + 16 <= n; n0 += 16) rows8<M, 2, TWO>(x, w, out, n0, n, k, cuts);
+  }
+  for (; n0 + 8 <= n; n0 += 8) rows8<M, 1, TWO>(x, w, out, n0, n, k, cuts);
+  for (; n0 < n; n0++) row1<M, false>(x, w, out, n0, n, k, cuts);
+}
+
+// X (M, K) row-contiguous, W (N, K) row-contiguous -> OUT (M, N)
+void gemv_all(const float* x, const float* w, float* out, int rows, int n, int k, int q) {
+  const std::vector<int> cuts = blocks(k, q, 8);
+  switch (rows) {
+    case 1: run_rows<1, false>(x, w, out, n, k, cuts); break;
+    case 2: run_rows<2, false>(x, w, out, n, k, cuts); break;
+    case 3: run_rows<3, false>(x, w, out, n, k, cuts); break;
+    case 4: run_rows<4, true>(x, w, out, n, k, cuts); break;
+    default: throw std::runtime_error("[Gemv] more than 4 rows");
+  }
+}
+
+class Gemv : public mx::UnaryPrimitive {
+ public:
+  Gemv(mx::Stream stream, int q) : mx::UnaryPrimitive(stream), q_(q) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
+    const mx::array& x = inputs[0];
+    const mx::array& w = inputs[1];
+    out.set_data(mx::allocator::malloc(out.nbytes()));
+    auto& encoder = mx::cpu::get_command_encoder(stream());
+    encoder.set_input_array(x);
+    encoder.set_input_array(w);
+    encoder.set_output_array(out);
+    const int k = w.shape(1), n = w.shape(0);
+    const int rows = static_cast<int>(x.size() / k);
+    encoder.dispatch([x = mx::array::unsafe_weak_copy(x), w = mx::array::unsafe_weak_copy(w),
+                      out = mx::array::unsafe_weak_copy(out), rows, n, k, q = q_]() mutable {
+      gemv_all(x.data<float>(), w.data<float>(), out.data<float>(), rows, n, k, q);
+    });
+  }
+
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
+    throw std::runtime_error("[Gemv] CPU only");
+  }
+
+  const char* name() const override { return "Gemv"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return q_ == static_cast<const Gemv&>(other).q_;
+  }
+
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
+    mx::Shape shape = inputs[0].shape();
+    shape.back() = inputs[1].shape(0);
+    return {shape};
+  }
+
+ private:
+  int q_;
+};
+
+bool fma_cpu() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+
+// x (..., K) @ w.T for w (N, K): the primitive for float32 on the CPU with at most 4 rows of
+// x, else MLX's matmul
+mx::array matmul_t(const mx::array& x, const mx::array& w, int q) {
+  mx::StreamOrDevice s = {};
+  mx::Stream stream = mx::to_stream(s);
+  const bool fits = x.dtype() == mx::float32 && w.dtype() == mx::float32 && x.ndim() >= 1 &&
+                    w.ndim() == 2 && x.shape(-1) == w.shape(1) && w.shape(0) > 0 &&
+                    w.shape(1) > 0 && x.size() / w.shape(1) >= 1 &&
+                    x.size() / w.shape(1) <= kMaxRows && stream.device == mx::Device::cpu &&
+                    q > 0 && fma_cpu();
+  if (!fits) {
+    return mx::matmul(x, mx::transpose(w, s), s);
+  }
+  mx::Shape shape = x.shape();
+  shape.back() = w.shape(0);
+  return mx::array(shape, mx::float32, std::make_shared<Gemv>(stream, q),
+                   {mx::contiguous(x, false, s), mx::contiguous(w, false, s)});
+}
+
+}  // namespace
+
+#ifndef BUILT_FOR_MLX
+#define BUILT_FOR_MLX "unknown"
+#endif
+const char* const kBuiltFor = "rapid-mlx built for mlx " BUILT_FOR_MLX;
+
+NB_MODULE(_gemv, m) {
+  m.attr("built_for") = BUILT_FOR_MLX;
+  m.attr("_tag") = kBuiltFor;
+  m.attr("max_rows") = kMaxRows;
+  m.doc() = "x @ w.T for float32 and up to 4 rows in OpenBLAS sgemm's summation order";
+  m.def("matmul_t", &matmul_t, nb::arg("x"), nb::arg("w"), nb::arg("q"),
+        "x @ w.T summed as OpenBLAS's sgemm with K blocks of GEMM_Q = q (MLX's matmul beyond "
+        "4 rows, other dtypes or devices)");
+  m.def("fma_cpu", &fma_cpu, "True when this CPU runs the kernel");
+}
