@@ -21,8 +21,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) native
 
-# worker/native's MLX extension (an FMA softmax for MLX's CPU build); skipped with one line
-# where it cannot be built (then MLX's own softmax runs). Up-to-date builds are skipped.
+# worker/native's MLX extensions (an FMA softmax and few-row products in OpenBLAS's order, for
+# MLX's CPU build); skipped with one line where they cannot be built (then MLX's own ops run).
+# Up-to-date builds are skipped.
 native: $(STAMP)
 	$(BIN)/python -m worker.native.build
 
