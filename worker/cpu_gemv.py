@@ -16,7 +16,6 @@ call is MLX's matmul, as before.
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +24,8 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn
 import numpy as np
+
+from worker.native import load
 
 nn: Any = mlx.nn  # mlx.nn ships no type information mypy can follow
 log = logging.getLogger("rapid_mlx.worker")
@@ -54,20 +55,7 @@ def native() -> Any | None:
 
 
 def _load() -> Any | None:
-    try:
-        module: Any = importlib.import_module("worker.native._gemv")
-    except ImportError as exc:
-        log.info("native gemv not available (%s); MLX's matmul", exc)
-        return None
-    running = getattr(mx, "__version__", "")
-    if getattr(module, "built_for", None) != running:  # its C++ view of MLX's arrays
-        log.warning("native gemv was built for mlx %s, running %s (make install rebuilds it); "
-                    "MLX's matmul", getattr(module, "built_for", "?"), running)
-        return None
-    if not module.fma_cpu():
-        log.info("native gemv: this CPU has no AVX2/FMA; MLX's matmul")
-        return None
-    return module
+    return load("_gemv", "gemv", "MLX's matmul")
 
 
 def same_bits(module: Any, weights: list[mx.array], rows: int = MAX_ROWS, q: int = GEMM_Q,

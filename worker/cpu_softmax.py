@@ -13,12 +13,13 @@ its check at first use, one line is logged and everything stays on MLX's own ops
 
 from __future__ import annotations
 
-import importlib
 import logging
 from typing import Any
 
 import mlx.core as mx
 import numpy as np
+
+from worker.native import load
 
 log = logging.getLogger("rapid_mlx.worker")
 
@@ -35,20 +36,10 @@ def native() -> Any | None:
 
 
 def _load() -> Any | None:
-    try:
-        module: Any = importlib.import_module("worker.native._fma_softmax")
-    except ImportError as exc:
-        log.info("native FMA softmax not available (%s); MLX's own softmax", exc)
-        return None
-    running = getattr(mx, "__version__", "")
-    if getattr(module, "built_for", None) != running:  # its C++ view of MLX's arrays
-        log.warning("native FMA softmax was built for mlx %s, running %s (make install "
-                    "rebuilds it); MLX's own softmax", getattr(module, "built_for", "?"), running)
+    module = load("_fma_softmax", "FMA softmax", "MLX's own softmax")
+    if module is None:
         return None
     try:
-        if not module.fma_cpu():
-            log.info("native FMA softmax: this CPU has no AVX2/FMA; MLX's own softmax")
-            return None
         if not _check(module):
             log.warning("native FMA softmax differs from MLX's on its check; MLX's own softmax")
             return None

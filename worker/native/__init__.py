@@ -1,0 +1,35 @@
+"""worker/native's MLX extensions (built by ``python -m worker.native.build``) and their loader."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from typing import Any
+
+import mlx.core as mx
+
+log = logging.getLogger("rapid_mlx.worker")
+
+
+def load(name: str, what: str, instead: str) -> Any | None:
+    """worker.native.NAME when it imports, was built for the running MLX and this CPU has
+    AVX2/FMA; else None, with one log line naming WHAT and what runs INSTEAD."""
+    try:
+        module: Any = importlib.import_module(f"worker.native.{name}")
+    except ImportError as exc:
+        log.info("native %s not available (%s); %s", what, exc, instead)
+        return None
+    running = getattr(mx, "__version__", "")
+    if getattr(module, "built_for", None) != running:  # its C++ view of MLX's arrays
+        log.warning("native %s was built for mlx %s, running %s (make install rebuilds it); %s",
+                    what, getattr(module, "built_for", "?"), running, instead)
+        return None
+    try:
+        fma = bool(module.fma_cpu())
+    except Exception as exc:  # an ABI mismatch with this MLX shows up here: keep MLX's ops
+        log.warning("native %s failed to answer (%r); %s", what, exc, instead)
+        return None
+    if not fma:
+        log.info("native %s: this CPU has no AVX2/FMA; %s", what, instead)
+        return None
+    return module
