@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import platform
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,19 +14,13 @@ from mlx_lm import load
 
 import worker.cpu_gemv as cpu_gemv
 from tests.conftest import shared_model
+from tests.worker.native_helpers import bits, fma_cpu
 from tests.worker.test_engine import make_engine
 from tests.worker.test_kv_dense import _prompts, _run
 from worker.blas import set_blas_threads
 from worker.compile_mode import ROWS_ENV
 
 QWEN3 = Path(__file__).resolve().parents[2] / "bench" / ".models" / "qwen3-4l-512"
-
-
-def _fma_cpu() -> bool:
-    if sys.platform != "linux" or platform.machine() != "x86_64":
-        return False
-    flags = Path("/proc/cpuinfo").read_text().split()
-    return "avx2" in flags and "fma" in flags
 
 
 def _openblas() -> Any:
@@ -39,7 +31,7 @@ def _openblas() -> Any:
 # the kernel copies the order of the preloaded OpenBLAS (tests run with it, see the Makefile)
 # with one thread, the worker's policy for models below 1 GB; make install builds it on Linux
 # x86-64, where (with AVX2 and FMA) it must load and match
-pytestmark = pytest.mark.skipif(not _fma_cpu() or _openblas() is None,
+pytestmark = pytest.mark.skipif(not fma_cpu() or _openblas() is None,
                                 reason="built for x86-64 with FMA, with OpenBLAS preloaded")
 
 
@@ -58,10 +50,6 @@ def native() -> Any:
     return module
 
 
-def _bits(a: mx.array) -> np.ndarray:
-    return np.array(mx.view(a, mx.uint32))
-
-
 @pytest.mark.parametrize("k", [512, 1536, 1000, 641, 333, 17, 8, 7])
 @pytest.mark.parametrize("n", [1, 7, 9, 24, 37, 512])
 def test_products_are_mx_matmuls(native: Any, k: int, n: int) -> None:
@@ -71,12 +59,12 @@ def test_products_are_mx_matmuls(native: Any, k: int, n: int) -> None:
     w = mx.array(rng.standard_normal((n, k)).astype(np.float32))
     for m in range(1, 5):
         x = mx.array(rng.standard_normal((m, k)).astype(np.float32) * 10.0 ** rng.integers(-3, 4))
-        want = _bits(x @ w.T)
-        assert np.array_equal(_bits(native.matmul_t(x, w, cpu_gemv.GEMM_Q)), want), m
+        want = bits(x @ w.T)
+        assert np.array_equal(bits(native.matmul_t(x, w, cpu_gemv.GEMM_Q)), want), m
         x3 = x.reshape(m, 1, k)
-        assert np.array_equal(_bits(native.matmul_t(x3, w, cpu_gemv.GEMM_Q)).reshape(m, n), want)
+        assert np.array_equal(bits(native.matmul_t(x3, w, cpu_gemv.GEMM_Q)).reshape(m, n), want)
         traced = mx.compile(lambda a, b: native.matmul_t(a, b, cpu_gemv.GEMM_Q))
-        assert np.array_equal(_bits(traced(x, w)), want)
+        assert np.array_equal(bits(traced(x, w)), want)
     assert cpu_gemv.same_bits(native, [w])
 
 
@@ -91,11 +79,11 @@ def test_more_rows_other_dtypes_and_strided_inputs_are_mlx(native: Any) -> None:
     rng = np.random.default_rng(4)
     w = mx.array(rng.standard_normal((24, 40)).astype(np.float32))
     x = mx.array(rng.standard_normal((6, 40)).astype(np.float32))
-    assert np.array_equal(_bits(native.matmul_t(x, w, 320)), _bits(x @ w.T))  # 6 rows: MLX's
+    assert np.array_equal(bits(native.matmul_t(x, w, 320)), bits(x @ w.T))  # 6 rows: MLX's
     half = native.matmul_t(x.astype(mx.float16), w.astype(mx.float16), 320)
     assert half.dtype == mx.float16
     strided = mx.array(rng.standard_normal((40, 3)).astype(np.float32)).T  # (3, 40), not contiguous
-    assert np.array_equal(_bits(native.matmul_t(strided, w, 320)), _bits(strided @ w.T))
+    assert np.array_equal(bits(native.matmul_t(strided, w, 320)), bits(strided @ w.T))
 
 
 def test_the_check_refuses_another_order(native: Any) -> None:
@@ -140,7 +128,7 @@ MODELS = {"stories260K": lambda: shared_model("stories260K"), "qwen3": _qwen3}
 def model(request: pytest.FixtureRequest) -> tuple[Any, Any]:
     path = MODELS[request.param]()
     if not (path / "config.json").exists():
-        pytest.skip(f"{path} is absent (bench/build_qwen3_model.py builds it)")
+        pytest.skip(f"{path} is absent (the shared models sit in ../shared beside the checkout)")
     return load(str(path))[:2]
 
 

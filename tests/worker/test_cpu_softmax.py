@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import platform
-import sys
-from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
@@ -14,21 +11,14 @@ from mlx_lm import load
 
 import worker.cpu_softmax as cpu_softmax
 from tests.conftest import shared_model
+from tests.worker.native_helpers import bits, fma_cpu
 from tests.worker.test_engine import make_engine
 from tests.worker.test_kv_dense import _prompts, _run
 from worker.compile_mode import ROWS_ENV
 
-
-def _fma_cpu() -> bool:
-    if sys.platform != "linux" or platform.machine() != "x86_64":
-        return False
-    flags = Path("/proc/cpuinfo").read_text().split()
-    return "avx2" in flags and "fma" in flags
-
-
 # make install/make test build the extension on Linux x86-64: there (with AVX2 and FMA) it must
 # load; a failed build fails these tests instead of silently testing MLX against itself
-pytestmark = pytest.mark.skipif(not _fma_cpu(), reason="built and used on x86-64 with FMA only")
+pytestmark = pytest.mark.skipif(not fma_cpu(), reason="built and used on x86-64 with FMA only")
 MIN = np.finfo(np.float32).min
 
 
@@ -39,22 +29,18 @@ def native() -> Any:
     return module
 
 
-def _bits(a: mx.array) -> np.ndarray:
-    return np.array(mx.view(a, mx.uint32))
-
-
 def test_exp_is_mx_exp_on_every_exponent(native: Any) -> None:
     """Every float32 exponent (both signs) with random mantissas, and special values;
     bench/exp_fma.py checks all 2^32 inputs."""
     rng = np.random.default_rng(0)
-    bits = (np.arange(512, dtype=np.uint32)[:, None] << 23) | rng.integers(
+    patterns = (np.arange(512, dtype=np.uint32)[:, None] << 23) | rng.integers(
         0, 1 << 23, (512, 512), dtype=np.uint32)
     specials = np.array([0.0, -0.0, 88.0, -88.0, 88.00001, -88.00001, 88.72284, -103.97208,
                          0.5 / 1.442695, -0.5 / 1.442695, 0.49999997 / 1.442695, np.inf,
                          -np.inf, np.nan, MIN, -MIN], np.float32)
-    for x in (mx.array(bits.reshape(-1)).view(mx.float32), mx.array(specials)):
+    for x in (mx.array(patterns.reshape(-1)).view(mx.float32), mx.array(specials)):
         for n in (x.size, 13):  # the 8-lane loop and the scalar tail
-            assert np.array_equal(_bits(native.exp(x[:n])), _bits(mx.exp(x[:n])))
+            assert np.array_equal(bits(native.exp(x[:n])), bits(mx.exp(x[:n])))
 
 
 def _rows(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
@@ -74,7 +60,7 @@ def test_softmax_is_mx_softmax(native: Any, shape: tuple[int, ...]) -> None:
     """Plain, masked (with fully masked rows), transposed (strided) and inside mx.compile."""
     rng = np.random.default_rng(sum(shape))
     x = mx.array(_rows(rng, shape))
-    assert np.array_equal(_bits(native.softmax(x)), _bits(mx.softmax(x, axis=-1, precise=True)))
+    assert np.array_equal(bits(native.softmax(x)), bits(mx.softmax(x, axis=-1, precise=True)))
     mask_np = rng.random((*shape[:-2], 1, shape[-1])) > 0.4 if len(shape) > 1 else None
     if mask_np is not None:
         mask_np[..., 0, :] &= rng.random(shape[-1]) > 0.5
@@ -82,13 +68,13 @@ def test_softmax_is_mx_softmax(native: Any, shape: tuple[int, ...]) -> None:
             mask_np.reshape(-1, shape[-1])[0] = False  # every key masked
         mask = mx.array(mask_np)
         want = mx.softmax(mx.where(mask, x, mx.array(MIN)), axis=-1, precise=True)
-        assert np.array_equal(_bits(native.softmax(x, mask)), _bits(want))
+        assert np.array_equal(bits(native.softmax(x, mask)), bits(want))
         compiled = mx.compile(lambda a, m: native.softmax(a, m))
-        assert np.array_equal(_bits(compiled(x, mask)), _bits(want))
+        assert np.array_equal(bits(compiled(x, mask)), bits(want))
     if x.ndim >= 2:
         t = mx.swapaxes(x, -1, -2)  # not row-contiguous
         want = mx.softmax(t, axis=-1, precise=True)
-        assert np.array_equal(_bits(native.softmax(t)), _bits(want))
+        assert np.array_equal(bits(native.softmax(t)), bits(want))
 
 
 def test_softmax_falls_back_to_mlx_outside_float32(native: Any) -> None:
@@ -113,9 +99,9 @@ def test_sdpa_gives_the_fused_calls_bits(native: Any, shape: tuple[int, ...], re
         assert cpu_softmax.fits(q, k, v, m) == (q.size // d * length >= cpu_softmax.MIN_SCORES)
         for scale in (0.35, d ** -0.5):
             want = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=m)
-            assert np.array_equal(_bits(cpu_softmax.sdpa(q, k, v, scale, m)), _bits(want))
+            assert np.array_equal(bits(cpu_softmax.sdpa(q, k, v, scale, m)), bits(want))
             traced = mx.compile(lambda q, k, v, s=scale, m=m: cpu_softmax.sdpa(q, k, v, s, m))
-            assert np.array_equal(_bits(traced(q, k, v)), _bits(want))
+            assert np.array_equal(bits(traced(q, k, v)), bits(want))
 
 
 def test_fits_only_cpu_float32_boolean_masks(monkeypatch: pytest.MonkeyPatch) -> None:
