@@ -32,8 +32,8 @@ from gateway.edge.limits import BODY_READ_TIMEOUT_S, MAX_BODY_BYTES
 from gateway.edge.slowbody import MIN_RATE, SlowBodies
 from gateway.images.limits import MAX_IMAGE_BODY_BYTES
 
-# the largest body any route reads (images'; an audio upload is at most 25 MiB + 256 KiB; the
-# admin routes' bodies, behind the admin key, are charged as they arrive); larger: 413 unread
+# the largest body any route reads (images'; an audio upload is at most 25 MiB + 256 KiB, an
+# admin body 64 KiB); larger: 413 unread
 LARGEST_BODY = max(MAX_BODY_BYTES, MAX_IMAGE_BODY_BYTES)
 DEFAULT_BUDGET = 4 * LARGEST_BODY  # 256 MiB: 4 image bodies, or 32 text ones, at their limits
 MIN_BUDGET = LARGEST_BODY  # a smaller budget would refuse a body every route accepts, forever

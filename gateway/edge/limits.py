@@ -4,6 +4,8 @@ from __future__ import annotations
 
 MAX_BODY_BYTES = 8 * 1024 * 1024  # larger bodies get 413 (Content-Length or counted on the wire)
 BODY_READ_TIMEOUT_S = 30.0  # a body not fully received by then gets 408
+# An /admin/* body is a few optional fields (a model path, a revision, timeouts); larger: 413
+MAX_ADMIN_BODY_BYTES = 64 * 1024
 MAX_JSON_DEPTH = 64  # nesting of arrays/objects anywhere in a body; deeper gets 400
 
 INT64_MIN = -(2**63)
