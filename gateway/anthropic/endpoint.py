@@ -7,6 +7,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -25,6 +26,7 @@ from gateway.doors.relay import abort_all, error_for, peek_first, submit_all
 from gateway.doors.salt import CacheSalts
 from gateway.doors.streaming import SSE_HEADERS, merged
 from gateway.doors.structured import thinks
+from gateway.edge.bodybudget import release_body
 from gateway.edge.offload import off_loop
 from gateway.images.body import read_image_body
 from gateway.images.intake import ImageParts
@@ -109,8 +111,11 @@ class MessagesEndpoint:
             abort_all(self.hub, streams)
             raise
         if req.stream:
-            return StreamingResponse(self._stream(mid, req, assembler, single, streams, first),
-                                     media_type="text/event-stream", headers=SSE_HEADERS)
+            # the stream keeps the request's scalars, not its body: its charge is given back now
+            slim = msgspec.structs.replace(req, messages=[], system=None, tools=None)
+            body = self._stream(mid, slim, assembler, single, streams, first)
+            release_body(request.scope)
+            return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
         try:
             return await until_disconnected(
                 request, self._collect(mid, req, assembler, single, streams, first.result()))

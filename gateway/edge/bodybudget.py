@@ -8,7 +8,8 @@ answer is complete (or its connection closes): its declared Content-Length at on
 of it is read (a body of undeclared size, chunked, is charged MAX_BODY_BYTES at once and its
 bytes past that as they arrive; a Content-Length over LARGEST_BODY, which every route refuses
 unread with a 413, is charged only what arrives). The charge covers the body as the gateway
-holds it, raw then decoded, for as long as the request lives.
+holds it, raw then decoded, for as long as the request holds it: a handler that no longer does
+(a streamed chat answer, once it started) gives it back early with release_body.
 
 A request that does not fit first makes room by evicting the requests whose charged bodies
 have fallen behind their pace (`pace`: what completes them within their read timeout; so a
@@ -22,6 +23,7 @@ never refused later.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -32,8 +34,8 @@ from gateway.edge.limits import BODY_READ_TIMEOUT_S, MAX_BODY_BYTES
 from gateway.edge.slowbody import MIN_RATE, SlowBodies
 from gateway.images.limits import MAX_IMAGE_BODY_BYTES
 
-# the largest body any route reads (images'; an audio upload is at most 25 MiB + 256 KiB; the
-# admin routes' bodies, behind the admin key, are charged as they arrive); larger: 413 unread
+# the largest body any route reads (images'; an audio upload is at most 25 MiB + 256 KiB, an
+# admin body 64 KiB); larger: 413 unread
 LARGEST_BODY = max(MAX_BODY_BYTES, MAX_IMAGE_BODY_BYTES)
 DEFAULT_BUDGET = 4 * LARGEST_BODY  # 256 MiB: 4 image bodies, or 32 text ones, at their limits
 MIN_BUDGET = LARGEST_BODY  # a smaller budget would refuse a body every route accepts, forever
@@ -89,6 +91,18 @@ def upfront(headers: list[tuple[bytes, bytes]]) -> tuple[int, bool]:
             declared = int(value) if len(value) <= 18 else LARGEST_BODY + 1
             return (declared, False) if declared <= LARGEST_BODY else (0, True)
     return 0, False
+
+
+RELEASE_KEY = "rapid_mlx.release_body"  # in a request's scope["extensions"]: gives its charge back
+
+
+def release_body(scope: Mapping[str, Any]) -> None:
+    """Give the request's body charge back before its answer completes: call it once its handler
+    holds nothing of the body (raw or decoded) but what the context length bounds, e.g. when a
+    streamed answer starts. A no-op outside the guarded server (in-process test clients)."""
+    hook = scope.get("extensions", {}).get(RELEASE_KEY)
+    if hook is not None:
+        hook()
 
 
 class BudgetGauge(Collector):

@@ -7,12 +7,13 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from typing import Any, cast
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 
 from gateway.anthropic.errors import envelope, is_messages_path
-from gateway.edge.bodybudget import BodyBudget, pace, upfront
+from gateway.edge.bodybudget import RELEASE_KEY, BodyBudget, pace, upfront
 from gateway.edge.connlimit import OverloadLog
 from gateway.edge.errors import APIError
 from gateway.edge.idle import FRESH_S, IdleConnections
@@ -275,6 +276,14 @@ class GuardedH11Protocol(H11Protocol):
         self._charged, self._charged_cycle, self._metered = want, cycle, metered
         self._received = len(cycle.body)
         self._pace = pace(want, self.scope["path"])
+        extensions: dict[str, Any] = cast(Any, self.scope).setdefault("extensions", {})
+        extensions[RELEASE_KEY] = lambda: self._body_done(cycle)
+
+    def _body_done(self, cycle: RequestResponseCycle) -> None:
+        """CYCLE's app holds nothing of its (complete) body any more: give its charge back now
+        rather than when its answer completes (bodybudget.release_body)."""
+        if self._charged_cycle is cycle and self.conn.their_state is not h11.SEND_BODY:
+            self._release()
 
     def _take(self, n: int) -> bool:
         """Charge N more bytes to the budget, evicting first, while they do not fit, the other

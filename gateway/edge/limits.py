@@ -4,7 +4,15 @@ from __future__ import annotations
 
 MAX_BODY_BYTES = 8 * 1024 * 1024  # larger bodies get 413 (Content-Length or counted on the wire)
 BODY_READ_TIMEOUT_S = 30.0  # a body not fully received by then gets 408
+# An /admin/* body is a few optional fields (a model path, a revision, timeouts); larger: 413
+MAX_ADMIN_BODY_BYTES = 64 * 1024
 MAX_JSON_DEPTH = 64  # nesting of arrays/objects anywhere in a body; deeper gets 400
+# Strings (keys included), arrays and objects in a body; more gets 400 before it is decoded. Each
+# decodes to a Python object of 50-130 bytes from as few as 3 body bytes: 8 MiB of `{},` took 40x
+# its size (numbers, at most 8x, and true/false/null are not counted). A conversation filling a
+# 128k-token context holds far fewer (each message costs tokens; keys and tools' schemas a few
+# thousand), as do MAX_STORED_ITEMS Responses items (~12 each).
+MAX_JSON_VALUES = 250_000
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1  # every integer anywhere in a body must fit int64 (the wire is msgpack)

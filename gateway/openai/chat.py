@@ -7,6 +7,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -25,6 +26,7 @@ from gateway.doors.relay import abort_all, error_for, peek_first, submit_spaced
 from gateway.doors.salt import CacheSalts
 from gateway.doors.streaming import DONE, SSE_HEADERS, merged, sse
 from gateway.doors.structured import grammar_for, thinks
+from gateway.edge.bodybudget import release_body
 from gateway.edge.offload import off_loop
 from gateway.images.body import read_image_body
 from gateway.images.intake import ImageParts
@@ -88,7 +90,13 @@ class ChatEndpoint:
         created = int(time.time())
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            body = self._stream(cid, created, req, asms, streams, firsts, include_usage)
+            # the stream keeps only the request's scalars (its body, raw and decoded, its jobs
+            # and images go with this frame; the assemblers' tools fit the context length), so
+            # its body charge is given back now rather than when the answer ends
+            slim = msgspec.structs.replace(req, messages=[], tools=None, response_format=None,
+                                           chat_template_kwargs=None, logit_bias=None)
+            body = self._stream(cid, created, slim, asms, streams, firsts, include_usage)
+            release_body(request.scope)
             return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
         try:
             return await until_disconnected(

@@ -7,6 +7,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -24,6 +25,7 @@ from gateway.doors.relay import abort_all, error_for, peek_first, submit_spaced
 from gateway.doors.salt import CacheSalts
 from gateway.doors.streaming import DONE, SSE_HEADERS, merged, sse
 from gateway.doors.structured import grammar_for
+from gateway.edge.bodybudget import release_body
 from gateway.edge.errors import APIError, bad_request, decode_body, read_raw
 from gateway.edge.offload import off_loop
 from gateway.openai.logprobs import completion_logprobs
@@ -95,9 +97,13 @@ class CompletionsEndpoint:
         created = int(time.time())
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            return StreamingResponse(
-                self._stream(cid, created, req, choices, streams, firsts, include_usage),
-                media_type="text/event-stream", headers=SSE_HEADERS)
+            # the stream keeps the request's scalars (and an echoed prompt, within the context
+            # length), not its body: the body charge is given back now (chat.py does the same)
+            slim = msgspec.structs.replace(req, prompt="", stop=None, logit_bias=None,
+                                           response_format=None)
+            body = self._stream(cid, created, slim, choices, streams, firsts, include_usage)
+            release_body(request.scope)
+            return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
         try:
             return await until_disconnected(
                 request, self._collect(cid, created, req, choices, streams, firsts))

@@ -11,7 +11,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from gateway.edge.auth import bearer, key_matches
-from gateway.edge.errors import APIError, from_validation
+from gateway.edge.errors import APIError, from_validation, read_raw
+from gateway.edge.limits import MAX_ADMIN_BODY_BYTES
 from gateway.edge.middleware import is_cross_origin
 from gateway.ops.swap_targets import SwapTargets
 from gateway.plane.hub import Hub
@@ -61,7 +62,7 @@ class AdminEndpoints:
         """Drain the alias (bounded), restart its worker, and (by default) wait until it is ready."""
         check_admin(request, self.admin_key)
         st = self.hub.lookup(request.path_params["alias"])
-        raw = await request.body()
+        raw = await read_raw(request, MAX_ADMIN_BODY_BYTES)
         try:
             req = msgspec.json.decode(raw, type=SwapRequest) if raw.strip() else SwapRequest()
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
@@ -97,7 +98,7 @@ class AdminEndpoints:
         finish (up to the body's `timeout`, default the swap drain timeout), then stop it."""
         check_admin(request, self.admin_key)
         r = find_replica(self.hub, request.path_params["alias"], request.path_params["boot_id"])
-        raw = await request.body()
+        raw = await read_raw(request, MAX_ADMIN_BODY_BYTES)
         try:
             req = msgspec.json.decode(raw, type=DrainRequest) if raw.strip() else DrainRequest()
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:

@@ -309,3 +309,52 @@ def test_pipelined_requests_are_charged_one_at_a_time(small: tuple[Server, str])
         sender.join(30)
     assert out.count(b"HTTP/1.1 200") == 20, out[:300]
     assert _settled(srv, 0) == 0
+
+
+def _stalled_stream(port: int, model: str, path: str) -> socket.socket:
+    """A streamed request to PATH of a HELD-byte body (mostly padding) whose answer (16 choices
+    of 400 tokens with logprobs: megabytes) has started and is then left unread, so it cannot
+    complete: the server stalls sending it (a slow reader)."""
+    ask: dict[str, object] = {"model": model, "stream": True, "n": 16, "max_tokens": 400,
+                              "ignore_eos": True}
+    if path == "/v1/chat/completions":
+        ask.update(messages=[{"role": "user", "content": "Hi"}], logprobs=True, top_logprobs=20)
+    else:
+        ask.update(prompt="Once upon a time", logprobs=5)
+    body = json.dumps(ask).encode()
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.settimeout(30)
+    s.connect(("127.0.0.1", port))
+    s.sendall(_head(path, HELD) + body + b" " * (HELD - len(body)))
+    out = b""
+    while b"data: " not in out:
+        chunk = s.recv(4096)
+        assert chunk, out[:300]
+        out += chunk
+    assert out.startswith(b"HTTP/1.1 200"), out[:300]
+    return s
+
+
+def test_a_started_stream_gives_its_body_charge_back(small: tuple[Server, str]) -> None:
+    """Eight streamed answers (chat, completions) of 8 MB bodies, started and left unread (they
+    cannot complete), hold nothing of the budget once they started: a newcomer's 4 MB body is
+    served. Old code held their 64,000,000 bytes until the answers completed: the gauge stayed
+    there (48,000,000 with chat streams: two had completed into the socket buffers) and the
+    newcomer got the 503."""
+    srv, model = small
+    socks = [_stalled_stream(srv.port, model, path) for path in
+             ["/v1/chat/completions", "/v1/completions"] * 4]
+    try:
+        assert _settled(srv, 0) == 0
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as s:
+            s.sendall(_head("/v1/chat/completions", 4_000_000) + _chat(model, 4_000_000))
+            head = _answer_head(s)
+        assert head.startswith(b"HTTP/1.1 200"), head
+    finally:
+        for s in socks:
+            _reset(s)
+    assert _settled(srv, 0) == 0
+    r = httpx.post(f"{srv.url}/chat/completions", timeout=30, json={
+        "model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
+    assert r.status_code == 200, r.text

@@ -131,10 +131,21 @@ CASES: list[tuple[str, str, Any, int, str | None, str | None]] = [
     ("template-kwargs-unknown", C, chat(chat_template_kwargs={"tokenize": True}), 400,
      "chat_template_kwargs", "unsupported_parameter"),
     # 8. many tools: checked in linear time (50k distinct names took minutes of the event loop)
-    ("resp-tools-50k", R, resp(tools=[{"type": "function", "name": f"f{i}"} for i in range(50_000)]),
+    # (40k: 5 values each, under MAX_JSON_VALUES; 50k took minutes too, now refused unread)
+    ("resp-tools-40k", R, resp(tools=[{"type": "function", "name": f"f{i}"} for i in range(40_000)]),
      400, "input", "context_length_exceeded"),
-    ("resp-tools-dup", R, resp(tools=[{"type": "function", "name": f"f{min(i, 49_998)}"}
-                                      for i in range(50_000)]), 400, "tools", None),
+    ("resp-tools-dup", R, resp(tools=[{"type": "function", "name": f"f{min(i, 39_998)}"}
+                                      for i in range(40_000)]), 400, "tools", None),
+    # 9. strings, arrays and objects past MAX_JSON_VALUES: 400 before decoding (8 MiB of `{},`
+    # decoded to 40x its bytes), anywhere in the body
+    ("values-messages", C, chat(messages=[{"role": "user", "content": "a"}] * 60_000), 400,
+     None, "json_too_many_values"),
+    ("values-content-parts", C, raw_chat('"junk": [' + ",".join(["{}"] * 260_000) + "]"), 400,
+     None, "json_too_many_values"),
+    ("values-tool-params", C, chat(tools=tool({"a": [[]] * 260_000})), 400, None,
+     "json_too_many_values"),
+    ("values-prompt-lists", P, comp([[5]] * 260_000), 400, None, "json_too_many_values"),
+    ("values-input-items", R, resp(input=[{}] * 260_000), 400, None, "json_too_many_values"),
     # these work
     ("ok-bias", C, chat(logit_bias={"5": -100, "6": 100}), 200, None, None),
     ("ok-bias-completions", P, comp("hi", logit_bias={"5": 3}), 200, None, None),
@@ -224,6 +235,22 @@ def test_chunked_body_over_limit(server: Server, worker_before: dict[str, Any]) 
                    headers={"content-type": "application/json"})
     assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
     assert time.monotonic() - started < 2.0
+
+
+def test_too_many_values_on_messages_in_anthropic_shape(server: Server,
+                                                        worker_before: dict[str, Any]) -> None:
+    """/v1/messages refuses a body past MAX_JSON_VALUES in Anthropic's error shape, at once."""
+    body = {"model": "default", "max_tokens": 2,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": ""}] * 90_000}]}
+    started = time.monotonic()
+    r = httpx.post(f"{server.base}/v1/messages", content=json.dumps(body), timeout=30,
+                   headers={"content-type": "application/json"})
+    assert r.status_code == 400 and time.monotonic() - started < 2.0, r.text[:300]
+    assert r.json() == {"type": "error", "error": {"type": "invalid_request_error", "message": (
+        "The JSON body holds more than 250000 strings, arrays and objects (keys included).")}}
+    r = httpx.post(f"{server.base}/v1/messages", timeout=30, json={
+        "model": "default", "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]})
+    assert r.status_code == 200 and r.json()["type"] == "message"
 
 
 def test_worker_unharmed(server: Server, worker_before: dict[str, Any]) -> None:

@@ -17,14 +17,16 @@ from tests.e2e.harness import Server
 
 pytestmark = pytest.mark.slow
 
-N = 220_000  # ~7 MiB of tiny items: seconds of Python on the loop before the fix
+# tiny items, as many as MAX_JSON_VALUES lets through (5 values each: 225,000; 220,000 items,
+# ~7 MiB, now get json_too_many_values at once): Python work on the loop before the fix
+N = 45_000
 ITEM = {"role": "user", "content": "a"}
 BODIES: dict[str, dict[str, Any]] = {
     "/v1/responses": {"model": "default", "input": [ITEM] * N, "max_output_tokens": 1},
     "/v1/chat/completions": {"model": "default", "messages": [ITEM] * N, "max_tokens": 1},
     "/v1/messages": {"model": "default", "max_tokens": 1, "messages": [  # the slowest blocks
         {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f",
-                                           "input": {}}] * (N // 2)}]},
+                                           "input": {}}] * (N * 5 // 9)}]},  # 9 values
 }
 
 

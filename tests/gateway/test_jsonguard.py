@@ -11,11 +11,12 @@ import pytest
 from gateway.edge.jsonguard import (
     JSONLimitError,
     check_json,
+    count_values,
     depth_exceeds,
     out_of_range_int,
     strip_strings,
 )
-from gateway.edge.limits import MAX_JSON_DEPTH
+from gateway.edge.limits import MAX_JSON_DEPTH, MAX_JSON_VALUES
 
 
 def nested(depth: int, open_: str = "[", close: str = "]") -> bytes:
@@ -103,9 +104,13 @@ def test_pathological_bodies_are_scanned_quickly(raw: bytes) -> None:
     # cores do not count in it, as they do in wall time (0.3 s of CPU took 1.25 s of wall time
     # beside two busy loops on 2 cores, against a 2 s wall-time bound). The slowest body takes
     # 0.3 s here; a scan per byte in Python takes 2.3 s.
-    started = time.thread_time()
-    check_json(raw)
-    assert time.thread_time() - started < 1.0
+    for values in (MAX_JSON_VALUES, 2**62):  # refused for too many values, or scanned in full
+        started = time.thread_time()
+        try:
+            check_json(raw, values=values)
+        except JSONLimitError as exc:
+            assert exc.code == "json_too_many_values" and values == MAX_JSON_VALUES
+        assert time.thread_time() - started < 1.0
 
 
 @pytest.mark.parametrize("raw", [b"[[[]]]", b"[[],[[[]]],[]]", b'{"a":[{"b":[[1]]}],"c":[]}',
@@ -128,3 +133,26 @@ def test_large_bodies_strip_the_same_vectorized() -> None:
     assert len(raw) > 64 * 1024
     assert strip_strings(raw) == b"".join(plain.split(b'"')[::2])
     assert not depth_exceeds(strip_strings(raw))
+
+
+@pytest.mark.parametrize("raw,values", [
+    (b'{}', 1),
+    (b'{"a": [1, 2.5, true, null, "x"]}', 4),  # object, key, array, string: numbers not counted
+    (b'[{"a": "[{\\"}"}, "\\\\", "\\"["]', 6),  # brackets and quotes inside strings
+    (b'{"' + b"[" * 100 + b'": "{{{"}', 3),
+    (b"[" + b"[]," * 1000 + b"[]]", 1002),
+])
+def test_count_values(raw: bytes, values: int) -> None:
+    msgspec.json.decode(raw)  # a valid body
+    assert count_values(raw, strip_strings(raw)) == values
+    check_json(raw, values=values)
+    with pytest.raises(JSONLimitError) as info:
+        check_json(raw, values=values - 1)
+    assert info.value.code == "json_too_many_values" and str(values - 1) in str(info.value)
+
+
+def test_values_inside_strings_are_not_counted() -> None:
+    """A body whose strings hold many brackets and quotes (code, escaped JSON) passes: the
+    quick count over-counts them, the exact one does not."""
+    text = json.dumps('{"a": [[], {}], "b": "[{"}' * 100_000)  # 2.7M marks inside one string
+    check_json(('{"messages": [{"role": "user", "content": ' + text + "}]}").encode())
