@@ -230,8 +230,12 @@ class PagedView:
         if b.fresh:
             return self._fresh(keys, values)
         bsz, heads, n, dim = keys.shape
-        flat_k = keys.transpose(0, 2, 1, 3).reshape(bsz * n * heads, dim)
-        flat_v = values.transpose(0, 2, 1, 3).reshape(bsz * n * heads, values.shape[-1])
+        if n == 1:  # (B, H, 1, D) rows are already in (B, 1, H, D) order: no Transpose node
+            flat_k = keys.reshape(bsz * heads, dim)
+            flat_v = values.reshape(bsz * heads, values.shape[-1])
+        else:
+            flat_k = keys.transpose(0, 2, 1, 3).reshape(bsz * n * heads, dim)
+            flat_v = values.transpose(0, 2, 1, 3).reshape(bsz * n * heads, values.shape[-1])
         if b.work is not None:
             window = write_decode(b.store, self.layer, b.work, flat_k, flat_v, b.dtype)
             if b.dense is not None:

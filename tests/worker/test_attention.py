@@ -176,3 +176,19 @@ def test_positions_and_masks_are_data(bucket: bool, tmp_path: Path) -> None:
     assert mx.array_equal(batch.mask, k_pos <= q_pos)
     w = batch.window_pos
     assert mx.array_equal(batch.window_mask, (w <= q_pos) & (w // p == q_pos // p))
+
+
+
+@pytest.mark.parametrize("kind", ["none", "k8v4"])
+def test_a_decode_write_has_no_transpose(kind: str, tmp_path: Path) -> None:
+    """One token per row (B, H, 1, D) is already in the (B, 1, H, D) order the pages store:
+    its write adds no Transpose node (the values: test_cascade_equals_per_row_attention's
+    n=1 cases and the engine's greedy fidelity tests)."""
+    for n in (1, 2):
+        store = _store(kind)
+        _prefill_history(store)
+        k = mx.random.normal((3, H, n, D))
+        batch = PagedBatch(store, TABLES, LENGTHS, [n] * 3, mx.float32, tails=[1, 2, 3])
+        batch.views()[0].update_and_fetch(k, k)
+        mx.export_to_dot(str(tmp_path / "g.dot"), *store.arrays())
+        assert ("Transpose" in (tmp_path / "g.dot").read_text()) == (n > 1)
