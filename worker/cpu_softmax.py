@@ -1,11 +1,12 @@
-"""CPU float32 attention through worker/native's FMA softmax: the fused call's bits, cheaper.
+"""CPU float32 attention and sampling's softmax through worker/native's FMA softmax: MLX's bits.
 
 On the CPU, ``mx.fast.scaled_dot_product_attention`` falls back to plain ops (scale, matmul,
 select with the mask, ``softmax(precise=True)``, matmul), and MLX's x86 CPU softmax spends most
 of its time in ``simd::exp``: scalar, six calls to libm's ``fmaf`` per float (bench/README.md,
 sessions 10 and 15). worker/native/fma_softmax.cpp is an MLX primitive computing the same
 polynomial with inline FMA instructions, 8 lanes at a time, and the select and softmax in one
-kernel; ``sdpa`` is the fallback's graph built in C++ around it. Same float32 bits
+kernel; ``sdpa`` is the fallback's graph built in C++ around it, and ``softmax`` is that kernel
+for worker/sampling.py's top-p and min-p probabilities (over the vocabulary). Same float32 bits
 (tests/worker/test_cpu_softmax.py, bench/exp_fma.py over all 2^32 inputs). When the extension is
 not built (``make install`` builds it on Linux x86-64), does not load, lacks AVX2/FMA or fails
 its check at first use, one line is logged and everything stays on MLX's own ops.
@@ -63,6 +64,17 @@ def _check(module: Any) -> bool:
                       precise=True)
     got = module.softmax(xs, ms)
     return bool(mx.array_equal(mx.view(want, mx.uint32), mx.view(got, mx.uint32)).item())
+
+
+def softmax(x: mx.array) -> mx.array:
+    """``mx.softmax(x, axis=-1)`` with its bits: the native kernel on CPU float32 (sampling's
+    top-p and min-p probabilities), else MLX's own op."""
+    if ENABLED and x.dtype == mx.float32 and mx.default_device() == mx.cpu:
+        module = native()
+        if module is not None:
+            out: mx.array = module.softmax(x)
+            return out
+    return mx.softmax(x, axis=-1)
 
 
 def fits(queries: mx.array, keys: mx.array, values: mx.array, mask: object) -> bool:

@@ -67,9 +67,12 @@ class PagedBatch:
         self.write_rows = mx.array((writes.reshape(-1, 1) * h + heads).reshape(-1))
         self._table = table  # (B, L) pool slots (tables below; K8V4 decode reads its plan's)
         self.offset: Any = starts[0] if self.single else mx.array(starts)
-        self.q_pos = mx.array(starts)[:, None, None, None] + mx.arange(n)[None, None, :, None]
-        self.k_pos = mx.arange(length)[None, None, None, :]
-        self.mask = self.k_pos <= self.q_pos  # padding sits beyond each row's last query
+        # built in numpy, so that they enter the step as data, not as graph nodes to evaluate
+        q_pos = cols.astype(np.int32)[:, None, :, None]
+        k_pos = np.arange(length, dtype=np.int32)[None, None, None, :]
+        self._q_pos = q_pos
+        self.q_pos, self.k_pos = mx.array(q_pos), mx.array(k_pos)
+        self.mask = mx.array(k_pos <= q_pos)  # padding sits beyond each row's last query
         self.shared = _shared_pages(pages, min(starts) // p) * p if cascade else 0
         self.tails = tails if self.quantized and tails is not None else None
         self.work: DecodePlan | None = None  # K8V4 decode batches (worker/kv_working.py)
@@ -132,8 +135,10 @@ class PagedBatch:
             self.from_tail = mx.array(from_tail[:, None, :, None])
             self.tail_rows = mx.array(tail_rows[:, None, :] * h + heads[None, :, None])
             self.new_rows = mx.array(new_idx[:, None, :] * h + heads[None, :, None])
-        self.window_pos = mx.array(base[:, None] + w[None, :])[:, None, None, :]  # (B,1,1,W)
-        self.window_mask = (self.window_pos <= self.q_pos) & (self.window_pos // p == self.q_pos // p)
+        window_pos = (base[:, None] + w[None, :])[:, None, None, :]  # (B,1,1,W)
+        self.window_pos = mx.array(window_pos)
+        self.window_mask = mx.array((window_pos <= self._q_pos)
+                                    & (window_pos // p == self._q_pos // p))
         pos = starts[:, None] + np.arange(n)
         keep = (np.arange(n)[None, :] < lengths[:, None]) & (
             pos >= (starts + lengths)[:, None] // p * p)
@@ -225,8 +230,12 @@ class PagedView:
         if b.fresh:
             return self._fresh(keys, values)
         bsz, heads, n, dim = keys.shape
-        flat_k = keys.transpose(0, 2, 1, 3).reshape(bsz * n * heads, dim)
-        flat_v = values.transpose(0, 2, 1, 3).reshape(bsz * n * heads, values.shape[-1])
+        if n == 1:  # (B, H, 1, D) rows are already in (B, 1, H, D) order: no Transpose node
+            flat_k = keys.reshape(bsz * heads, dim)
+            flat_v = values.reshape(bsz * heads, values.shape[-1])
+        else:
+            flat_k = keys.transpose(0, 2, 1, 3).reshape(bsz * n * heads, dim)
+            flat_v = values.transpose(0, 2, 1, 3).reshape(bsz * n * heads, values.shape[-1])
         if b.work is not None:
             window = write_decode(b.store, self.layer, b.work, flat_k, flat_v, b.dtype)
             if b.dense is not None:

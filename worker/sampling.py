@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 
 from protocol.messages import SamplingParams
+from worker import cpu_softmax
 
 
 @dataclass
@@ -87,7 +88,7 @@ def _filter(logits: mx.array, rows: list[RowSampler]) -> mx.array:
         ks = mx.array([r.params.top_k if 0 < r.params.top_k < vocab else vocab for r in rows])
         kth = mx.take_along_axis(sorted_logits, (ks - 1)[:, None], axis=-1)
         keep_sorted = sorted_logits >= kth
-        probs = mx.softmax(sorted_logits, axis=-1)
+        probs = cpu_softmax.softmax(sorted_logits)
         ps = mx.array([r.params.top_p for r in rows])[:, None]
         cum = mx.cumsum(probs, axis=-1)
         first = mx.arange(vocab) == 0  # the most likely token always stays (top_p=0: greedy)
@@ -96,7 +97,7 @@ def _filter(logits: mx.array, rows: list[RowSampler]) -> mx.array:
         keep = mx.take_along_axis(keep_sorted, inverse, axis=-1)
         logits = mx.where(keep, logits, neg)
     if any(r.params.min_p > 0.0 for r in rows):
-        probs = mx.softmax(logits, axis=-1)
+        probs = cpu_softmax.softmax(logits)
         top = probs.max(axis=-1, keepdims=True)
         mins = mx.array([r.params.min_p for r in rows])[:, None]
         logits = mx.where(probs >= top * mins, logits, neg)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import mlx.core as mx
 import pytest
 
@@ -151,3 +153,42 @@ def test_gpu_fused_path_equals_the_hand_written_softmax() -> None:
     keys, values, mask = _concat([pages, window])
     fused = _fused(q, keys, values, D**-0.5, mask)
     assert mx.allclose(fused, _normalized(q, D**-0.5, [pages, window]), atol=2e-5).item()
+
+
+@pytest.mark.parametrize("bucket", [False, True])
+def test_positions_and_masks_are_data(bucket: bool, tmp_path: Path) -> None:
+    """A batch's query/key positions and masks (and K8V4's window) enter a step as data, not
+    as graph nodes the step evaluates (each costs a node and a task on the stream's thread),
+    with the values of the MLX ops they replace."""
+    store = _store("k8v4")
+    starts, lengths = [13, 5, 16], [1, 3, 2]
+    batch = PagedBatch(store, TABLES, starts, lengths, mx.float32, tails=[1, 2, 3],
+                       bucket=bucket)
+    names = ("q_pos", "k_pos", "mask", "window_pos", "window_mask")
+    for name in names:
+        mx.export_to_dot(str(tmp_path / f"{name}.dot"), getattr(batch, name))
+        assert "label" not in (tmp_path / f"{name}.dot").read_text(), name
+    length, n, p = batch.k_pos.shape[-1], max(lengths), P
+    q_pos = mx.array(starts)[:, None, None, None] + mx.arange(n)[None, None, :, None]
+    k_pos = mx.arange(length)[None, None, None, :]
+    assert batch.q_pos.dtype == q_pos.dtype and mx.array_equal(batch.q_pos, q_pos)
+    assert batch.k_pos.dtype == k_pos.dtype and mx.array_equal(batch.k_pos, k_pos)
+    assert mx.array_equal(batch.mask, k_pos <= q_pos)
+    w = batch.window_pos
+    assert mx.array_equal(batch.window_mask, (w <= q_pos) & (w // p == q_pos // p))
+
+
+
+@pytest.mark.parametrize("kind", ["none", "k8v4"])
+def test_a_decode_write_has_no_transpose(kind: str, tmp_path: Path) -> None:
+    """One token per row (B, H, 1, D) is already in the (B, 1, H, D) order the pages store:
+    its write adds no Transpose node (the values: test_cascade_equals_per_row_attention's
+    n=1 cases and the engine's greedy fidelity tests)."""
+    for n in (1, 2):
+        store = _store(kind)
+        _prefill_history(store)
+        k = mx.random.normal((3, H, n, D))
+        batch = PagedBatch(store, TABLES, LENGTHS, [n] * 3, mx.float32, tails=[1, 2, 3])
+        batch.views()[0].update_and_fetch(k, k)
+        mx.export_to_dot(str(tmp_path / "g.dot"), *store.arrays())
+        assert ("Transpose" in (tmp_path / "g.dot").read_text()) == (n > 1)

@@ -86,6 +86,27 @@ def test_more_rows_other_dtypes_and_strided_inputs_are_mlx(native: Any) -> None:
     assert np.array_equal(bits(native.matmul_t(strided, w, 320)), bits(strided @ w.T))
 
 
+def test_inputs_go_in_as_they_are(native: Any, tmp_path: Path) -> None:
+    """No Contiguous node per input (each costs a step a graph node and a task on the stream's
+    thread); strided, broadcast and offset inputs are packed by the primitive, same bits."""
+    rng = np.random.default_rng(8)
+    w = mx.array(rng.standard_normal((37, 641)).astype(np.float32))
+    x = mx.array(rng.standard_normal((3, 641)).astype(np.float32))
+    y = native.matmul_t(x * 2, w, cpu_gemv.GEMM_Q)
+    mx.export_to_dot(str(tmp_path / "g.dot"), y)
+    graph = (tmp_path / "g.dot").read_text()
+    assert "Gemv" in graph and "Contiguous" not in graph
+    xt = mx.array(rng.standard_normal((641, 4)).astype(np.float32)).T  # (4, 641) transposed
+    wt = mx.array(rng.standard_normal((641, 37)).astype(np.float32)).T  # (37, 641) transposed
+    xb = mx.broadcast_to(x[1:2], (2, 1, 641))  # stride 0 rows
+    xs = mx.array(rng.standard_normal((4, 2, 641)).astype(np.float32))[1:, 1]  # an offset, strided
+    for a, b in ((xt, w), (x, wt), (xt, wt), (xb, w), (xs, wt), (x[:, ::-1], w[::2])):
+        want = bits(a @ b.T)
+        assert np.array_equal(bits(native.matmul_t(a, b, cpu_gemv.GEMM_Q)), want)
+        traced = mx.compile(lambda u, v: native.matmul_t(u, v, cpu_gemv.GEMM_Q))
+        assert np.array_equal(bits(traced(a, b)), want)
+
+
 def test_the_check_refuses_another_order(native: Any) -> None:
     """K blocks of 256 instead of OpenBLAS's 320 sum in another order: the check says so, and
     a model is then left as it was."""
