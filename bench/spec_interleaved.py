@@ -1,7 +1,7 @@
 """Speculative vs plain decoding in one process, interleaved prompt by prompt (noise-robust).
 
     LD_PRELOAD="$(python -m worker.blas)" python -m bench.spec_interleaved [--drafter draft|ngram]
-        [--prompts eval|stories|edit] [-k 4] [--kv k8v4|none] [--passes 3] [--max-tokens 80]
+        [--model demo|qwen3] [--prompts eval|stories|edit] [-k 4[,8]] [--kv k8v4|none] [--passes 3] [--max-tokens 80]
         [--clock decode|request] [--spec-engines new,old,nofuse,new-nopause] [--no-pause]
 
 On a loaded machine whole rounds of plain and speculative runs see different loads. Here two
@@ -27,7 +27,8 @@ from typing import Any
 
 from mlx_lm import load
 
-from bench.prompts import REPEAT_INSTRUCTION, edit_messages, user_messages
+from bench.prompts import EDIT_INSTRUCTION, REPEAT_INSTRUCTION, edit_messages, user_messages
+from bench.servers import ROOT
 from protocol.messages import SamplingParams
 from worker.attention import install
 from worker.blas import apply_blas_policy
@@ -39,6 +40,7 @@ from worker.spec.controller import Speculator
 from worker.spec.draft_load import draft_drafter
 from worker.spec.ngram import NgramDrafter
 
+QWEN3 = ROOT / "bench" / ".models" / "qwen3-4l-512"
 EDIT_TOKENS = 160  # the edit prompts' paragraph length (tokens), as in bench.plan
 
 
@@ -69,7 +71,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--drafter", default="draft", choices=["draft", "ngram"])
     ap.add_argument("--prompts", default="eval", choices=["eval", "stories", "edit"])
-    ap.add_argument("-k", "--num-draft-tokens", type=int, default=4)
+    ap.add_argument("-k", "--num-draft-tokens", default="4",
+                    help="draft tokens per step; a comma list runs one speculating engine per k")
+    ap.add_argument("--model", default="demo", choices=["demo", "qwen3"],
+                    help="the target: the demo model, or the Qwen3 bench model (n-gram only; its "
+                         "edit prompts are the serving bench's)")
     ap.add_argument("--kv", default="k8v4", choices=["k8v4", "none"])
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=80)
@@ -86,7 +92,10 @@ def main() -> None:
                     help="run the draft model's decode forwards through the compiled step")
     args = ap.parse_args()
     install()
-    loaded: Any = load(str(embedded_model_path()))
+    if args.model == "qwen3" and args.drafter != "ngram":
+        ap.error("--model qwen3 has no draft model: use --drafter ngram")
+    path = embedded_model_path() if args.model == "demo" else QWEN3
+    loaded: Any = load(str(path))
     model, tok = loaded[:2]
     apply_blas_policy(model)  # the worker's OpenBLAS threads (one here): a second one busy-waits
     if args.prompts == "eval":
@@ -94,19 +103,23 @@ def main() -> None:
                                            enable_thinking=c.enable_thinking) for c in cases()]
     elif args.prompts == "edit":  # the serving bench's edit workload for the demo model
         prompts = [tok.apply_chat_template(c, add_generation_prompt=True) for c in edit_messages(
-            embedded_model_path(), "e", 16, EDIT_TOKENS, REPEAT_INSTRUCTION)]
+            path, "e", 16, EDIT_TOKENS,
+            REPEAT_INSTRUCTION if args.model == "demo" else EDIT_INSTRUCTION)]
     else:
         prompts = [tok.apply_chat_template(c, add_generation_prompt=True)
                    for c in user_messages("s", 16)]
-    def speculator(pause: bool) -> Speculator:
+    ks = [int(k) for k in args.num_draft_tokens.split(",")]
+
+    def speculator(pause: bool, k: int) -> Speculator:
         drafter: Any = (draft_drafter("demo-draft", tok, max_batch=8, context_length=1024,
                                       memory="64MiB", compile=args.draft_compile == "on")
                         if args.drafter == "draft" else NgramDrafter())
-        return Speculator(drafter, args.num_draft_tokens, pause=pause and not args.no_pause)
+        return Speculator(drafter, k, pause=pause and not args.no_pause)
 
     engines = {"plain": engine(model, tok, args.kv, None)}
-    for v in args.spec_engines.split(","):
-        e = engines[f"spec-{v}"] = engine(model, tok, args.kv, speculator(not v.endswith("-nopause")))
+    for v, k in [(v, k) for v in args.spec_engines.split(",") for k in ks]:
+        name = f"spec-{v}" if len(ks) == 1 else f"spec-{v}-k{k}"
+        e = engines[name] = engine(model, tok, args.kv, speculator(not v.endswith("-nopause"), k))
         v = v.removesuffix("-nopause")
         assert e.spec is not None
         fwd = getattr(e.spec.drafter, "forward", None)
@@ -145,7 +158,7 @@ def main() -> None:
                 ratios[name].append(got["plain"][1] / got[name][1])
             lengths.append(len(got["plain"][0]))
     fastest = {n: sum(v for (_, m), v in best.items() if m == n) for n in total}
-    print(f"{args.drafter} k={args.num_draft_tokens} kv={args.kv} draft-compile={args.draft_compile} "
+    print(f"{args.model} {args.drafter} k={args.num_draft_tokens} kv={args.kv} draft-compile={args.draft_compile} "
           f"prompts={args.prompts} max_tokens={args.max_tokens} clock={args.clock} "
           f"({len(lengths)} timed requests per engine; answers {min(lengths)}-{max(lengths)} "
           f"tokens, median {statistics.median(lengths):.0f})")

@@ -137,8 +137,9 @@ def _group_args(ranks: int, hostfile: str | None, port: int) -> list[str]:
               default="none", show_default=True,
               help="lossless speculative decoding: n-gram prompt lookup, a draft model, or the "
                    "checkpoint's MTP layers")
-@click.option("--num-draft-tokens", default=4, show_default=True, type=click.IntRange(min=1),
-              help="most draft tokens per row and step (adapted per row below it)")
+@click.option("--num-draft-tokens", default=None, type=click.IntRange(min=1),
+              help="most draft tokens per row and step (adapted per row below it; default 8 "
+                   "for ngram, 4 otherwise)")
 @click.option("--draft-model", default=None,
               help="--speculative draft: the draft model (folder, repo id or alias)")
 @click.option("--compile-decode", type=click.Choice(["auto", "on", "off"]), default="auto",
@@ -214,7 +215,7 @@ def _group_args(ranks: int, hostfile: str | None, port: int) -> list[str]:
 def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
           api_keys: tuple[str, ...], tool_call_parser: str | None, reasoning_parser: str | None,
           aliases_file: str | None, kv_cache_turboquant: str, kv_cache_memory: str,
-          disable_prefix_cache: bool, shared_prefix_cache: bool, speculative: str, num_draft_tokens: int,
+          disable_prefix_cache: bool, shared_prefix_cache: bool, speculative: str, num_draft_tokens: int | None,
           draft_model: str | None, compile_decode: str, max_batch: int, prefill_budget: int, max_waiting: int,
           context_length: int, worker_address: str, hang_timeout: float, log_level: str,
           replicas: int, tensor_parallel: int, tp_hostfile: str | None, tp_port: int,
@@ -243,7 +244,9 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
     if speculative == "draft" and not draft_model:
         raise click.UsageError("--speculative draft needs --draft-model PATH|ALIAS")
     if speculative != "none":
-        worker_args += ["--speculative", speculative, "--num-draft-tokens", str(num_draft_tokens)]
+        worker_args += ["--speculative", speculative]
+        if num_draft_tokens is not None:  # else the worker's default for the drafter
+            worker_args += ["--num-draft-tokens", str(num_draft_tokens)]
         if draft_model:
             entry = aliases.get(draft_model)
             worker_args += ["--draft-model", entry.repo if entry is not None else draft_model]

@@ -37,8 +37,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--disable-prefix-cache", action="store_true")
     p.add_argument("--speculative", choices=["none", "ngram", "draft", "mtp"], default="none",
                    help="speculative decoding drafter (lossless; off by default)")
-    p.add_argument("--num-draft-tokens", type=int, default=4,
-                   help="most draft tokens verified per row and step (adaptive below it)")
+    p.add_argument("--num-draft-tokens", type=int, default=None,
+                   help="most draft tokens verified per row and step (adaptive below it; "
+                        "default 8 for ngram, 4 otherwise)")
     p.add_argument("--draft-model", default=None, help="--speculative draft: its model folder")
     p.add_argument("--compile-decode", choices=["auto", "on", "off"], default="auto",
                    help="decode steps through mx.compile: where it measured faster (auto), "

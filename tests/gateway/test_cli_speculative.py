@@ -25,6 +25,9 @@ def test_serve_speculative_flags(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     args = seen[-1].worker_args
     assert args[args.index("--speculative") + 1] == "ngram"
     assert args[args.index("--num-draft-tokens") + 1] == "6"
+    # without --num-draft-tokens the worker picks the drafter's own default (8 for ngram)
+    assert CliRunner().invoke(cli.main, ["serve", "--speculative", "ngram"]).exit_code == 0
+    assert "--num-draft-tokens" not in seen[-1].worker_args
     out = CliRunner().invoke(cli.main, ["serve", "--speculative", "draft"])
     assert out.exit_code == 2 and "--draft-model" in out.output
     out = CliRunner().invoke(cli.main, ["serve", "--speculative", "draft", "--draft-model",

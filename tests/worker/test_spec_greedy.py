@@ -30,18 +30,19 @@ def model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 GREEDY = SamplingParams(max_tokens=48, temperature=0.0)
 
 
+@pytest.mark.parametrize("k", [4, 8])  # 8: the n-gram drafter's default (worker/spec/registry.py)
 @pytest.mark.parametrize("kind", ["none", "k8v4"])
-def test_alone_and_batched_equal_plain(model: tuple[Any, Any], kind: str) -> None:
+def test_alone_and_batched_equal_plain(model: tuple[Any, Any], kind: str, k: int) -> None:
     mdl, tok = model
     prompts = {str(i): tok.encode(p) for i, p in enumerate(PROMPTS)}
     plain = tokens(run(make_engine(mdl, tok, kind=kind), prompts, GREEDY))
     accepted = 0
     for rid, ids in prompts.items():
-        engine = spec_engine(mdl, tok, kind=kind)
+        engine = spec_engine(mdl, tok, k=k, kind=kind)
         alone = tokens(run(engine, {rid: ids}, GREEDY))
         assert alone[rid] == plain[rid], f"prompt {rid} alone"
         accepted += engine.stats.accepted_tokens
-    engine = spec_engine(mdl, tok, kind=kind, prefill_budget=64)
+    engine = spec_engine(mdl, tok, k=k, kind=kind, prefill_budget=64)
     assert tokens(run(engine, prompts, GREEDY)) == plain
     assert accepted > 0 and engine.stats.accepted_tokens > 0  # drafts really were kept
     assert engine.stats.drafted_tokens >= engine.stats.accepted_tokens

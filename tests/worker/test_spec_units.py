@@ -159,6 +159,23 @@ def test_the_registry_refuses_what_it_cannot_build() -> None:
             build_speculator(kind, loaded, **kw)  # type: ignore[arg-type]
 
 
+def test_an_ngram_speculator_drafts_eight_tokens_unless_told() -> None:
+    """n-gram proposals are free: without --num-draft-tokens it verifies up to 8 per step (a
+    draft model, which pays a forward per token, keeps 4); a given count is kept as given."""
+    from types import SimpleNamespace
+
+    from worker.spec.registry import build_speculator, default_draft_tokens
+
+    loaded = SimpleNamespace(path="m", tokenizer=None)
+    kw = {"draft_model": None, "max_batch": 4, "context_length": 64}
+    spec = build_speculator("ngram", loaded, num_draft=None, **kw)  # type: ignore[arg-type]
+    assert spec is not None and spec.num_draft == 8
+    spec = build_speculator("ngram", loaded, num_draft=3, **kw)  # type: ignore[arg-type]
+    assert spec is not None and spec.num_draft == 3
+    assert default_draft_tokens("draft") == default_draft_tokens("mtp") == 4
+    assert build_speculator("none", loaded, num_draft=None, **kw) is None  # type: ignore[arg-type]
+
+
 def test_a_row_drafts_from_its_second_decode_step() -> None:
     """The first decode step after the prompt runs plain (its text is often the first visible)."""
     spec = Speculator(NgramDrafter(), num_draft=4)

@@ -10,16 +10,31 @@ from worker.spec.drafter import Drafter
 from worker.spec.ngram import NgramDrafter
 
 KINDS = ("none", "ngram", "draft", "mtp")
+# most draft tokens per row and step when --num-draft-tokens is not given. n-gram proposals cost
+# nothing to make, so only the verify forward's extra positions count against a longer draft:
+# on the Qwen3 bench model's edit workload (acceptance 0.96) k = 8 made whole requests 1.98x
+# plain against k = 4's 1.70x (bench/README.md, session 17). A draft model pays a forward per
+# draft token, so it keeps 4.
+DEFAULT_DRAFT_TOKENS = {"ngram": 8}
+DRAFT_TOKENS = 4
 
 
-def build_speculator(kind: str, loaded: Any, *, num_draft: int, draft_model: str | None,
+def default_draft_tokens(kind: str) -> int:
+    """Most draft tokens per row and step for drafter KIND when none was asked for."""
+    return DEFAULT_DRAFT_TOKENS.get(kind, DRAFT_TOKENS)
+
+
+def build_speculator(kind: str, loaded: Any, *, num_draft: int | None, draft_model: str | None,
                      max_batch: int, context_length: int,
                      compile_draft: bool = True) -> Speculator | None:
     """The Speculator for KIND over the loaded target (None: speculation off).
 
+    NUM_DRAFT: most draft tokens per row and step (None: ``default_draft_tokens(KIND)``).
     COMPILE_DRAFT: a draft model's decode forwards run compiled (``--compile-decode`` not off).
     Raises CannotLoad (the worker says why and does not restart) when KIND cannot be had.
     """
+    if num_draft is None:
+        num_draft = default_draft_tokens(kind)
     if kind in ("", "none") or num_draft <= 0:
         return None
     model = str(getattr(loaded, "path", "") or "the model")
