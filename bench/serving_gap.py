@@ -34,24 +34,18 @@ from typing import Any
 from bench.prompts import user_messages
 from bench.servers import ROOT, Server, ServerGroup
 from bench.serving import run_batch
+from bench.stream_overhead import server_processes
 
 
 def thread_sched(server: Server) -> dict[str, tuple[float, float]]:
     """(seconds on a CPU, seconds waiting for one) so far of each thread of the server's
     processes, keyed "role/thread" as bench.serving_cpu keys its CPU (threads of one name summed)."""
-    import psutil
-
     out: dict[str, tuple[float, float]] = {}
-    if server.proc is None:
-        return out
-    root = psutil.Process(server.proc.pid)
-    for p in [root, *root.children(recursive=True)]:
+    for role, p in server_processes(server):
         try:
-            cmd = " ".join(p.cmdline())
             tids = sorted(int(t) for t in os.listdir(f"/proc/{p.pid}/task"))
-        except (psutil.Error, OSError):
+        except OSError:
             continue
-        role = "worker" if "-m worker" in cmd else "gateway" if "gateway" in cmd else "server"
         for rank, tid in enumerate(tids):
             try:
                 comm = Path(f"/proc/{p.pid}/task/{tid}/comm").read_text().strip()

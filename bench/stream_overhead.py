@@ -17,8 +17,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from bench.prompts import user_messages
 from bench.servers import Server, ServerGroup
@@ -41,6 +42,22 @@ def short_thread_name(comm: str, rank: int) -> str:
     return "zmq-io" if comm.startswith("ZMQ") else f"thread{rank}"
 
 
+def server_processes(server: Server) -> Iterator[tuple[str, Any]]:
+    """(role, psutil.Process) of the server's process and its descendants still alive: role
+    gateway, worker or server (a peer)."""
+    import psutil
+
+    if server.proc is None:
+        return
+    root = psutil.Process(server.proc.pid)
+    for p in [root, *root.children(recursive=True)]:
+        try:
+            cmd = " ".join(p.cmdline())
+        except psutil.Error:
+            continue
+        yield "worker" if "-m worker" in cmd else "gateway" if "gateway" in cmd else "server", p
+
+
 def group_cpu(server: Server, name: Callable[[str, int], str] = short_thread_name
               ) -> dict[str, float]:
     """CPU seconds (user + system) used so far by each thread of the server's processes, keyed
@@ -49,16 +66,11 @@ def group_cpu(server: Server, name: Callable[[str, int], str] = short_thread_nam
     import psutil
 
     out: dict[str, float] = {}
-    if server.proc is None:
-        return out
-    root = psutil.Process(server.proc.pid)
-    for p in [root, *root.children(recursive=True)]:
+    for role, p in server_processes(server):
         try:
-            cmd = " ".join(p.cmdline())
             threads = p.threads()
         except psutil.Error:
             continue
-        role = "worker" if "-m worker" in cmd else "gateway" if "gateway" in cmd else "server"
         for rank, t in enumerate(sorted(threads, key=lambda t: t.id)):
             try:
                 comm = Path(f"/proc/{p.pid}/task/{t.id}/comm").read_text().strip()
