@@ -60,8 +60,10 @@ def test_livez_answers_while_a_large_body_is_handled(server: Server, path: str) 
 
         reader = threading.Thread(target=read_big)
         reader.start()
-        time.sleep(0.2)  # not a bound: lets the gateway read the body's last chunks (between
-        # chunks its loop is free anyway), so the probes meet the decoding and translating
+        time.sleep(0.02)  # not a bound: lets the gateway read the body's last chunks (between
+        # chunks its loop is free anyway; 1.5 MB on loopback takes a few ms), so the probes meet
+        # the decoding and translating (chat and Messages: 130-240 ms of it since the bodies
+        # shrank under MAX_JSON_VALUES; 0.2 s here let the large answer come first)
         for _ in range(3):  # one after another, from once the whole body is sent: the
             assert probe.get("/livez").status_code == 200  # old loop let one in between stages
             order.append("livez")
