@@ -7,9 +7,8 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import msgspec
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from gateway.anthropic.blocks import BlockBuilder, stop_reason, usage
 from gateway.anthropic.errors import envelope
@@ -24,9 +23,8 @@ from gateway.doors.jobs import encodable
 from gateway.doors.kinds import require_kind
 from gateway.doors.relay import abort_all, error_for, peek_first, submit_all
 from gateway.doors.salt import CacheSalts
-from gateway.doors.streaming import SSE_HEADERS, merged
+from gateway.doors.streaming import merged, slim_stream
 from gateway.doors.structured import thinks
-from gateway.edge.bodybudget import release_body
 from gateway.edge.offload import off_loop
 from gateway.images.body import read_image_body
 from gateway.images.intake import ImageParts
@@ -112,10 +110,10 @@ class MessagesEndpoint:
             raise
         if req.stream:
             # the stream keeps the request's scalars, not its body: its charge is given back now
-            slim = msgspec.structs.replace(req, messages=[], system=None, tools=None)
-            body = self._stream(mid, slim, assembler, single, streams, first)
-            release_body(request.scope)
-            return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
+            return slim_stream(request, req,
+                               lambda slim: self._stream(mid, slim, assembler, single, streams,
+                                                         first),
+                               messages=[], system=None, tools=None)
         try:
             return await until_disconnected(
                 request, self._collect(mid, req, assembler, single, streams, first.result()))

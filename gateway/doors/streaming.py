@@ -3,22 +3,34 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
 
 import msgspec
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
 
 from gateway.doors.relay import outputs
+from gateway.edge.bodybudget import release_body
 from gateway.plane.hub import Stream, Terminal
 from protocol.messages import RequestOutput
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 DONE = b"data: [DONE]\n\n"
+R = TypeVar("R", bound=msgspec.Struct)
 
 
 def sse(obj: Any) -> bytes:
     """One `data:` event carrying OBJ as JSON."""
     return b"data: " + msgspec.json.encode(obj) + b"\n\n"
+
+
+def slim_stream(request: Request, req: R, events: Callable[[R], AsyncIterator[bytes]],
+                **dropped: Any) -> StreamingResponse:
+    """An SSE answer of EVENTS(REQ without its DROPPED fields), REQUEST's body charge given back."""
+    body = events(msgspec.structs.replace(req, **dropped))
+    release_body(request.scope)
+    return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 async def merged(

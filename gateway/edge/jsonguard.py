@@ -50,14 +50,21 @@ class JSONLimitError(ValueError):
         self.code = code
 
 
+def _drop_escapes(raw: bytes) -> bytes:
+    """RAW without its escape pairs, read left to right as a decoder does: no quote left is
+    escaped, so its quotes alternate: open, close, open..."""
+    return raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+
+
 def strip_strings(raw: bytes) -> bytes:
     """RAW with every JSON string literal removed."""
-    if b'"' not in raw:
-        return raw
-    # drop escape pairs first (left to right, as a decoder reads them): no quote left is escaped
-    plain = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    return _strip_plain(_drop_escapes(raw)) if b'"' in raw else raw
+
+
+def _strip_plain(plain: bytes) -> bytes:
+    """PLAIN (a body whose escape pairs were dropped) with every string literal removed."""
     if _np is None or len(plain) < _VECTOR_BYTES:
-        return b"".join(plain.split(b'"')[::2])  # quotes now alternate: open, close, open...
+        return b"".join(plain.split(b'"')[::2])
     # the same, vectorized: splitting a body of 100k short strings makes a million bytes objects
     # in one byte a position (a uint8 count wraps, its parity does not): ~4x the body at the peak
     arr = _np.frombuffer(plain, dtype=_np.uint8)
@@ -99,7 +106,11 @@ def out_of_range_int(skeleton: bytes) -> str | None:
 
 def count_values(raw: bytes, skeleton: bytes) -> int:
     """The strings (keys included), arrays and objects of RAW (SKELETON: RAW without strings)."""
-    plain = raw.replace(b"\\\\", b"").replace(b'\\"', b"")  # as strip_strings: no escaped quote
+    return _count(_drop_escapes(raw), skeleton)
+
+
+def _count(plain: bytes, skeleton: bytes) -> int:
+    """count_values, given PLAIN: the body with its escape pairs dropped."""
     return plain.count(b'"') // 2 + skeleton.count(b"[") + skeleton.count(b"{")
 
 
@@ -114,8 +125,9 @@ def check_json(raw: bytes, depth: int = MAX_JSON_DEPTH, values: int = MAX_JSON_V
     many = quotes // 2 + marks.count(b"[") + marks.count(b"{") > values
     if not (deep or long_ints or many):
         return
-    skeleton = strip_strings(raw)
-    if many and count_values(raw, skeleton) > values:
+    plain = _drop_escapes(raw) if quotes else raw  # once, for the skeleton and the count
+    skeleton = _strip_plain(plain) if quotes else raw
+    if many and _count(plain, skeleton) > values:
         raise JSONLimitError(f"The JSON body holds more than {values} strings, arrays and "
                              f"objects (keys included).", "json_too_many_values")
     if deep and depth_exceeds(skeleton, depth):

@@ -7,9 +7,8 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import msgspec
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from gateway.doors.checks import (
     check_fanout,
@@ -24,9 +23,8 @@ from gateway.doors.jobs import chat_params, encodable
 from gateway.doors.kinds import require_kind
 from gateway.doors.relay import abort_all, error_for, peek_first, submit_spaced
 from gateway.doors.salt import CacheSalts
-from gateway.doors.streaming import DONE, SSE_HEADERS, merged, sse
+from gateway.doors.streaming import DONE, merged, slim_stream, sse
 from gateway.doors.structured import grammar_for, thinks
-from gateway.edge.bodybudget import release_body
 from gateway.edge.offload import off_loop
 from gateway.images.body import read_image_body
 from gateway.images.intake import ImageParts
@@ -93,11 +91,11 @@ class ChatEndpoint:
             # the stream keeps only the request's scalars (its body, raw and decoded, its jobs
             # and images go with this frame; the assemblers' tools fit the context length), so
             # its body charge is given back now rather than when the answer ends
-            slim = msgspec.structs.replace(req, messages=[], tools=None, response_format=None,
-                                           chat_template_kwargs=None, logit_bias=None)
-            body = self._stream(cid, created, slim, asms, streams, firsts, include_usage)
-            release_body(request.scope)
-            return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
+            return slim_stream(
+                request, req,
+                lambda slim: self._stream(cid, created, slim, asms, streams, firsts, include_usage),
+                messages=[], tools=None, response_format=None, chat_template_kwargs=None,
+                logit_bias=None)
         try:
             return await until_disconnected(
                 request, self._collect(cid, created, req, asms, streams, firsts))

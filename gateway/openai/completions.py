@@ -7,9 +7,8 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import msgspec
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from gateway.doors.checks import (
     check_fanout,
@@ -23,9 +22,8 @@ from gateway.doors.jobs import completion_params, encodable
 from gateway.doors.kinds import require_kind
 from gateway.doors.relay import abort_all, error_for, peek_first, submit_spaced
 from gateway.doors.salt import CacheSalts
-from gateway.doors.streaming import DONE, SSE_HEADERS, merged, sse
+from gateway.doors.streaming import DONE, merged, slim_stream, sse
 from gateway.doors.structured import grammar_for
-from gateway.edge.bodybudget import release_body
 from gateway.edge.errors import APIError, bad_request, decode_body, read_raw
 from gateway.edge.offload import off_loop
 from gateway.openai.logprobs import completion_logprobs
@@ -99,11 +97,11 @@ class CompletionsEndpoint:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
             # the stream keeps the request's scalars (and an echoed prompt, within the context
             # length), not its body: the body charge is given back now (chat.py does the same)
-            slim = msgspec.structs.replace(req, prompt="", stop=None, logit_bias=None,
-                                           response_format=None)
-            body = self._stream(cid, created, slim, choices, streams, firsts, include_usage)
-            release_body(request.scope)
-            return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
+            return slim_stream(
+                request, req,
+                lambda slim: self._stream(cid, created, slim, choices, streams, firsts,
+                                          include_usage),
+                prompt="", stop=None, logit_bias=None, response_format=None)
         try:
             return await until_disconnected(
                 request, self._collect(cid, created, req, choices, streams, firsts))

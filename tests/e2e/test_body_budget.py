@@ -358,3 +358,45 @@ def test_a_started_stream_gives_its_body_charge_back(small: tuple[Server, str]) 
     r = httpx.post(f"{srv.url}/chat/completions", timeout=30, json={
         "model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
     assert r.status_code == 200, r.text
+
+
+def _held_while_running(srv: Server) -> tuple[int, int]:
+    """From one /metrics scrape: the charged body bytes and the requests in flight on workers."""
+    text = httpx.get(f"{srv.base}/metrics", timeout=10).text
+    held = re.search(r"^rapid_mlx_request_body_bytes (\S+)$", text, re.M)
+    assert held, "no rapid_mlx_request_body_bytes gauge"
+    running = re.findall(r"^rapid_mlx_replica_in_flight\{[^}]*\} (\S+)$", text, re.M)
+    assert running, "no rapid_mlx_replica_in_flight gauge"
+    return int(float(held.group(1))), int(sum(float(n) for n in running))
+
+
+def test_a_started_messages_stream_gives_its_body_charge_back(small: tuple[Server, str]) -> None:
+    """A streamed /v1/messages answer (Anthropic events) of an 8 MB body holds nothing of the
+    budget once its message_start arrived, while the worker still generates it (480 greedy
+    tokens, ~1 s here): one scrape reads the charged bytes and the requests in flight. Old code
+    (no release in the Messages endpoint) held the 8,000,000 bytes until the answer completed.
+    The answer then completes whole and the gauge stays at 0."""
+    srv, model = small
+    body = json.dumps({"model": model, "stream": True, "max_tokens": 480, "temperature": 0,
+                       "messages": [{"role": "user", "content": "Hi"}]}).encode()
+    for _ in range(3):  # a scrape after the answer ended would prove nothing: try again
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=60) as s:
+            s.sendall(_head("/v1/messages", HELD) + body + b" " * (HELD - len(body)))
+            out = b""
+            while b"event: message_start" not in out:
+                chunk = s.recv(65536)
+                assert chunk, out[:300]
+                out += chunk
+            assert out.startswith(b"HTTP/1.1 200"), out[:300]
+            held, running = _held_while_running(srv)
+            while b"event: message_stop" not in out:
+                chunk = s.recv(65536)
+                assert chunk, out[-300:]
+                out += chunk
+        assert b'"stop_reason":"max_tokens"' in out, out[-300:]
+        if running:
+            break
+    else:
+        pytest.fail("the answer always ended before the scrape: nothing was checked")
+    assert held == 0
+    assert _settled(srv, 0) == 0

@@ -4,15 +4,21 @@ tests/e2e/test_body_budget.py)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
+import msgspec
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from starlette.requests import Request
 
 from gateway.audio.upload import UPLOAD_TIMEOUT_S
 from gateway.config import GatewayConfig
+from gateway.doors.streaming import SSE_HEADERS, slim_stream
 from gateway.edge.bodybudget import (
     DEFAULT_BUDGET,
     LARGEST_BODY,
     MIN_BUDGET,
+    RELEASE_KEY,
     UPLOAD_PACE_S,
     BodyBudget,
     BudgetGauge,
@@ -22,6 +28,7 @@ from gateway.edge.bodybudget import (
 from gateway.edge.limits import BODY_READ_TIMEOUT_S, MAX_BODY_BYTES
 from gateway.edge.slowbody import MIN_RATE
 from gateway.images.limits import MAX_IMAGE_BODY_BYTES
+from gateway.openai.schemas import ChatCompletionRequest
 from gateway.server import connection_bounds
 
 
@@ -80,3 +87,29 @@ def test_the_gauges() -> None:
     assert "rapid_mlx_request_body_bytes 300.0" in text
     assert "rapid_mlx_request_body_bytes_max 1000.0" in text
     assert "rapid_mlx_request_body_refusals_total 1.0" in text
+
+
+
+async def test_slim_stream_gives_the_body_charge_back_and_streams_a_slim_copy() -> None:
+    """slim_stream (streamed chat, completions and Messages answers): the release hook runs once,
+    before any event is made; the events get a copy of the request without the dropped fields
+    (the request itself is untouched); the answer is an SSE stream."""
+    log: list[object] = []
+    scope = {"type": "http", "extensions": {RELEASE_KEY: lambda: log.append("released")}}
+    req = msgspec.json.decode(b'{"model": "m", "messages": [{"role": "user", "content": "Hi"}],'
+                              b' "logit_bias": {"1": 2}, "temperature": 0.5}',
+                              type=ChatCompletionRequest)
+
+    async def events(slim: ChatCompletionRequest) -> AsyncIterator[bytes]:
+        log.append(slim)
+        yield b"data: {}\n\n"
+
+    answer = slim_stream(Request(scope), req, events, messages=[], logit_bias=None)
+    assert log == ["released"]  # the events' generator is made, not started
+    assert answer.media_type == "text/event-stream"
+    assert all(answer.headers[k] == v for k, v in SSE_HEADERS.items())
+    assert [chunk async for chunk in answer.body_iterator] == [b"data: {}\n\n"]
+    (slim,) = log[1:]
+    assert isinstance(slim, ChatCompletionRequest)
+    assert slim.messages == [] and slim.logit_bias is None and slim.temperature == 0.5
+    assert req.messages and req.logit_bias

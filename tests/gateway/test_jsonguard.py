@@ -156,3 +156,30 @@ def test_values_inside_strings_are_not_counted() -> None:
     quick count over-counts them, the exact one does not."""
     text = json.dumps('{"a": [[], {}], "b": "[{"}' * 100_000)  # 2.7M marks inside one string
     check_json(('{"messages": [{"role": "user", "content": ' + text + "}]}").encode())
+
+
+@pytest.mark.parametrize("vectorized", [True, False])
+@pytest.mark.parametrize("item,per_item", [
+    (b'"a\\"b",', 1),  # an escaped quote inside a string
+    (b'"\\\\",', 1),  # a string ending in an escaped backslash: its quote closes it
+    (b'{"k\\\\\\"[": "\\\\\\"{\\\\"},', 3),  # escaped backslash then quote, brackets inside
+    (b'["\\\\\\\\", "\\"\\""],', 3),
+])
+def test_the_count_bound_with_escapes(item: bytes, per_item: int, vectorized: bool,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Escaped quotes and backslashes inside strings: a body of exactly VALUES strings, arrays
+    and objects passes, one over is refused, whether the body is stripped vectorized (from
+    64 KiB) or by splitting (numpy absent)."""
+    from gateway.edge import jsonguard
+
+    if not vectorized:
+        monkeypatch.setattr(jsonguard, "_np", None)
+    raw = b"[" + item * 20_000 + b'"\\\\\\""]'  # the last string: an escaped backslash and quote
+    assert len(raw) > 64 * 1024
+    values = 1 + per_item * 20_000 + 1
+    assert len(msgspec.json.decode(raw)) == 20_001  # a valid body
+    assert count_values(raw, strip_strings(raw)) == values
+    check_json(raw, values=values)
+    with pytest.raises(JSONLimitError) as info:
+        check_json(raw, values=values - 1)
+    assert info.value.code == "json_too_many_values"
