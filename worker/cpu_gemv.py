@@ -17,6 +17,7 @@ call is MLX's matmul, as before.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -31,9 +32,11 @@ nn: Any = mlx.nn  # mlx.nn ships no type information mypy can follow
 log = logging.getLogger("rapid_mlx.worker")
 
 ENABLED = True  # tests and benches compare against MLX's matmul with this off
-# rows of x routed to the kernel: it takes up to 4 (gemv.cpp), but at 4 rows OpenBLAS's full
-# 4-row tile is cheaper than the kernel's shuffles (bench/README.md, session 16)
-MAX_ROWS = 3
+# rows of x routed to the kernel's per-row products (``matmul_rows``: each row summed as one
+# row alone, in tiles of 8 rows); above it OpenBLAS's tiles are cheaper (bench/README.md,
+# session 18); RAPID_MLX_GEMV_MAX_ROWS overrides it for benches
+MAX_ROWS = int(os.environ.get("RAPID_MLX_GEMV_MAX_ROWS", "8"))
+CHECK_ROWS = 3  # the check's rows against mx.matmul: sgemm sums 1-3 rows as one row alone
 GEMM_Q = 320  # OpenBLAS's SGEMM_DEFAULT_Q for its Zen/Haswell cores (the check confirms it)
 _loaded: dict[str, Any] = {}
 
@@ -58,10 +61,11 @@ def _load() -> Any | None:
     return load("_gemv", "gemv", "MLX's matmul")
 
 
-def same_bits(module: Any, weights: list[mx.array], rows: int = MAX_ROWS, q: int = GEMM_Q,
+def same_bits(module: Any, weights: list[mx.array], rows: int = CHECK_ROWS, q: int = GEMM_Q,
               seed: int = 0) -> bool:
     """True when MODULE's products with each of WEIGHTS (N, K) equal ``mx.matmul``'s bit for
-    bit for 1..ROWS random rows (three magnitudes)."""
+    bit for 1..ROWS random rows (three magnitudes), and its per-row products equal them too
+    (``matmul_rows``, up to 3 rows: there sgemm sums each row as one row alone)."""
     rng = np.random.default_rng(seed)
     for w in weights:
         k = w.shape[1]
@@ -69,8 +73,9 @@ def same_bits(module: Any, weights: list[mx.array], rows: int = MAX_ROWS, q: int
             x = rng.standard_normal((m, k)).astype(np.float32)
             x *= np.float32(10.0) ** rng.integers(-3, 4, (m, 1)).astype(np.float32)
             xs = mx.array(x)
-            want, got = xs @ w.T, module.matmul_t(xs, w, q)
-            if not mx.array_equal(mx.view(want, mx.uint32), mx.view(got, mx.uint32)).item():
+            want = mx.view(xs @ w.T, mx.uint32)
+            got = [module.matmul_t(xs, w, q)] + ([module.matmul_rows(xs, w, q)] if m <= 3 else [])
+            if not all(mx.array_equal(want, mx.view(g, mx.uint32)).item() for g in got):
                 return False
     return True
 
@@ -85,7 +90,7 @@ class GemvLinear(nn.Linear):  # type: ignore[misc]
         if not fits(self._gemv, x) or "bias" in self:
             return super().__call__(x)  # type: ignore[no-any-return]
         self._gemv.calls += 1
-        out: mx.array = self._gemv.module.matmul_t(x, self["weight"], GEMM_Q)
+        out: mx.array = self._gemv.module.matmul_rows(x, self["weight"], GEMM_Q)
         return out
 
 
@@ -99,7 +104,7 @@ class GemvEmbedding(nn.Embedding):  # type: ignore[misc]
         if not fits(self._gemv, x):
             return super().as_linear(x)  # type: ignore[no-any-return]
         self._gemv.calls += 1
-        out: mx.array = self._gemv.module.matmul_t(x, self["weight"], GEMM_Q)
+        out: mx.array = self._gemv.module.matmul_rows(x, self["weight"], GEMM_Q)
         return out
 
 
@@ -145,8 +150,8 @@ def wrap_gemv(model: Any) -> GemvState | None:
     for m in chosen:
         m.__class__ = classes[type(m)]
         m._gemv = state
-    log.info("native gemv in use for float32 products of up to %d rows (%d weight shapes "
-             "checked bit for bit)", MAX_ROWS, len(shapes))
+    log.info("native gemv in use for float32 products of up to %d rows, each row summed as "
+             "alone (%d weight shapes checked bit for bit)", MAX_ROWS, len(shapes))
     return state
 
 

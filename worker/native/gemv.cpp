@@ -12,7 +12,10 @@
 // mx.matmul bit for bit on the model's shapes at worker start. Build: worker/native/build.py.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <new>
 #include <stdexcept>
 #include <vector>
 
@@ -55,17 +58,22 @@ __attribute__((target("avx2,fma"))) void rows8(const float* x, const float* w, f
                                                int n0, int n, int k,
                                                const std::vector<int>& cuts) {
   __m256 c[G][M];
+  #pragma GCC unroll 8
   for (int g = 0; g < G; g++)
+    #pragma GCC unroll 8
     for (int m = 0; m < M; m++) c[g][m] = _mm256_setzero_ps();
   for (size_t b = 0; b + 1 < cuts.size(); b++) {
     const int s = cuts[b], e = cuts[b + 1];
     const int main_end = s + ((e - s) / 8) * 8;
     __m256 ev[G][M], od[G][M];
+    #pragma GCC unroll 8
     for (int g = 0; g < G; g++)
+      #pragma GCC unroll 8
       for (int m = 0; m < M; m++) ev[g][m] = od[g][m] = _mm256_setzero_ps();
     for (int kk = s; kk < main_end; kk += 4) {
       // rows i and i + 4 of a group in one register's halves: an in-lane 4x4 transpose gives
       // element kk + j of rows 0..7 (k steps of 4 from s: j's parity is kk - s + j's)
+      #pragma GCC unroll 8
       for (int g = 0; g < G; g++) {
         const float* p = w + (size_t)(n0 + 8 * g) * k + kk;
         __m256 r0 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p)),
@@ -80,7 +88,9 @@ __attribute__((target("avx2,fma"))) void rows8(const float* x, const float* w, f
         const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
         const __m256 col[4] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xEE),
                                _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xEE)};
+        #pragma GCC unroll 8
         for (int j = 0; j < 4; j++) {
+          #pragma GCC unroll 8
           for (int m = 0; m < M; m++) {
             const __m256 xv = _mm256_broadcast_ss(x + (size_t)m * k + kk + j);
             if (TWO && (j & 1)) {
@@ -93,22 +103,28 @@ __attribute__((target("avx2,fma"))) void rows8(const float* x, const float* w, f
       }
     }
     for (int kk = main_end; kk < e; kk++) {  // the block's tail: on the (even) chain
+      #pragma GCC unroll 8
       for (int g = 0; g < G; g++) {
         const float* p = w + (size_t)(n0 + 8 * g) * k + kk;
         const __m256 col = _mm256_setr_ps(p[0], p[k], p[2 * k], p[3 * k], p[4 * k], p[5 * k],
                                           p[6 * k], p[7 * k]);
+        #pragma GCC unroll 8
         for (int m = 0; m < M; m++) {
           ev[g][m] = _mm256_fmadd_ps(col, _mm256_broadcast_ss(x + (size_t)m * k + kk), ev[g][m]);
         }
       }
     }
+    #pragma GCC unroll 8
     for (int g = 0; g < G; g++)
+      #pragma GCC unroll 8
       for (int m = 0; m < M; m++) {
         const __m256 r = TWO ? _mm256_add_ps(ev[g][m], od[g][m]) : ev[g][m];
         c[g][m] = _mm256_add_ps(c[g][m], r);
       }
   }
+  #pragma GCC unroll 8
   for (int g = 0; g < G; g++)
+    #pragma GCC unroll 8
     for (int m = 0; m < M; m++) _mm256_storeu_ps(out + (size_t)m * n + n0 + 8 * g, c[g][m]);
 }
 
@@ -162,6 +178,123 @@ void gemv_all(const float* x, const float* w, float* out, int rows, int n, int k
   }
 }
 
+// any number of rows of x, each summed as if it were alone (one FMA chain per K block: the
+// 1-row order above). Weight rows go 16 at a time: each K block of them is transposed once into
+// TW (element k of 16 rows per two registers), then every tile of 4 rows of x runs over it with
+// one broadcast per two FMAs; the last N % 16 weight rows take the 8-row path of rows8.
+template <int M>
+__attribute__((target("avx2,fma"))) void block16(const float* x, const float* tw, float* out,
+                                                 int n0, int n, int k, int s, int e) {
+  __m256 a[M][2];
+#pragma GCC unroll 8
+  for (int m = 0; m < M; m++) a[m][0] = a[m][1] = _mm256_setzero_ps();
+  for (int kk = s; kk < e; kk++) {
+    const float* t = tw + (size_t)(kk - s) * 16;
+    const __m256 w0 = _mm256_load_ps(t), w1 = _mm256_load_ps(t + 8);
+#pragma GCC unroll 8
+    for (int m = 0; m < M; m++) {
+      const __m256 xv = _mm256_broadcast_ss(x + (size_t)m * k + kk);
+      a[m][0] = _mm256_fmadd_ps(w0, xv, a[m][0]);
+      a[m][1] = _mm256_fmadd_ps(w1, xv, a[m][1]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < M; m++) {  // c = c + block, as rows8 adds its blocks
+    float* o = out + (size_t)m * n + n0;
+    _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), a[m][0]));
+    _mm256_storeu_ps(o + 8, _mm256_add_ps(_mm256_loadu_ps(o + 8), a[m][1]));
+  }
+}
+
+// rows N0..N0+15 of W, columns S..E-1, into TW[(k - S) * 16 + row]
+__attribute__((target("avx2,fma"))) void transpose16(const float* w, float* tw, int n0, int n,
+                                                     int k, int s, int e) {
+  const int main_end = s + ((e - s) / 4) * 4;
+  for (int g = 0; g < 2; g++) {
+    for (int kk = s; kk < main_end; kk += 4) {
+      const float* p = w + (size_t)(n0 + 8 * g) * k + kk;
+      if (((kk - s) & 15) == 0 && n0 + 16 + 8 * g + 8 <= n) {
+        // the next 16 rows' same block, one line per row per 16 k: 16 rows at 2 KB strides
+        // are more streams than the hardware prefetcher follows (the LM head read at ~6 GB/s)
+        for (int r = 0; r < 8; r++) _mm_prefetch((const char*)(p + (size_t)(16 + r) * k), _MM_HINT_T0);
+      }
+      __m256 r0 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p)),
+                                       _mm_loadu_ps(p + 4 * (size_t)k), 1);
+      __m256 r1 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p + k)),
+                                       _mm_loadu_ps(p + 5 * (size_t)k), 1);
+      __m256 r2 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p + 2 * (size_t)k)),
+                                       _mm_loadu_ps(p + 6 * (size_t)k), 1);
+      __m256 r3 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p + 3 * (size_t)k)),
+                                       _mm_loadu_ps(p + 7 * (size_t)k), 1);
+      const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+      const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+      float* t = tw + (size_t)(kk - s) * 16 + 8 * g;
+      _mm256_store_ps(t, _mm256_shuffle_ps(t0, t2, 0x44));
+      _mm256_store_ps(t + 16, _mm256_shuffle_ps(t0, t2, 0xEE));
+      _mm256_store_ps(t + 32, _mm256_shuffle_ps(t1, t3, 0x44));
+      _mm256_store_ps(t + 48, _mm256_shuffle_ps(t1, t3, 0xEE));
+    }
+    for (int kk = main_end; kk < e; kk++) {
+      const float* p = w + (size_t)(n0 + 8 * g) * k + kk;
+      float* t = tw + (size_t)(kk - s) * 16 + 8 * g;
+      for (int r = 0; r < 8; r++) t[r] = p[(size_t)r * k];
+    }
+  }
+}
+
+template <int M>
+void tile(const float* x, const float* w, float* out, int n0, int n, int k,
+          const std::vector<int>& cuts) {
+  rows8<M, 1, false>(x, w, out, n0, n, k, cuts);
+}
+
+template <int M>
+void tile1(const float* x, const float* w, float* out, int nn, int n, int k,
+           const std::vector<int>& cuts) {
+  row1<M, false>(x, w, out, nn, n, k, cuts);
+}
+
+using TileFn = void (*)(const float*, const float*, float*, int, int, int,
+                        const std::vector<int>&);
+constexpr TileFn kTiles[9] = {nullptr, tile<1>, tile<2>, tile<3>, tile<4>,
+                              tile<5>, tile<6>, tile<7>, tile<8>};
+constexpr TileFn kTiles1[9] = {nullptr, tile1<1>, tile1<2>, tile1<3>, tile1<4>,
+                               tile1<5>, tile1<6>, tile1<7>, tile1<8>};
+using BlockFn = void (*)(const float*, const float*, float*, int, int, int, int, int);
+constexpr BlockFn kBlocks[5] = {nullptr, block16<1>, block16<2>, block16<3>, block16<4>};
+
+void per_row_all(const float* x, const float* w, float* out, int rows, int n, int k, int q) {
+  if (rows < 4) {  // 1-3 rows: gemv_all's one-chain tiles (faster there, the same order)
+    gemv_all(x, w, out, rows, n, k, q);
+    return;
+  }
+  const std::vector<int> cuts = blocks(k, q, 8);
+  int longest = 0;
+  for (size_t b = 0; b + 1 < cuts.size(); b++) longest = std::max(longest, cuts[b + 1] - cuts[b]);
+  float* tw = static_cast<float*>(std::aligned_alloc(32, sizeof(float) * 16 * ((longest + 1) / 2 * 2)));
+  if (tw == nullptr) throw std::bad_alloc();
+  int n0 = 0;
+  for (; n0 + 16 <= n; n0 += 16) {
+    for (int r = 0; r < rows; r++) std::fill_n(out + (size_t)r * n + n0, 16, 0.0f);
+    for (size_t b = 0; b + 1 < cuts.size(); b++) {
+      transpose16(w, tw, n0, n, k, cuts[b], cuts[b + 1]);
+      for (int r0 = 0; r0 < rows; r0 += 4) {
+        const int m = rows - r0 < 4 ? rows - r0 : 4;
+        kBlocks[m](x + (size_t)r0 * k, tw, out + (size_t)r0 * n, n0, n, k, cuts[b], cuts[b + 1]);
+      }
+    }
+  }
+  std::free(tw);
+  auto each_tile = [&](const TileFn* fns, int at) {
+    for (int r0 = 0; r0 < rows; r0 += 8) {
+      const int m = rows - r0 < 8 ? rows - r0 : 8;
+      fns[m](x + (size_t)r0 * k, w, out + (size_t)r0 * n, at, n, k, cuts);
+    }
+  };
+  for (; n0 + 8 <= n; n0 += 8) each_tile(kTiles, n0);
+  for (; n0 < n; n0++) each_tile(kTiles1, n0);
+}
+
 // A's elements in row-major order, copied into BUF through its strides (an input that is not
 // row-contiguous: the primitive takes its inputs as they are, without a Contiguous node each)
 const float* packed(const mx::array& a, std::vector<float>& buf) {
@@ -183,7 +316,8 @@ const float* packed(const mx::array& a, std::vector<float>& buf) {
 
 class Gemv : public mx::UnaryPrimitive {
  public:
-  Gemv(mx::Stream stream, int q) : mx::UnaryPrimitive(stream), q_(q) {}
+  Gemv(mx::Stream stream, int q, bool per_row)
+      : mx::UnaryPrimitive(stream), q_(q), per_row_(per_row) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
     const mx::array& x = inputs[0];
@@ -198,10 +332,15 @@ class Gemv : public mx::UnaryPrimitive {
     const bool x_packed = x.flags().row_contiguous, w_packed = w.flags().row_contiguous;
     encoder.dispatch([x = mx::array::unsafe_weak_copy(x), w = mx::array::unsafe_weak_copy(w),
                       out = mx::array::unsafe_weak_copy(out), rows, n, k, q = q_, x_packed,
-                      w_packed]() mutable {
+                      w_packed, per_row = per_row_]() mutable {
       std::vector<float> x_buf, w_buf;
-      gemv_all(x_packed ? x.data<float>() : packed(x, x_buf),
-               w_packed ? w.data<float>() : packed(w, w_buf), out.data<float>(), rows, n, k, q);
+      const float* xs = x_packed ? x.data<float>() : packed(x, x_buf);
+      const float* ws = w_packed ? w.data<float>() : packed(w, w_buf);
+      if (per_row) {
+        per_row_all(xs, ws, out.data<float>(), rows, n, k, q);
+      } else {
+        gemv_all(xs, ws, out.data<float>(), rows, n, k, q);
+      }
     });
   }
 
@@ -212,7 +351,8 @@ class Gemv : public mx::UnaryPrimitive {
   const char* name() const override { return "Gemv"; }
 
   bool is_equivalent(const mx::Primitive& other) const override {
-    return q_ == static_cast<const Gemv&>(other).q_;
+    const auto& o = static_cast<const Gemv&>(other);
+    return q_ == o.q_ && per_row_ == o.per_row_;
   }
 
   std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
@@ -223,20 +363,21 @@ class Gemv : public mx::UnaryPrimitive {
 
  private:
   int q_;
+  bool per_row_;
 };
 
 bool fma_cpu() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
 
-// x (..., K) @ w.T for w (N, K): the primitive for float32 on the CPU with at most 4 rows of
-// x, else MLX's matmul
-mx::array matmul_t(const mx::array& x, const mx::array& w, int q) {
+// x (..., K) @ w.T for w (N, K): the primitive for float32 on the CPU (at most 4 rows of x
+// unless PER_ROW), else MLX's matmul
+mx::array product(const mx::array& x, const mx::array& w, int q, bool per_row) {
   mx::StreamOrDevice s = {};
   mx::Stream stream = mx::to_stream(s);
   const bool fits = x.dtype() == mx::float32 && w.dtype() == mx::float32 && x.ndim() >= 1 &&
                     w.ndim() == 2 && x.shape(-1) == w.shape(1) && w.shape(0) > 0 &&
                     w.shape(1) > 0 && x.size() / w.shape(1) >= 1 &&
-                    x.size() / w.shape(1) <= kMaxRows && stream.device == mx::Device::cpu &&
-                    q > 0 && fma_cpu();
+                    (per_row || x.size() / w.shape(1) <= kMaxRows) &&
+                    stream.device == mx::Device::cpu && q > 0 && fma_cpu();
   if (!fits) {
     return mx::matmul(x, mx::transpose(w, s), s);
   }
@@ -244,7 +385,18 @@ mx::array matmul_t(const mx::array& x, const mx::array& w, int q) {
   shape.back() = w.shape(0);
   // no Contiguous nodes: each costs the step a graph node and a task on the stream's thread
   // (two per product, ~70 of a stories260K step's ~350); the primitive packs what is strided
-  return mx::array(shape, mx::float32, std::make_shared<Gemv>(stream, q), {x, w});
+  return mx::array(shape, mx::float32, std::make_shared<Gemv>(stream, q, per_row), {x, w});
+}
+
+// x (..., K) @ w.T for w (N, K): the primitive for float32 on the CPU with at most 4 rows of
+// x, else MLX's matmul
+mx::array matmul_t(const mx::array& x, const mx::array& w, int q) {
+  return product(x, w, q, false);
+}
+
+// x (..., K) @ w.T, every row of x summed as matmul_t sums one row alone (any number of rows)
+mx::array matmul_rows(const mx::array& x, const mx::array& w, int q) {
+  return product(x, w, q, true);
 }
 
 }  // namespace
@@ -262,5 +414,8 @@ NB_MODULE(_gemv, m) {
   m.def("matmul_t", &matmul_t, nb::arg("x"), nb::arg("w"), nb::arg("q"),
         "x @ w.T summed as OpenBLAS's sgemm with K blocks of GEMM_Q = q (MLX's matmul beyond "
         "4 rows, other dtypes or devices)");
+  m.def("matmul_rows", &matmul_rows, nb::arg("x"), nb::arg("w"), nb::arg("q"),
+        "x @ w.T with every row summed as matmul_t sums one row (any number of rows): a row's "
+        "bits do not depend on the rows beside it");
   m.def("fma_cpu", &fma_cpu, "True when this CPU runs the kernel");
 }
