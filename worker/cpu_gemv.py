@@ -1,17 +1,20 @@
 """A model's float32 Linear layers and tied LM head on few rows through worker/native's gemv
-primitive: OpenBLAS's sgemm bits without its packing.
+primitive: OpenBLAS's one-row sgemm sums without its packing, for every row.
 
 MLX's CPU matmul runs ``x @ W.T`` through ``cblas_sgemm`` even for one row, and OpenBLAS then
 copies (packs) all of W before its micro-kernel runs: on the Qwen3 bench model a one-row step
-spends most of its time there (bench/README.md, session 8). worker/native/gemv.cpp makes the
-same sums in the same order as the preloaded OpenBLAS's sgemm (its K blocks of GEMM_Q, its
-micro-kernel's FMA chains) straight from W, so the logits are the same bits, alone or batched.
-That order was measured on one OpenBLAS build and CPU (bench/README.md, session 16), so
-``wrap_gemv`` first runs the primitive against ``mx.matmul`` on random rows times each of the
-model's own weight matrices, at every row count it would serve and at the OpenBLAS thread count
-in force, and enables it only when every bit matches (one log line either way). The wrapped
-modules use it only inside our forwards (``running``) with at most ``MAX_ROWS`` rows; every other
-call is MLX's matmul, as before.
+spends most of its time there (bench/README.md, session 8), and at 4-32 rows its small-tile
+kernel runs far below the CPU's FMA rate (session 18). worker/native/gemv.cpp sums each row of
+x as the preloaded OpenBLAS's sgemm sums a lone row (its K blocks of GEMM_Q, one FMA chain per
+block) straight from W, whatever the rows beside it: for 1-3 rows those are sgemm's own bits;
+for 4-32 rows each row has the bits it would have alone, where sgemm would sum the rows in
+4-row tiles (two chains), so logits there differ from MLX's by float rounding and no longer
+depend on what else is in the batch. The one-row order was measured on one OpenBLAS build and
+CPU (bench/README.md, session 16), so ``wrap_gemv`` first runs the primitive against
+``mx.matmul`` on 1-3 random rows times each of the model's own weight matrices, at the OpenBLAS
+thread count in force, and enables it only when every bit matches (one log line either way).
+The wrapped modules use it only inside our forwards (``running``) with at most ``MAX_ROWS``
+rows; every other call is MLX's matmul, as before.
 """
 
 from __future__ import annotations
@@ -32,10 +35,10 @@ nn: Any = mlx.nn  # mlx.nn ships no type information mypy can follow
 log = logging.getLogger("rapid_mlx.worker")
 
 ENABLED = True  # tests and benches compare against MLX's matmul with this off
-# rows of x routed to the kernel's per-row products (``matmul_rows``: each row summed as one
-# row alone, in tiles of 8 rows); above it OpenBLAS's tiles are cheaper (bench/README.md,
-# session 18); RAPID_MLX_GEMV_MAX_ROWS overrides it for benches
-MAX_ROWS = int(os.environ.get("RAPID_MLX_GEMV_MAX_ROWS", "8"))
+# rows of x routed to the kernel's per-row products (``matmul_rows``); larger products
+# (prefill chunks) are OpenBLAS's, whose packing pays off there (bench/README.md, session 18);
+# RAPID_MLX_GEMV_MAX_ROWS overrides it for benches
+MAX_ROWS = int(os.environ.get("RAPID_MLX_GEMV_MAX_ROWS", "32"))
 CHECK_ROWS = 3  # the check's rows against mx.matmul: sgemm sums 1-3 rows as one row alone
 GEMM_Q = 320  # OpenBLAS's SGEMM_DEFAULT_Q for its Zen/Haswell cores (the check confirms it)
 _loaded: dict[str, Any] = {}

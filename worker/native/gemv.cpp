@@ -1,4 +1,5 @@
-// x @ w.T for float32 and a few rows (M <= 4), with the bits OpenBLAS's sgemm gives MLX.
+// x @ w.T for float32: a few rows (M <= 4) with the bits OpenBLAS's sgemm gives MLX (matmul_t),
+// or any number of rows each summed as sgemm sums one row alone (matmul_rows).
 //
 // MLX's CPU matmul calls cblas_sgemm even for one row; OpenBLAS then packs the whole weight
 // matrix and runs its GEMM micro-kernel, several times slower than a matrix-vector pass. This
@@ -8,8 +9,10 @@
 // to 8); in a block, each output is one FMA chain over k from 0 (a row of a 1-, 2- or 3-column
 // tile) or, in a full 4-column tile (4 rows of x), two chains, even and odd k of each 8-step,
 // with the tail of the block (len % 8) on the even one, added as even + odd; each block's
-// result is added to the output (0 first). worker/cpu_gemv.py enables it only when it matches
-// mx.matmul bit for bit on the model's shapes at worker start. Build: worker/native/build.py.
+// result is added to the output (0 first). matmul_rows keeps the one-chain order for every
+// row (session 18: faster than sgemm at 4-32 rows, and a row's bits do not depend on the
+// batch). worker/cpu_gemv.py enables it only when it matches mx.matmul bit for bit on the
+// model's shapes at worker start. Build: worker/native/build.py.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -179,45 +182,57 @@ void gemv_all(const float* x, const float* w, float* out, int rows, int n, int k
 }
 
 // any number of rows of x, each summed as if it were alone (one FMA chain per K block: the
-// 1-row order above). Weight rows go 16 at a time: each K block of them is transposed once into
-// TW (element k of 16 rows per two registers), then every tile of 4 rows of x runs over it with
-// one broadcast per two FMAs; the last N % 16 weight rows take the 8-row path of rows8.
-template <int M>
-__attribute__((target("avx2,fma"))) void block16(const float* x, const float* tw, float* out,
-                                                 int n0, int n, int k, int s, int e) {
-  __m256 a[M][2];
+// 1-row order above). Weight rows go 8 V at a time: each K block of them is transposed once into
+// TW (element k of 8 V rows in V registers), then every tile of 4 rows of x runs over it with
+// one broadcast per V FMAs; the last N % 8V rows of W take rows8's 8-row path and row1.
+constexpr int kWide = 2;  // V of the main pass
+
+template <int V, int M>
+__attribute__((target("avx2,fma"))) void blockv(const float* x, const float* tw, float* out,
+                                                int n0, int n, int k, int s, int e,
+                                                const float* next) {
+  __m256 a[M][V];
 #pragma GCC unroll 8
-  for (int m = 0; m < M; m++) a[m][0] = a[m][1] = _mm256_setzero_ps();
+  for (int m = 0; m < M; m++)
+#pragma GCC unroll 4
+    for (int v = 0; v < V; v++) a[m][v] = _mm256_setzero_ps();
   for (int kk = s; kk < e; kk++) {
-    const float* t = tw + (size_t)(kk - s) * 16;
-    const __m256 w0 = _mm256_load_ps(t), w1 = _mm256_load_ps(t + 8);
+    if (next != nullptr && ((kk - s) & 15) == 0) {
+      // the next pass's rows of this block, one line per row per 16 k, while the FMAs run:
+      // the transposition that reads them then finds them in cache
+#pragma GCC unroll 24
+      for (int r = 0; r < 8 * V; r++)
+        _mm_prefetch((const char*)(next + (size_t)r * k + kk), _MM_HINT_T1);
+    }
+    const float* t = tw + (size_t)(kk - s) * 8 * V;
+    __m256 wv[V];
+#pragma GCC unroll 4
+    for (int v = 0; v < V; v++) wv[v] = _mm256_load_ps(t + 8 * v);
 #pragma GCC unroll 8
     for (int m = 0; m < M; m++) {
       const __m256 xv = _mm256_broadcast_ss(x + (size_t)m * k + kk);
-      a[m][0] = _mm256_fmadd_ps(w0, xv, a[m][0]);
-      a[m][1] = _mm256_fmadd_ps(w1, xv, a[m][1]);
+#pragma GCC unroll 4
+      for (int v = 0; v < V; v++) a[m][v] = _mm256_fmadd_ps(wv[v], xv, a[m][v]);
     }
   }
 #pragma GCC unroll 8
   for (int m = 0; m < M; m++) {  // c = c + block, as rows8 adds its blocks
     float* o = out + (size_t)m * n + n0;
-    _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), a[m][0]));
-    _mm256_storeu_ps(o + 8, _mm256_add_ps(_mm256_loadu_ps(o + 8), a[m][1]));
+#pragma GCC unroll 4
+    for (int v = 0; v < V; v++)
+      _mm256_storeu_ps(o + 8 * v, _mm256_add_ps(_mm256_loadu_ps(o + 8 * v), a[m][v]));
   }
 }
 
-// rows N0..N0+15 of W, columns S..E-1, into TW[(k - S) * 16 + row]
-__attribute__((target("avx2,fma"))) void transpose16(const float* w, float* tw, int n0, int n,
-                                                     int k, int s, int e) {
+// rows N0..N0+8V-1 of W, columns S..E-1, into TW[(k - S) * 8V + row]
+template <int V>
+__attribute__((target("avx2,fma"))) void transposev(const float* w, float* tw, int n0, int n,
+                                                    int k, int s, int e) {
   const int main_end = s + ((e - s) / 4) * 4;
-  for (int g = 0; g < 2; g++) {
+  const size_t width = 8 * V;
+  for (int g = 0; g < V; g++) {
     for (int kk = s; kk < main_end; kk += 4) {
       const float* p = w + (size_t)(n0 + 8 * g) * k + kk;
-      if (((kk - s) & 15) == 0 && n0 + 16 + 8 * g + 8 <= n) {
-        // the next 16 rows' same block, one line per row per 16 k: 16 rows at 2 KB strides
-        // are more streams than the hardware prefetcher follows (the LM head read at ~6 GB/s)
-        for (int r = 0; r < 8; r++) _mm_prefetch((const char*)(p + (size_t)(16 + r) * k), _MM_HINT_T0);
-      }
       __m256 r0 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p)),
                                        _mm_loadu_ps(p + 4 * (size_t)k), 1);
       __m256 r1 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p + k)),
@@ -228,18 +243,40 @@ __attribute__((target("avx2,fma"))) void transpose16(const float* w, float* tw, 
                                        _mm_loadu_ps(p + 7 * (size_t)k), 1);
       const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
       const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
-      float* t = tw + (size_t)(kk - s) * 16 + 8 * g;
+      float* t = tw + (size_t)(kk - s) * width + 8 * g;
       _mm256_store_ps(t, _mm256_shuffle_ps(t0, t2, 0x44));
-      _mm256_store_ps(t + 16, _mm256_shuffle_ps(t0, t2, 0xEE));
-      _mm256_store_ps(t + 32, _mm256_shuffle_ps(t1, t3, 0x44));
-      _mm256_store_ps(t + 48, _mm256_shuffle_ps(t1, t3, 0xEE));
+      _mm256_store_ps(t + width, _mm256_shuffle_ps(t0, t2, 0xEE));
+      _mm256_store_ps(t + 2 * width, _mm256_shuffle_ps(t1, t3, 0x44));
+      _mm256_store_ps(t + 3 * width, _mm256_shuffle_ps(t1, t3, 0xEE));
     }
     for (int kk = main_end; kk < e; kk++) {
       const float* p = w + (size_t)(n0 + 8 * g) * k + kk;
-      float* t = tw + (size_t)(kk - s) * 16 + 8 * g;
+      float* t = tw + (size_t)(kk - s) * width + 8 * g;
       for (int r = 0; r < 8; r++) t[r] = p[(size_t)r * k];
     }
   }
+}
+
+// weight rows N0.. in passes of 8 V rows while they last; returns the first row not done
+template <int V>
+int passes(const float* x, const float* w, float* out, float* tw, int rows, int n0, int n, int k,
+           const std::vector<int>& cuts) {
+  using BlockFn = void (*)(const float*, const float*, float*, int, int, int, int, int,
+                           const float*);
+  constexpr BlockFn fns[5] = {nullptr, blockv<V, 1>, blockv<V, 2>, blockv<V, 3>, blockv<V, 4>};
+  for (; n0 + 8 * V <= n; n0 += 8 * V) {
+    for (int r = 0; r < rows; r++) std::fill_n(out + (size_t)r * n + n0, 8 * V, 0.0f);
+    for (size_t b = 0; b + 1 < cuts.size(); b++) {
+      transposev<V>(w, tw, n0, n, k, cuts[b], cuts[b + 1]);
+      for (int r0 = 0; r0 < rows; r0 += 4) {
+        const int m = rows - r0 < 4 ? rows - r0 : 4;
+        const float* next = r0 == 0 && n0 + 16 * V <= n ? w + (size_t)(n0 + 8 * V) * k : nullptr;
+        fns[m](x + (size_t)r0 * k, tw, out + (size_t)r0 * n, n0, n, k, cuts[b], cuts[b + 1],
+               next);
+      }
+    }
+  }
+  return n0;
 }
 
 template <int M>
@@ -260,9 +297,6 @@ constexpr TileFn kTiles[9] = {nullptr, tile<1>, tile<2>, tile<3>, tile<4>,
                               tile<5>, tile<6>, tile<7>, tile<8>};
 constexpr TileFn kTiles1[9] = {nullptr, tile1<1>, tile1<2>, tile1<3>, tile1<4>,
                                tile1<5>, tile1<6>, tile1<7>, tile1<8>};
-using BlockFn = void (*)(const float*, const float*, float*, int, int, int, int, int);
-constexpr BlockFn kBlocks[5] = {nullptr, block16<1>, block16<2>, block16<3>, block16<4>};
-
 void per_row_all(const float* x, const float* w, float* out, int rows, int n, int k, int q) {
   if (rows < 4) {  // 1-3 rows: gemv_all's one-chain tiles (faster there, the same order)
     gemv_all(x, w, out, rows, n, k, q);
@@ -271,19 +305,9 @@ void per_row_all(const float* x, const float* w, float* out, int rows, int n, in
   const std::vector<int> cuts = blocks(k, q, 8);
   int longest = 0;
   for (size_t b = 0; b + 1 < cuts.size(); b++) longest = std::max(longest, cuts[b + 1] - cuts[b]);
-  float* tw = static_cast<float*>(std::aligned_alloc(32, sizeof(float) * 16 * ((longest + 1) / 2 * 2)));
+  float* tw = static_cast<float*>(std::aligned_alloc(32, sizeof(float) * 8 * kWide * longest));
   if (tw == nullptr) throw std::bad_alloc();
-  int n0 = 0;
-  for (; n0 + 16 <= n; n0 += 16) {
-    for (int r = 0; r < rows; r++) std::fill_n(out + (size_t)r * n + n0, 16, 0.0f);
-    for (size_t b = 0; b + 1 < cuts.size(); b++) {
-      transpose16(w, tw, n0, n, k, cuts[b], cuts[b + 1]);
-      for (int r0 = 0; r0 < rows; r0 += 4) {
-        const int m = rows - r0 < 4 ? rows - r0 : 4;
-        kBlocks[m](x + (size_t)r0 * k, tw, out + (size_t)r0 * n, n0, n, k, cuts[b], cuts[b + 1]);
-      }
-    }
-  }
+  int n0 = passes<kWide>(x, w, out, tw, rows, 0, n, k, cuts);
   std::free(tw);
   auto each_tile = [&](const TileFn* fns, int at) {
     for (int r0 = 0; r0 < rows; r0 += 8) {
@@ -410,7 +434,8 @@ NB_MODULE(_gemv, m) {
   m.attr("built_for") = BUILT_FOR_MLX;
   m.attr("_tag") = kBuiltFor;
   m.attr("max_rows") = kMaxRows;
-  m.doc() = "x @ w.T for float32 and up to 4 rows in OpenBLAS sgemm's summation order";
+  m.doc() = "x @ w.T for float32 in OpenBLAS sgemm's summation order (up to 4 rows) or its "
+            "one-row order for every row";
   m.def("matmul_t", &matmul_t, nb::arg("x"), nb::arg("w"), nb::arg("q"),
         "x @ w.T summed as OpenBLAS's sgemm with K blocks of GEMM_Q = q (MLX's matmul beyond "
         "4 rows, other dtypes or devices)");
