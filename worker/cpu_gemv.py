@@ -40,6 +40,9 @@ ENABLED = True  # tests and benches compare against MLX's matmul with this off
 # RAPID_MLX_GEMV_MAX_ROWS overrides it for benches
 MAX_ROWS = int(os.environ.get("RAPID_MLX_GEMV_MAX_ROWS", "32"))
 CHECK_ROWS = 3  # the check's rows against mx.matmul: sgemm sums 1-3 rows as one row alone
+# 4+ rows only for weights of at least this many elements: below it (stories260K's 64-wide
+# layers) the call's fixed cost decides and sgemm was as fast or 5-15% faster (session 18)
+MIN_WEIGHTS_MANY_ROWS = 1 << 16
 GEMM_Q = 320  # OpenBLAS's SGEMM_DEFAULT_Q for its Zen/Haswell cores (the check confirms it)
 _loaded: dict[str, Any] = {}
 
@@ -89,8 +92,8 @@ class GemvLinear(nn.Linear):  # type: ignore[misc]
     _gemv: GemvState
 
     def __call__(self, x: mx.array) -> mx.array:
-        """``nn.Linear.__call__``; the kernel's identical product on at most MAX_ROWS rows."""
-        if not fits(self._gemv, x) or "bias" in self:
+        """``nn.Linear.__call__``; the kernel's product on at most MAX_ROWS rows (``fits``)."""
+        if not fits(self._gemv, x, self["weight"]) or "bias" in self:
             return super().__call__(x)  # type: ignore[no-any-return]
         self._gemv.calls += 1
         out: mx.array = self._gemv.module.matmul_rows(x, self["weight"], GEMM_Q)
@@ -103,19 +106,22 @@ class GemvEmbedding(nn.Embedding):  # type: ignore[misc]
     _gemv: GemvState
 
     def as_linear(self, x: mx.array) -> mx.array:
-        """``nn.Embedding.as_linear``; the kernel's identical product on at most MAX_ROWS rows."""
-        if not fits(self._gemv, x):
+        """``nn.Embedding.as_linear``; the kernel's product on at most MAX_ROWS rows (``fits``)."""
+        if not fits(self._gemv, x, self["weight"]):
             return super().as_linear(x)  # type: ignore[no-any-return]
         self._gemv.calls += 1
         out: mx.array = self._gemv.module.matmul_rows(x, self["weight"], GEMM_Q)
         return out
 
 
-def fits(state: GemvState, x: mx.array) -> bool:
-    """True inside our forwards for float32 X of at most MAX_ROWS rows on the CPU."""
-    return (state.active and ENABLED and x.dtype == mx.float32 and x.ndim >= 1
-            and x.shape[-1] > 0 and x.size // x.shape[-1] <= MAX_ROWS
-            and mx.default_device() == mx.cpu)
+def fits(state: GemvState, x: mx.array, w: mx.array) -> bool:
+    """True inside our forwards for float32 X of at most MAX_ROWS rows on the CPU (1-3 rows for
+    a weight W below MIN_WEIGHTS_MANY_ROWS elements)."""
+    if not (state.active and ENABLED and x.dtype == mx.float32 and x.ndim >= 1
+            and x.shape[-1] > 0 and mx.default_device() == mx.cpu):
+        return False
+    rows = x.size // x.shape[-1]
+    return rows <= CHECK_ROWS or (rows <= MAX_ROWS and w.size >= MIN_WEIGHTS_MANY_ROWS)
 
 
 def wrap_gemv(model: Any) -> GemvState | None:

@@ -216,3 +216,18 @@ def test_engine_tokens_are_the_same(native: Any, model: tuple[Any, Any], rows: i
     for a, b in zip(logits_on, logits_off, strict=True):
         assert a.shape == b.shape
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * float(np.abs(b).max()))
+
+
+def test_which_products_go_to_the_kernel() -> None:
+    """1-3 rows always; 4-MAX_ROWS rows only for weights of MIN_WEIGHTS_MANY_ROWS elements or
+    more (small layers: sgemm as fast); more rows (prefill chunks) never."""
+    nn: Any = cpu_gemv.nn
+    big, small = nn.Linear(512, 128, bias=False), nn.Linear(64, 64, bias=False)
+    assert big.weight.size >= cpu_gemv.MIN_WEIGHTS_MANY_ROWS > small.weight.size
+    state = cpu_gemv.wrap_gemv(nn.Sequential(big, small))
+    assert state is not None
+    with cpu_gemv.running(state):
+        for rows, want in ((1, 2), (3, 2), (4, 1), (cpu_gemv.MAX_ROWS, 1), (cpu_gemv.MAX_ROWS + 1, 0)):
+            before = state.calls
+            mx.eval(big(mx.ones((rows, 512))), small(mx.ones((rows, 64))))
+            assert state.calls - before == want, rows
