@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <new>
 #include <stdexcept>
 #include <vector>
@@ -305,10 +306,19 @@ void per_row_all(const float* x, const float* w, float* out, int rows, int n, in
   const std::vector<int> cuts = blocks(k, q, 8);
   int longest = 0;
   for (size_t b = 0; b + 1 < cuts.size(); b++) longest = std::max(longest, cuts[b + 1] - cuts[b]);
-  float* tw = static_cast<float*>(std::aligned_alloc(32, sizeof(float) * 8 * kWide * longest));
-  if (tw == nullptr) throw std::bad_alloc();
+  // one buffer per thread, kept: an allocation and free per product at the heap's top made
+  // glibc trim and regrow it, and the step's other buffers then page-faulted (the serving
+  // worker's stream thread: ~15% of its time in page faults; bench/README.md, session 18)
+  thread_local std::unique_ptr<float, decltype(&std::free)> buffer(nullptr, &std::free);
+  thread_local size_t held = 0;
+  const size_t want = 8 * kWide * (size_t)longest;
+  if (want > held) {
+    buffer.reset(static_cast<float*>(std::aligned_alloc(32, sizeof(float) * want)));
+    if (!buffer) throw std::bad_alloc();
+    held = want;
+  }
+  float* tw = buffer.get();
   int n0 = passes<kWide>(x, w, out, tw, rows, 0, n, k, cuts);
-  std::free(tw);
   auto each_tile = [&](const TileFn* fns, int at) {
     for (int r0 = 0; r0 < rows; r0 += 8) {
       const int m = rows - r0 < 8 ? rows - r0 : 8;
