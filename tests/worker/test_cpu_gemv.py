@@ -195,9 +195,9 @@ def test_engine_tokens_are_the_same(native: Any, model: tuple[Any, Any], rows: i
                                          compiled: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Greedy tokens are the same with and without the kernel, every sampled logits array
     (prefill and decode, plain and compiled steps, rows joining and leaving) agrees to float
-    rounding, and the kernel ran. Not the same bits: products of 4-32 rows (prompts, batches)
-    sum each row as alone, where OpenBLAS sums them in 4-row tiles (1-3 rows: the same bits,
-    test_products_are_mx_matmuls)."""
+    rounding, and the kernel ran. Not the same bits: the LM head's products of 4-32 rows
+    (prompts, batches) sum each row as alone, where OpenBLAS sums them in 4-row tiles (1-3
+    rows: the same bits, test_products_are_mx_matmuls)."""
     mdl, tok = model
     monkeypatch.setenv(ROWS_ENV, str(compiled))
     prompts = _prompts(tok, rows, False)
@@ -219,15 +219,28 @@ def test_engine_tokens_are_the_same(native: Any, model: tuple[Any, Any], rows: i
 
 
 def test_which_products_go_to_the_kernel() -> None:
-    """1-3 rows always; 4-MAX_ROWS rows only for weights of MIN_WEIGHTS_MANY_ROWS elements or
-    more (small layers: sgemm as fast); more rows (prefill chunks) never."""
+    """Layers: 1-3 rows. The LM head (a Linear named lm_head, or a tied embedding's
+    as_linear): up to MAX_ROWS rows when its weight has MIN_WEIGHTS_MANY_ROWS elements or more
+    (small heads: sgemm as fast). More rows (prefill chunks): never."""
     nn: Any = cpu_gemv.nn
-    big, small = nn.Linear(512, 128, bias=False), nn.Linear(64, 64, bias=False)
-    assert big.weight.size >= cpu_gemv.MIN_WEIGHTS_MANY_ROWS > small.weight.size
-    state = cpu_gemv.wrap_gemv(nn.Sequential(big, small))
+
+    class Model(nn.Module):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = nn.Linear(512, 128, bias=False)
+            self.lm_head = nn.Linear(512, 128, bias=False)
+            self.embed = nn.Embedding(128, 512)
+            self.small = nn.Embedding(64, 64)
+
+    model = Model()
+    assert model.lm_head.weight.size >= cpu_gemv.MIN_WEIGHTS_MANY_ROWS > model.small.weight.size
+    state = cpu_gemv.wrap_gemv(model)
     assert state is not None
     with cpu_gemv.running(state):
-        for rows, want in ((1, 2), (3, 2), (4, 1), (cpu_gemv.MAX_ROWS, 1), (cpu_gemv.MAX_ROWS + 1, 0)):
+        for rows, want in ((1, 4), (3, 4), (4, 2), (cpu_gemv.MAX_ROWS, 2),
+                           (cpu_gemv.MAX_ROWS + 1, 0)):
             before = state.calls
-            mx.eval(big(mx.ones((rows, 512))), small(mx.ones((rows, 64))))
+            x = mx.ones((rows, 512))
+            mx.eval(model.layer(x), model.lm_head(x), model.embed.as_linear(x),
+                    model.small.as_linear(mx.ones((rows, 64))))
             assert state.calls - before == want, rows
