@@ -56,6 +56,25 @@ std::vector<int> blocks(int k, int q, int unroll) {
   return cuts;
 }
 
+// elements P[0..3] of 8 weight rows K apart (rows i and i + 4 in one register's halves, then an
+// in-lane 4x4 transpose): COL[j] holds element j of rows 0..7
+__attribute__((target("avx2,fma"))) inline void columns(const float* p, int k, __m256 col[4]) {
+  const __m256 r0 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p)),
+                                         _mm_loadu_ps(p + 4 * (size_t)k), 1);
+  const __m256 r1 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p + k)),
+                                         _mm_loadu_ps(p + 5 * (size_t)k), 1);
+  const __m256 r2 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p + 2 * (size_t)k)),
+                                         _mm_loadu_ps(p + 6 * (size_t)k), 1);
+  const __m256 r3 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p + 3 * (size_t)k)),
+                                         _mm_loadu_ps(p + 7 * (size_t)k), 1);
+  const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+  const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+  col[0] = _mm256_shuffle_ps(t0, t2, 0x44);
+  col[1] = _mm256_shuffle_ps(t0, t2, 0xEE);
+  col[2] = _mm256_shuffle_ps(t1, t3, 0x44);
+  col[3] = _mm256_shuffle_ps(t1, t3, 0xEE);
+}
+
 // G groups of 8 weight rows from n0, M rows of x (TWO: the 4-column tile's two chains)
 template <int M, int G, bool TWO>
 __attribute__((target("avx2,fma"))) void rows8(const float* x, const float* w, float* out,
@@ -80,18 +99,8 @@ __attribute__((target("avx2,fma"))) void rows8(const float* x, const float* w, f
       #pragma GCC unroll 8
       for (int g = 0; g < G; g++) {
         const float* p = w + (size_t)(n0 + 8 * g) * k + kk;
-        __m256 r0 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p)),
-                                         _mm_loadu_ps(p + 4 * (size_t)k), 1);
-        __m256 r1 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p + k)),
-                                         _mm_loadu_ps(p + 5 * (size_t)k), 1);
-        __m256 r2 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p + 2 * (size_t)k)),
-                                         _mm_loadu_ps(p + 6 * (size_t)k), 1);
-        __m256 r3 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p + 3 * (size_t)k)),
-                                         _mm_loadu_ps(p + 7 * (size_t)k), 1);
-        const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
-        const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
-        const __m256 col[4] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xEE),
-                               _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xEE)};
+        __m256 col[4];
+        columns(p, k, col);
         #pragma GCC unroll 8
         for (int j = 0; j < 4; j++) {
           #pragma GCC unroll 8
@@ -234,21 +243,11 @@ __attribute__((target("avx2,fma"))) void transposev(const float* w, float* tw, i
   for (int g = 0; g < V; g++) {
     for (int kk = s; kk < main_end; kk += 4) {
       const float* p = w + (size_t)(n0 + 8 * g) * k + kk;
-      __m256 r0 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p)),
-                                       _mm_loadu_ps(p + 4 * (size_t)k), 1);
-      __m256 r1 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p + k)),
-                                       _mm_loadu_ps(p + 5 * (size_t)k), 1);
-      __m256 r2 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p + 2 * (size_t)k)),
-                                       _mm_loadu_ps(p + 6 * (size_t)k), 1);
-      __m256 r3 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p + 3 * (size_t)k)),
-                                       _mm_loadu_ps(p + 7 * (size_t)k), 1);
-      const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
-      const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+      __m256 col[4];
+      columns(p, k, col);
       float* t = tw + (size_t)(kk - s) * width + 8 * g;
-      _mm256_store_ps(t, _mm256_shuffle_ps(t0, t2, 0x44));
-      _mm256_store_ps(t + width, _mm256_shuffle_ps(t0, t2, 0xEE));
-      _mm256_store_ps(t + 2 * width, _mm256_shuffle_ps(t1, t3, 0x44));
-      _mm256_store_ps(t + 3 * width, _mm256_shuffle_ps(t1, t3, 0xEE));
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; j++) _mm256_store_ps(t + j * width, col[j]);
     }
     for (int kk = main_end; kk < e; kk++) {
       const float* p = w + (size_t)(n0 + 8 * g) * k + kk;
