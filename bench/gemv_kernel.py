@@ -1,11 +1,13 @@
 """worker/native's gemv primitive against MLX's matmul (cblas_sgemm) on the Qwen3 bench model's
-weight shapes, 1-4 rows, one OpenBLAS thread, in turns in one process.
+weight shapes, one OpenBLAS thread, in turns in one process.
 
     LD_PRELOAD="$(.venv/bin/python -m worker.blas)" .venv/bin/python -m bench.gemv_kernel \\
-        [--repeats 7]
+        [--repeats 7] [--rows 1,2,3,4] [--per-row] [--shapes 32000x512,1536x512]
 
 Prints ms per product (each evaluated alone: MLX's per-op overhead included) as medians and
-the median of the paired ratios gemv / mlx, and whether the bits were equal.
+the median of the paired ratios gemv / mlx, and whether the bits were equal: to MLX's product
+(``matmul_t``, up to 4 rows), or with --per-row (``matmul_rows``, what the worker routes 1-32
+rows to) to MLX's product of each row alone.
 """
 
 from __future__ import annotations
@@ -33,7 +35,11 @@ def main() -> None:
     """Time both products per shape and row count and print one line each."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--rows", default="1,2,3,4")
+    p.add_argument("--per-row", action="store_true", help="time matmul_rows (any rows)")
+    p.add_argument("--shapes", default=",".join(f"{n}x{k}" for n, k in SHAPES))
     args = p.parse_args()
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     from worker.blas import set_blas_threads
     from worker.cpu_gemv import GEMM_Q, native
 
@@ -41,20 +47,23 @@ def main() -> None:
     module = native()
     assert module is not None, "worker/native/_gemv is not built (make install)"
     rng = np.random.default_rng(0)
-    for n, k in SHAPES:
+    product = module.matmul_rows if args.per_row else module.matmul_t
+    for n, k in shapes:
         w = mx.array(rng.standard_normal((n, k)).astype(np.float32) * 0.05)
-        for m in (1, 2, 3, 4):
+        for m in (int(r) for r in args.rows.split(",")):
             x = mx.array(rng.standard_normal((m, k)).astype(np.float32))
             mx.eval(x, w)
-            same = mx.array_equal(mx.view(x @ w.T, mx.uint32),
-                                  mx.view(module.matmul_t(x, w, GEMM_Q), mx.uint32)).item()
+            want = (mx.concatenate([x[i:i + 1] @ w.T for i in range(m)]) if args.per_row
+                    else x @ w.T)
+            same = mx.array_equal(mx.view(want, mx.uint32),
+                                  mx.view(product(x, w, GEMM_Q), mx.uint32)).item()
             reps = max(int(2e7 // (n * k)), 3)
             ts: dict[str, list[float]] = {"mlx": [], "gemv": []}
             def plain(x: mx.array = x, w: mx.array = w) -> None:
                 mx.eval(x @ w.T)
 
             def kernel(x: mx.array = x, w: mx.array = w) -> None:
-                mx.eval(module.matmul_t(x, w, GEMM_Q))
+                mx.eval(product(x, w, GEMM_Q))
 
             for _ in range(args.repeats):
                 ts["mlx"].append(timed(plain, reps))

@@ -1,22 +1,26 @@
 """A model's float32 Linear layers and tied LM head on few rows through worker/native's gemv
-primitive: OpenBLAS's sgemm bits without its packing.
+primitive: OpenBLAS's one-row sgemm sums without its packing, for every row.
 
 MLX's CPU matmul runs ``x @ W.T`` through ``cblas_sgemm`` even for one row, and OpenBLAS then
 copies (packs) all of W before its micro-kernel runs: on the Qwen3 bench model a one-row step
-spends most of its time there (bench/README.md, session 8). worker/native/gemv.cpp makes the
-same sums in the same order as the preloaded OpenBLAS's sgemm (its K blocks of GEMM_Q, its
-micro-kernel's FMA chains) straight from W, so the logits are the same bits, alone or batched.
-That order was measured on one OpenBLAS build and CPU (bench/README.md, session 16), so
-``wrap_gemv`` first runs the primitive against ``mx.matmul`` on random rows times each of the
-model's own weight matrices, at every row count it would serve and at the OpenBLAS thread count
-in force, and enables it only when every bit matches (one log line either way). The wrapped
-modules use it only inside our forwards (``running``) with at most ``MAX_ROWS`` rows; every other
-call is MLX's matmul, as before.
+spends most of its time there (bench/README.md, session 8), and its LM head at 4-32 rows runs
+at half the kernel's speed (session 18). worker/native/gemv.cpp sums each row of x as the
+preloaded OpenBLAS's sgemm sums a lone row (its K blocks of GEMM_Q, one FMA chain per block)
+straight from W, whatever the rows beside it: for 1-3 rows those are sgemm's own bits; for the
+LM head's 4-32 rows each row has the bits it would have alone, where sgemm would sum the rows
+in 4-row tiles (two chains), so logits there differ from MLX's by float rounding and do not
+depend on what else is in the batch. The one-row order was measured on one OpenBLAS build and
+CPU (bench/README.md, session 16), so ``wrap_gemv`` first runs the primitive against
+``mx.matmul`` on 1-3 random rows times each of the model's own weight matrices, at the OpenBLAS
+thread count in force, and enables it only when every bit matches (one log line either way).
+The wrapped modules use it only inside our forwards (``running``) where ``fits`` says so; every
+other call is MLX's matmul, as before.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -31,9 +35,16 @@ nn: Any = mlx.nn  # mlx.nn ships no type information mypy can follow
 log = logging.getLogger("rapid_mlx.worker")
 
 ENABLED = True  # tests and benches compare against MLX's matmul with this off
-# rows of x routed to the kernel: it takes up to 4 (gemv.cpp), but at 4 rows OpenBLAS's full
-# 4-row tile is cheaper than the kernel's shuffles (bench/README.md, session 16)
-MAX_ROWS = 3
+# rows of x routed to the kernel's per-row products (``matmul_rows``): up to 3 for every
+# layer (there they are sgemm's bits), up to MAX_ROWS for the LM head (a tied embedding's
+# ``as_linear`` or a Linear named ``lm_head``) of at least MIN_WEIGHTS_MANY_ROWS elements.
+# Larger products (prefill chunks) are OpenBLAS's, whose packing pays off there. Serving the
+# Qwen3 bench model at 32 streams, per-row layers as well made steps 1.6x slower (the worker
+# page-faulted ~150k times a second in MLX copies; cause not found), the head alone 1.1-1.2x
+# faster (bench/README.md, session 18). RAPID_MLX_GEMV_MAX_ROWS overrides MAX_ROWS (benches).
+MAX_ROWS = int(os.environ.get("RAPID_MLX_GEMV_MAX_ROWS", "32"))
+CHECK_ROWS = 3  # layers' rows, and the check's against mx.matmul: sgemm sums 1-3 rows alone
+MIN_WEIGHTS_MANY_ROWS = 1 << 16  # smaller heads (stories260K's 512 x 64): sgemm as fast
 GEMM_Q = 320  # OpenBLAS's SGEMM_DEFAULT_Q for its Zen/Haswell cores (the check confirms it)
 _loaded: dict[str, Any] = {}
 
@@ -58,10 +69,11 @@ def _load() -> Any | None:
     return load("_gemv", "gemv", "MLX's matmul")
 
 
-def same_bits(module: Any, weights: list[mx.array], rows: int = MAX_ROWS, q: int = GEMM_Q,
+def same_bits(module: Any, weights: list[mx.array], rows: int = CHECK_ROWS, q: int = GEMM_Q,
               seed: int = 0) -> bool:
     """True when MODULE's products with each of WEIGHTS (N, K) equal ``mx.matmul``'s bit for
-    bit for 1..ROWS random rows (three magnitudes)."""
+    bit for 1..ROWS random rows (three magnitudes), and its per-row products equal them too
+    (``matmul_rows``, up to 3 rows: there sgemm sums each row as one row alone)."""
     rng = np.random.default_rng(seed)
     for w in weights:
         k = w.shape[1]
@@ -69,8 +81,9 @@ def same_bits(module: Any, weights: list[mx.array], rows: int = MAX_ROWS, q: int
             x = rng.standard_normal((m, k)).astype(np.float32)
             x *= np.float32(10.0) ** rng.integers(-3, 4, (m, 1)).astype(np.float32)
             xs = mx.array(x)
-            want, got = xs @ w.T, module.matmul_t(xs, w, q)
-            if not mx.array_equal(mx.view(want, mx.uint32), mx.view(got, mx.uint32)).item():
+            want = mx.view(xs @ w.T, mx.uint32)
+            got = [module.matmul_t(xs, w, q)] + ([module.matmul_rows(xs, w, q)] if m <= 3 else [])
+            if not all(mx.array_equal(want, mx.view(g, mx.uint32)).item() for g in got):
                 return False
     return True
 
@@ -79,13 +92,14 @@ class GemvLinear(nn.Linear):  # type: ignore[misc]
     """``nn.Linear`` without bias that, inside our forwards, runs few rows through the kernel."""
 
     _gemv: GemvState
+    _head: bool  # the model's lm_head
 
     def __call__(self, x: mx.array) -> mx.array:
-        """``nn.Linear.__call__``; the kernel's identical product on at most MAX_ROWS rows."""
-        if not fits(self._gemv, x) or "bias" in self:
+        """``nn.Linear.__call__``; the kernel's product where ``fits`` says so."""
+        if not fits(self._gemv, x, self["weight"], self._head) or "bias" in self:
             return super().__call__(x)  # type: ignore[no-any-return]
         self._gemv.calls += 1
-        out: mx.array = self._gemv.module.matmul_t(x, self["weight"], GEMM_Q)
+        out: mx.array = self._gemv.module.matmul_rows(x, self["weight"], GEMM_Q)
         return out
 
 
@@ -95,19 +109,22 @@ class GemvEmbedding(nn.Embedding):  # type: ignore[misc]
     _gemv: GemvState
 
     def as_linear(self, x: mx.array) -> mx.array:
-        """``nn.Embedding.as_linear``; the kernel's identical product on at most MAX_ROWS rows."""
-        if not fits(self._gemv, x):
+        """``nn.Embedding.as_linear``; the kernel's product where ``fits`` says so."""
+        if not fits(self._gemv, x, self["weight"], True):
             return super().as_linear(x)  # type: ignore[no-any-return]
         self._gemv.calls += 1
-        out: mx.array = self._gemv.module.matmul_t(x, self["weight"], GEMM_Q)
+        out: mx.array = self._gemv.module.matmul_rows(x, self["weight"], GEMM_Q)
         return out
 
 
-def fits(state: GemvState, x: mx.array) -> bool:
-    """True inside our forwards for float32 X of at most MAX_ROWS rows on the CPU."""
-    return (state.active and ENABLED and x.dtype == mx.float32 and x.ndim >= 1
-            and x.shape[-1] > 0 and x.size // x.shape[-1] <= MAX_ROWS
-            and mx.default_device() == mx.cpu)
+def fits(state: GemvState, x: mx.array, w: mx.array, head: bool) -> bool:
+    """True inside our forwards for float32 X on the CPU of at most CHECK_ROWS rows, or of at
+    most MAX_ROWS rows for an LM HEAD whose weight W has MIN_WEIGHTS_MANY_ROWS elements."""
+    if not (state.active and ENABLED and x.dtype == mx.float32 and x.ndim >= 1
+            and x.shape[-1] > 0 and mx.default_device() == mx.cpu):
+        return False
+    rows = x.size // x.shape[-1]
+    return rows <= CHECK_ROWS or (head and rows <= MAX_ROWS and w.size >= MIN_WEIGHTS_MANY_ROWS)
 
 
 def wrap_gemv(model: Any) -> GemvState | None:
@@ -142,11 +159,15 @@ def wrap_gemv(model: Any) -> GemvState | None:
                     "shapes; MLX's matmul")
         return None
     state = GemvState(module)
+    heads = {id(m) for name, m in model.named_modules() if name.split(".")[-1] == "lm_head"}
     for m in chosen:
         m.__class__ = classes[type(m)]
         m._gemv = state
-    log.info("native gemv in use for float32 products of up to %d rows (%d weight shapes "
-             "checked bit for bit)", MAX_ROWS, len(shapes))
+        if type(m) is GemvLinear:
+            m._head = id(m) in heads
+    log.info("native gemv in use for float32 products of up to %d rows (the LM head: %d), each "
+             "row summed as alone (%d weight shapes checked bit for bit)", CHECK_ROWS, MAX_ROWS,
+             len(shapes))
     return state
 
 

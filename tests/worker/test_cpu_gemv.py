@@ -1,4 +1,5 @@
-"""worker/native's gemv primitive (worker/cpu_gemv.py) gives OpenBLAS sgemm's bits for few rows."""
+"""worker/native's gemv primitive (worker/cpu_gemv.py): OpenBLAS sgemm's bits for few rows, and
+per-row products whose rows do not depend on the rows beside them."""
 
 from __future__ import annotations
 
@@ -68,11 +69,45 @@ def test_products_are_mx_matmuls(native: Any, k: int, n: int) -> None:
     assert cpu_gemv.same_bits(native, [w])
 
 
+@pytest.mark.parametrize("k", [512, 1536, 1000, 641, 333, 17, 8, 7])
+@pytest.mark.parametrize("n", [1, 7, 9, 16, 24, 37, 512])
+def test_per_row_products_are_each_row_alone(native: Any, k: int, n: int) -> None:
+    """``matmul_rows`` on any number of rows gives each row the bits it gets alone, which are
+    mx.matmul's for one row (N across the 16-row, 8-row and single-row weight groups; rows
+    across the 4-row tiles and their remainders); in 2-D, 3-D and compiled."""
+    rng = np.random.default_rng(k * 7 + n)
+    w = mx.array(rng.standard_normal((n, k)).astype(np.float32))
+    traced = mx.compile(lambda a, b: native.matmul_rows(a, b, cpu_gemv.GEMM_Q))
+    for m in (1, 3, 4, 5, 8, 13, 32):
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        x *= np.float32(10.0) ** rng.integers(-3, 4, (m, 1)).astype(np.float32)
+        xs = mx.array(x)
+        alone = np.concatenate([bits(xs[i:i + 1] @ w.T) for i in range(m)])
+        assert np.array_equal(bits(native.matmul_rows(xs, w, cpu_gemv.GEMM_Q)), alone), m
+        x3 = xs.reshape(m, 1, k)
+        assert np.array_equal(bits(native.matmul_rows(x3, w, cpu_gemv.GEMM_Q)).reshape(m, n),
+                              alone)
+        assert np.array_equal(bits(traced(xs, w)), alone)
+
+
+def test_per_row_products_take_strided_inputs(native: Any) -> None:
+    rng = np.random.default_rng(9)
+    w = mx.array(rng.standard_normal((40, 300)).astype(np.float32))
+    xt = mx.array(rng.standard_normal((300, 11)).astype(np.float32)).T  # (11, 300) transposed
+    wt = mx.array(rng.standard_normal((300, 40)).astype(np.float32)).T
+    for a, b in ((xt, w), (xt, wt), (xt[::2], w[::2])):
+        alone = np.concatenate([bits(a[i:i + 1] @ b.T) for i in range(a.shape[0])])
+        assert np.array_equal(bits(native.matmul_rows(a, b, cpu_gemv.GEMM_Q)), alone)
+
+
 def test_the_tied_head_shape(native: Any) -> None:
     """The Qwen3 bench model's LM head shape (32000 x 512) with its rows' magnitudes."""
     rng = np.random.default_rng(3)
     w = mx.array(rng.standard_normal((32000, 512)).astype(np.float32) * 0.02)
     assert cpu_gemv.same_bits(native, [w], rows=4, seed=5)
+    x = mx.array(rng.standard_normal((cpu_gemv.MAX_ROWS, 512)).astype(np.float32))
+    alone = np.concatenate([bits(x[i:i + 1] @ w.T) for i in range(x.shape[0])])
+    assert np.array_equal(bits(native.matmul_rows(x, w, cpu_gemv.GEMM_Q)), alone)
 
 
 def test_more_rows_other_dtypes_and_strided_inputs_are_mlx(native: Any) -> None:
@@ -156,11 +191,13 @@ def model(request: pytest.FixtureRequest) -> tuple[Any, Any]:
 @pytest.mark.slow
 @pytest.mark.parametrize("rows", [1, 8])
 @pytest.mark.parametrize("compiled", [0, 8])
-def test_engine_logits_are_the_same_bits(native: Any, model: tuple[Any, Any], rows: int,
+def test_engine_tokens_are_the_same(native: Any, model: tuple[Any, Any], rows: int,
                                          compiled: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Greedy tokens and every sampled logits array (prefill and decode, plain and compiled
-    steps, rows joining and leaving) are the same bits with and without the kernel, and the
-    kernel ran."""
+    """Greedy tokens are the same with and without the kernel, every sampled logits array
+    (prefill and decode, plain and compiled steps, rows joining and leaving) agrees to float
+    rounding, and the kernel ran. Not the same bits: the LM head's products of 4-32 rows
+    (prompts, batches) sum each row as alone, where OpenBLAS sums them in 4-row tiles (1-3
+    rows: the same bits, test_products_are_mx_matmuls)."""
     mdl, tok = model
     monkeypatch.setenv(ROWS_ENV, str(compiled))
     prompts = _prompts(tok, rows, False)
@@ -177,4 +214,33 @@ def test_engine_logits_are_the_same_bits(native: Any, model: tuple[Any, Any], ro
     assert tokens_on == tokens_off
     assert len(logits_on) == len(logits_off) > 0
     for a, b in zip(logits_on, logits_off, strict=True):
-        assert a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * float(np.abs(b).max()))
+
+
+def test_which_products_go_to_the_kernel() -> None:
+    """Layers: 1-3 rows. The LM head (a Linear named lm_head, or a tied embedding's
+    as_linear): up to MAX_ROWS rows when its weight has MIN_WEIGHTS_MANY_ROWS elements or more
+    (small heads: sgemm as fast). More rows (prefill chunks): never."""
+    nn: Any = cpu_gemv.nn
+
+    class Model(nn.Module):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = nn.Linear(512, 128, bias=False)
+            self.lm_head = nn.Linear(512, 128, bias=False)
+            self.embed = nn.Embedding(128, 512)
+            self.small = nn.Embedding(64, 64)
+
+    model = Model()
+    assert model.lm_head.weight.size >= cpu_gemv.MIN_WEIGHTS_MANY_ROWS > model.small.weight.size
+    state = cpu_gemv.wrap_gemv(model)
+    assert state is not None
+    with cpu_gemv.running(state):
+        for rows, want in ((1, 4), (3, 4), (4, 2), (cpu_gemv.MAX_ROWS, 2),
+                           (cpu_gemv.MAX_ROWS + 1, 0)):
+            before = state.calls
+            x = mx.ones((rows, 512))
+            mx.eval(model.layer(x), model.lm_head(x), model.embed.as_linear(x),
+                    model.small.as_linear(mx.ones((rows, 64))))
+            assert state.calls - before == want, rows

@@ -1,4 +1,5 @@
-// x @ w.T for float32 and a few rows (M <= 4), with the bits OpenBLAS's sgemm gives MLX.
+// x @ w.T for float32: a few rows (M <= 4) with the bits OpenBLAS's sgemm gives MLX (matmul_t),
+// or any number of rows each summed as sgemm sums one row alone (matmul_rows).
 //
 // MLX's CPU matmul calls cblas_sgemm even for one row; OpenBLAS then packs the whole weight
 // matrix and runs its GEMM micro-kernel, several times slower than a matrix-vector pass. This
@@ -8,11 +9,17 @@
 // to 8); in a block, each output is one FMA chain over k from 0 (a row of a 1-, 2- or 3-column
 // tile) or, in a full 4-column tile (4 rows of x), two chains, even and odd k of each 8-step,
 // with the tail of the block (len % 8) on the even one, added as even + odd; each block's
-// result is added to the output (0 first). worker/cpu_gemv.py enables it only when it matches
-// mx.matmul bit for bit on the model's shapes at worker start. Build: worker/native/build.py.
+// result is added to the output (0 first). matmul_rows keeps the one-chain order for every
+// row (session 18: faster than sgemm at 4-32 rows, and a row's bits do not depend on the
+// batch). worker/cpu_gemv.py enables it only when it matches mx.matmul bit for bit on the
+// model's shapes at worker start. Build: worker/native/build.py.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <new>
 #include <stdexcept>
 #include <vector>
 
@@ -49,38 +56,54 @@ std::vector<int> blocks(int k, int q, int unroll) {
   return cuts;
 }
 
+// elements P[0..3] of 8 weight rows K apart (rows i and i + 4 in one register's halves, then an
+// in-lane 4x4 transpose): COL[j] holds element j of rows 0..7
+__attribute__((target("avx2,fma"))) inline void columns(const float* p, int k, __m256 col[4]) {
+  const __m256 r0 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p)),
+                                         _mm_loadu_ps(p + 4 * (size_t)k), 1);
+  const __m256 r1 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p + k)),
+                                         _mm_loadu_ps(p + 5 * (size_t)k), 1);
+  const __m256 r2 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p + 2 * (size_t)k)),
+                                         _mm_loadu_ps(p + 6 * (size_t)k), 1);
+  const __m256 r3 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p + 3 * (size_t)k)),
+                                         _mm_loadu_ps(p + 7 * (size_t)k), 1);
+  const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+  const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+  col[0] = _mm256_shuffle_ps(t0, t2, 0x44);
+  col[1] = _mm256_shuffle_ps(t0, t2, 0xEE);
+  col[2] = _mm256_shuffle_ps(t1, t3, 0x44);
+  col[3] = _mm256_shuffle_ps(t1, t3, 0xEE);
+}
+
 // G groups of 8 weight rows from n0, M rows of x (TWO: the 4-column tile's two chains)
 template <int M, int G, bool TWO>
 __attribute__((target("avx2,fma"))) void rows8(const float* x, const float* w, float* out,
                                                int n0, int n, int k,
                                                const std::vector<int>& cuts) {
   __m256 c[G][M];
+  #pragma GCC unroll 8
   for (int g = 0; g < G; g++)
+    #pragma GCC unroll 8
     for (int m = 0; m < M; m++) c[g][m] = _mm256_setzero_ps();
   for (size_t b = 0; b + 1 < cuts.size(); b++) {
     const int s = cuts[b], e = cuts[b + 1];
     const int main_end = s + ((e - s) / 8) * 8;
     __m256 ev[G][M], od[G][M];
+    #pragma GCC unroll 8
     for (int g = 0; g < G; g++)
+      #pragma GCC unroll 8
       for (int m = 0; m < M; m++) ev[g][m] = od[g][m] = _mm256_setzero_ps();
     for (int kk = s; kk < main_end; kk += 4) {
       // rows i and i + 4 of a group in one register's halves: an in-lane 4x4 transpose gives
       // element kk + j of rows 0..7 (k steps of 4 from s: j's parity is kk - s + j's)
+      #pragma GCC unroll 8
       for (int g = 0; g < G; g++) {
         const float* p = w + (size_t)(n0 + 8 * g) * k + kk;
-        __m256 r0 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p)),
-                                         _mm_loadu_ps(p + 4 * (size_t)k), 1);
-        __m256 r1 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p + k)),
-                                         _mm_loadu_ps(p + 5 * (size_t)k), 1);
-        __m256 r2 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p + 2 * (size_t)k)),
-                                         _mm_loadu_ps(p + 6 * (size_t)k), 1);
-        __m256 r3 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p + 3 * (size_t)k)),
-                                         _mm_loadu_ps(p + 7 * (size_t)k), 1);
-        const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
-        const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
-        const __m256 col[4] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xEE),
-                               _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xEE)};
+        __m256 col[4];
+        columns(p, k, col);
+        #pragma GCC unroll 8
         for (int j = 0; j < 4; j++) {
+          #pragma GCC unroll 8
           for (int m = 0; m < M; m++) {
             const __m256 xv = _mm256_broadcast_ss(x + (size_t)m * k + kk + j);
             if (TWO && (j & 1)) {
@@ -93,22 +116,28 @@ __attribute__((target("avx2,fma"))) void rows8(const float* x, const float* w, f
       }
     }
     for (int kk = main_end; kk < e; kk++) {  // the block's tail: on the (even) chain
+      #pragma GCC unroll 8
       for (int g = 0; g < G; g++) {
         const float* p = w + (size_t)(n0 + 8 * g) * k + kk;
         const __m256 col = _mm256_setr_ps(p[0], p[k], p[2 * k], p[3 * k], p[4 * k], p[5 * k],
                                           p[6 * k], p[7 * k]);
+        #pragma GCC unroll 8
         for (int m = 0; m < M; m++) {
           ev[g][m] = _mm256_fmadd_ps(col, _mm256_broadcast_ss(x + (size_t)m * k + kk), ev[g][m]);
         }
       }
     }
+    #pragma GCC unroll 8
     for (int g = 0; g < G; g++)
+      #pragma GCC unroll 8
       for (int m = 0; m < M; m++) {
         const __m256 r = TWO ? _mm256_add_ps(ev[g][m], od[g][m]) : ev[g][m];
         c[g][m] = _mm256_add_ps(c[g][m], r);
       }
   }
+  #pragma GCC unroll 8
   for (int g = 0; g < G; g++)
+    #pragma GCC unroll 8
     for (int m = 0; m < M; m++) _mm256_storeu_ps(out + (size_t)m * n + n0 + 8 * g, c[g][m]);
 }
 
@@ -162,6 +191,143 @@ void gemv_all(const float* x, const float* w, float* out, int rows, int n, int k
   }
 }
 
+// any number of rows of x, each summed as if it were alone (one FMA chain per K block: the
+// 1-row order above). Weight rows go 8 V at a time: each K block of them is transposed once into
+// TW (element k of 8 V rows in V registers), then every tile of 4 rows of x runs over it with
+// one broadcast per V FMAs; the last N % 8V rows of W take rows8's 8-row path and row1.
+constexpr int kWide = 2;  // V of the main pass
+
+template <int V, int M>
+__attribute__((target("avx2,fma"))) void blockv(const float* x, const float* tw, float* out,
+                                                int n0, int n, int k, int s, int e,
+                                                const float* next) {
+  __m256 a[M][V];
+#pragma GCC unroll 8
+  for (int m = 0; m < M; m++)
+#pragma GCC unroll 4
+    for (int v = 0; v < V; v++) a[m][v] = _mm256_setzero_ps();
+  for (int kk = s; kk < e; kk++) {
+    if (next != nullptr && ((kk - s) & 15) == 0) {
+      // the next pass's rows of this block, one line per row per 16 k, while the FMAs run:
+      // the transposition that reads them then finds them in cache
+#pragma GCC unroll 24
+      for (int r = 0; r < 8 * V; r++)
+        _mm_prefetch((const char*)(next + (size_t)r * k + kk), _MM_HINT_T1);
+    }
+    const float* t = tw + (size_t)(kk - s) * 8 * V;
+    __m256 wv[V];
+#pragma GCC unroll 4
+    for (int v = 0; v < V; v++) wv[v] = _mm256_load_ps(t + 8 * v);
+#pragma GCC unroll 8
+    for (int m = 0; m < M; m++) {
+      const __m256 xv = _mm256_broadcast_ss(x + (size_t)m * k + kk);
+#pragma GCC unroll 4
+      for (int v = 0; v < V; v++) a[m][v] = _mm256_fmadd_ps(wv[v], xv, a[m][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < M; m++) {  // c = c + block, as rows8 adds its blocks
+    float* o = out + (size_t)m * n + n0;
+#pragma GCC unroll 4
+    for (int v = 0; v < V; v++)
+      _mm256_storeu_ps(o + 8 * v, _mm256_add_ps(_mm256_loadu_ps(o + 8 * v), a[m][v]));
+  }
+}
+
+// rows N0..N0+8V-1 of W, columns S..E-1, into TW[(k - S) * 8V + row]
+template <int V>
+__attribute__((target("avx2,fma"))) void transposev(const float* w, float* tw, int n0, int n,
+                                                    int k, int s, int e) {
+  const int main_end = s + ((e - s) / 4) * 4;
+  const size_t width = 8 * V;
+  for (int g = 0; g < V; g++) {
+    for (int kk = s; kk < main_end; kk += 4) {
+      const float* p = w + (size_t)(n0 + 8 * g) * k + kk;
+      __m256 col[4];
+      columns(p, k, col);
+      float* t = tw + (size_t)(kk - s) * width + 8 * g;
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; j++) _mm256_store_ps(t + j * width, col[j]);
+    }
+    for (int kk = main_end; kk < e; kk++) {
+      const float* p = w + (size_t)(n0 + 8 * g) * k + kk;
+      float* t = tw + (size_t)(kk - s) * width + 8 * g;
+      for (int r = 0; r < 8; r++) t[r] = p[(size_t)r * k];
+    }
+  }
+}
+
+// weight rows N0.. in passes of 8 V rows while they last; returns the first row not done
+template <int V>
+int passes(const float* x, const float* w, float* out, float* tw, int rows, int n0, int n, int k,
+           const std::vector<int>& cuts) {
+  using BlockFn = void (*)(const float*, const float*, float*, int, int, int, int, int,
+                           const float*);
+  constexpr BlockFn fns[5] = {nullptr, blockv<V, 1>, blockv<V, 2>, blockv<V, 3>, blockv<V, 4>};
+  for (; n0 + 8 * V <= n; n0 += 8 * V) {
+    for (int r = 0; r < rows; r++) std::fill_n(out + (size_t)r * n + n0, 8 * V, 0.0f);
+    for (size_t b = 0; b + 1 < cuts.size(); b++) {
+      transposev<V>(w, tw, n0, n, k, cuts[b], cuts[b + 1]);
+      for (int r0 = 0; r0 < rows; r0 += 4) {
+        const int m = rows - r0 < 4 ? rows - r0 : 4;
+        const float* next = r0 == 0 && n0 + 16 * V <= n ? w + (size_t)(n0 + 8 * V) * k : nullptr;
+        fns[m](x + (size_t)r0 * k, tw, out + (size_t)r0 * n, n0, n, k, cuts[b], cuts[b + 1],
+               next);
+      }
+    }
+  }
+  return n0;
+}
+
+template <int M>
+void tile(const float* x, const float* w, float* out, int n0, int n, int k,
+          const std::vector<int>& cuts) {
+  rows8<M, 1, false>(x, w, out, n0, n, k, cuts);
+}
+
+template <int M>
+void tile1(const float* x, const float* w, float* out, int nn, int n, int k,
+           const std::vector<int>& cuts) {
+  row1<M, false>(x, w, out, nn, n, k, cuts);
+}
+
+using TileFn = void (*)(const float*, const float*, float*, int, int, int,
+                        const std::vector<int>&);
+constexpr TileFn kTiles[9] = {nullptr, tile<1>, tile<2>, tile<3>, tile<4>,
+                              tile<5>, tile<6>, tile<7>, tile<8>};
+constexpr TileFn kTiles1[9] = {nullptr, tile1<1>, tile1<2>, tile1<3>, tile1<4>,
+                               tile1<5>, tile1<6>, tile1<7>, tile1<8>};
+void per_row_all(const float* x, const float* w, float* out, int rows, int n, int k, int q) {
+  if (rows < 4) {  // 1-3 rows: gemv_all's one-chain tiles (faster there, the same order)
+    gemv_all(x, w, out, rows, n, k, q);
+    return;
+  }
+  const std::vector<int> cuts = blocks(k, q, 8);
+  int longest = 0;
+  for (size_t b = 0; b + 1 < cuts.size(); b++) longest = std::max(longest, cuts[b + 1] - cuts[b]);
+  // one buffer per thread, kept: an allocation and free per product at the heap's top made
+  // glibc trim and regrow it, and the step's other buffers then page-faulted (the serving
+  // worker's stream thread: ~15% of its time in page faults; bench/README.md, session 18)
+  thread_local std::unique_ptr<float, decltype(&std::free)> buffer(nullptr, &std::free);
+  thread_local size_t held = 0;
+  const size_t want = 8 * kWide * (size_t)longest;
+  if (want > held) {
+    buffer.reset(static_cast<float*>(std::aligned_alloc(32, sizeof(float) * want)));
+    if (!buffer) throw std::bad_alloc();
+    held = want;
+  }
+  float* tw = buffer.get();
+  int n0 = passes<kWide>(x, w, out, tw, rows, 0, n, k, cuts);
+  auto each_tile = [&](const TileFn* fns, int at) {
+    for (int r0 = 0; r0 < rows; r0 += 8) {
+      const int m = rows - r0 < 8 ? rows - r0 : 8;
+      fns[m](x + (size_t)r0 * k, w, out + (size_t)r0 * n, at, n, k, cuts);
+    }
+  };
+  for (; n0 + 8 <= n; n0 += 8) each_tile(kTiles, n0);
+  for (; n0 < n; n0++) each_tile(kTiles1, n0);
+}
+
 // A's elements in row-major order, copied into BUF through its strides (an input that is not
 // row-contiguous: the primitive takes its inputs as they are, without a Contiguous node each)
 const float* packed(const mx::array& a, std::vector<float>& buf) {
@@ -183,7 +349,8 @@ const float* packed(const mx::array& a, std::vector<float>& buf) {
 
 class Gemv : public mx::UnaryPrimitive {
  public:
-  Gemv(mx::Stream stream, int q) : mx::UnaryPrimitive(stream), q_(q) {}
+  Gemv(mx::Stream stream, int q, bool per_row)
+      : mx::UnaryPrimitive(stream), q_(q), per_row_(per_row) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
     const mx::array& x = inputs[0];
@@ -198,10 +365,15 @@ class Gemv : public mx::UnaryPrimitive {
     const bool x_packed = x.flags().row_contiguous, w_packed = w.flags().row_contiguous;
     encoder.dispatch([x = mx::array::unsafe_weak_copy(x), w = mx::array::unsafe_weak_copy(w),
                       out = mx::array::unsafe_weak_copy(out), rows, n, k, q = q_, x_packed,
-                      w_packed]() mutable {
+                      w_packed, per_row = per_row_]() mutable {
       std::vector<float> x_buf, w_buf;
-      gemv_all(x_packed ? x.data<float>() : packed(x, x_buf),
-               w_packed ? w.data<float>() : packed(w, w_buf), out.data<float>(), rows, n, k, q);
+      const float* xs = x_packed ? x.data<float>() : packed(x, x_buf);
+      const float* ws = w_packed ? w.data<float>() : packed(w, w_buf);
+      if (per_row) {
+        per_row_all(xs, ws, out.data<float>(), rows, n, k, q);
+      } else {
+        gemv_all(xs, ws, out.data<float>(), rows, n, k, q);
+      }
     });
   }
 
@@ -212,7 +384,8 @@ class Gemv : public mx::UnaryPrimitive {
   const char* name() const override { return "Gemv"; }
 
   bool is_equivalent(const mx::Primitive& other) const override {
-    return q_ == static_cast<const Gemv&>(other).q_;
+    const auto& o = static_cast<const Gemv&>(other);
+    return q_ == o.q_ && per_row_ == o.per_row_;
   }
 
   std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
@@ -223,20 +396,21 @@ class Gemv : public mx::UnaryPrimitive {
 
  private:
   int q_;
+  bool per_row_;
 };
 
 bool fma_cpu() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
 
-// x (..., K) @ w.T for w (N, K): the primitive for float32 on the CPU with at most 4 rows of
-// x, else MLX's matmul
-mx::array matmul_t(const mx::array& x, const mx::array& w, int q) {
+// x (..., K) @ w.T for w (N, K): the primitive for float32 on the CPU (at most 4 rows of x
+// unless PER_ROW), else MLX's matmul
+mx::array product(const mx::array& x, const mx::array& w, int q, bool per_row) {
   mx::StreamOrDevice s = {};
   mx::Stream stream = mx::to_stream(s);
   const bool fits = x.dtype() == mx::float32 && w.dtype() == mx::float32 && x.ndim() >= 1 &&
                     w.ndim() == 2 && x.shape(-1) == w.shape(1) && w.shape(0) > 0 &&
                     w.shape(1) > 0 && x.size() / w.shape(1) >= 1 &&
-                    x.size() / w.shape(1) <= kMaxRows && stream.device == mx::Device::cpu &&
-                    q > 0 && fma_cpu();
+                    (per_row || x.size() / w.shape(1) <= kMaxRows) &&
+                    stream.device == mx::Device::cpu && q > 0 && fma_cpu();
   if (!fits) {
     return mx::matmul(x, mx::transpose(w, s), s);
   }
@@ -244,7 +418,18 @@ mx::array matmul_t(const mx::array& x, const mx::array& w, int q) {
   shape.back() = w.shape(0);
   // no Contiguous nodes: each costs the step a graph node and a task on the stream's thread
   // (two per product, ~70 of a stories260K step's ~350); the primitive packs what is strided
-  return mx::array(shape, mx::float32, std::make_shared<Gemv>(stream, q), {x, w});
+  return mx::array(shape, mx::float32, std::make_shared<Gemv>(stream, q, per_row), {x, w});
+}
+
+// x (..., K) @ w.T for w (N, K): the primitive for float32 on the CPU with at most 4 rows of
+// x, else MLX's matmul
+mx::array matmul_t(const mx::array& x, const mx::array& w, int q) {
+  return product(x, w, q, false);
+}
+
+// x (..., K) @ w.T, every row of x summed as matmul_t sums one row alone (any number of rows)
+mx::array matmul_rows(const mx::array& x, const mx::array& w, int q) {
+  return product(x, w, q, true);
 }
 
 }  // namespace
@@ -258,9 +443,13 @@ NB_MODULE(_gemv, m) {
   m.attr("built_for") = BUILT_FOR_MLX;
   m.attr("_tag") = kBuiltFor;
   m.attr("max_rows") = kMaxRows;
-  m.doc() = "x @ w.T for float32 and up to 4 rows in OpenBLAS sgemm's summation order";
+  m.doc() = "x @ w.T for float32 in OpenBLAS sgemm's summation order (up to 4 rows) or its "
+            "one-row order for every row";
   m.def("matmul_t", &matmul_t, nb::arg("x"), nb::arg("w"), nb::arg("q"),
         "x @ w.T summed as OpenBLAS's sgemm with K blocks of GEMM_Q = q (MLX's matmul beyond "
         "4 rows, other dtypes or devices)");
+  m.def("matmul_rows", &matmul_rows, nb::arg("x"), nb::arg("w"), nb::arg("q"),
+        "x @ w.T with every row summed as matmul_t sums one row (any number of rows): a row's "
+        "bits do not depend on the rows beside it");
   m.def("fma_cpu", &fma_cpu, "True when this CPU runs the kernel");
 }
