@@ -194,7 +194,7 @@ void gemv_all(const float* x, const float* w, float* out, int rows, int n, int k
 // any number of rows of x, each summed as if it were alone (one FMA chain per K block: the
 // 1-row order above). Weight rows go 8 V at a time: each K block of them is transposed once into
 // TW (element k of 8 V rows in V registers), then every tile of 4 rows of x runs over it with
-// one broadcast per V FMAs; the last N % 8V rows of W take rows8's 8-row path and row1.
+// one broadcast per V FMAs; the last N % 8V rows of W take a pass of 8 (V = 1) and row1.
 constexpr int kWide = 2;  // V of the main pass
 
 template <int V, int M>
@@ -279,24 +279,6 @@ int passes(const float* x, const float* w, float* out, float* tw, int rows, int 
   return n0;
 }
 
-template <int M>
-void tile(const float* x, const float* w, float* out, int n0, int n, int k,
-          const std::vector<int>& cuts) {
-  rows8<M, 1, false>(x, w, out, n0, n, k, cuts);
-}
-
-template <int M>
-void tile1(const float* x, const float* w, float* out, int nn, int n, int k,
-           const std::vector<int>& cuts) {
-  row1<M, false>(x, w, out, nn, n, k, cuts);
-}
-
-using TileFn = void (*)(const float*, const float*, float*, int, int, int,
-                        const std::vector<int>&);
-constexpr TileFn kTiles[9] = {nullptr, tile<1>, tile<2>, tile<3>, tile<4>,
-                              tile<5>, tile<6>, tile<7>, tile<8>};
-constexpr TileFn kTiles1[9] = {nullptr, tile1<1>, tile1<2>, tile1<3>, tile1<4>,
-                               tile1<5>, tile1<6>, tile1<7>, tile1<8>};
 void per_row_all(const float* x, const float* w, float* out, int rows, int n, int k, int q) {
   if (rows < 4) {  // 1-3 rows: gemv_all's one-chain tiles (faster there, the same order)
     gemv_all(x, w, out, rows, n, k, q);
@@ -305,9 +287,7 @@ void per_row_all(const float* x, const float* w, float* out, int rows, int n, in
   const std::vector<int> cuts = blocks(k, q, 8);
   int longest = 0;
   for (size_t b = 0; b + 1 < cuts.size(); b++) longest = std::max(longest, cuts[b + 1] - cuts[b]);
-  // one buffer per thread, kept: an allocation and free per product at the heap's top made
-  // glibc trim and regrow it, and the step's other buffers then page-faulted (the serving
-  // worker's stream thread: ~15% of its time in page faults; bench/README.md, session 18)
+  // the transposition buffer: one per thread, kept and grown, not allocated per product
   thread_local std::unique_ptr<float, decltype(&std::free)> buffer(nullptr, &std::free);
   thread_local size_t held = 0;
   const size_t want = 8 * kWide * (size_t)longest;
@@ -318,14 +298,12 @@ void per_row_all(const float* x, const float* w, float* out, int rows, int n, in
   }
   float* tw = buffer.get();
   int n0 = passes<kWide>(x, w, out, tw, rows, 0, n, k, cuts);
-  auto each_tile = [&](const TileFn* fns, int at) {
-    for (int r0 = 0; r0 < rows; r0 += 8) {
-      const int m = rows - r0 < 8 ? rows - r0 : 8;
-      fns[m](x + (size_t)r0 * k, w, out + (size_t)r0 * n, at, n, k, cuts);
+  n0 = passes<1>(x, w, out, tw, rows, n0, n, k, cuts);  // a last group of 8 weight rows
+  for (; n0 < n; n0++) {  // the last N % 8, one row of x at a time (row1's order is per row)
+    for (int r = 0; r < rows; r++) {
+      row1<1, false>(x + (size_t)r * k, w, out + (size_t)r * n, n0, n, k, cuts);
     }
-  };
-  for (; n0 + 8 <= n; n0 += 8) each_tile(kTiles, n0);
-  for (; n0 < n; n0++) each_tile(kTiles1, n0);
+  }
 }
 
 // A's elements in row-major order, copied into BUF through its strides (an input that is not
