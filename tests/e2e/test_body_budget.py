@@ -311,6 +311,15 @@ def test_pipelined_requests_are_charged_one_at_a_time(small: tuple[Server, str])
     assert _settled(srv, 0) == 0
 
 
+def _read_until(s: socket.socket, marker: bytes, out: bytes = b"", size: int = 65536) -> bytes:
+    """OUT and what S sends until MARKER is in it (the server must not close first)."""
+    while marker not in out:
+        chunk = s.recv(size)
+        assert chunk, out[-300:]
+        out += chunk
+    return out
+
+
 def _stalled_stream(port: int, model: str, path: str) -> socket.socket:
     """A streamed request to PATH of a HELD-byte body (mostly padding) whose answer (16 choices
     of 400 tokens with logprobs: megabytes) has started and is then left unread, so it cannot
@@ -327,11 +336,7 @@ def _stalled_stream(port: int, model: str, path: str) -> socket.socket:
     s.settimeout(30)
     s.connect(("127.0.0.1", port))
     s.sendall(_head(path, HELD) + body + b" " * (HELD - len(body)))
-    out = b""
-    while b"data: " not in out:
-        chunk = s.recv(4096)
-        assert chunk, out[:300]
-        out += chunk
+    out = _read_until(s, b"data: ", size=4096)
     assert out.startswith(b"HTTP/1.1 200"), out[:300]
     return s
 
@@ -382,17 +387,10 @@ def test_a_started_messages_stream_gives_its_body_charge_back(small: tuple[Serve
     for _ in range(3):  # a scrape after the answer ended would prove nothing: try again
         with socket.create_connection(("127.0.0.1", srv.port), timeout=60) as s:
             s.sendall(_head("/v1/messages", HELD) + body + b" " * (HELD - len(body)))
-            out = b""
-            while b"event: message_start" not in out:
-                chunk = s.recv(65536)
-                assert chunk, out[:300]
-                out += chunk
+            out = _read_until(s, b"event: message_start")
             assert out.startswith(b"HTTP/1.1 200"), out[:300]
             held, running = _held_while_running(srv)
-            while b"event: message_stop" not in out:
-                chunk = s.recv(65536)
-                assert chunk, out[-300:]
-                out += chunk
+            out = _read_until(s, b"event: message_stop", out)
         assert b'"stop_reason":"max_tokens"' in out, out[-300:]
         if running:
             break
