@@ -162,6 +162,7 @@ class CompiledDecode:
             cache = None
             if template.dense is not None and template.dense_cache is not None:
                 cache = copy.copy(template.dense_cache)
+                cache.put_rows = scatter_rows
                 cache.k, cache.v = list(pool[6]), list(pool[7])
                 batch.dense_cache = cache
                 batch.dense = template.dense._replace(write=arrays[-1])
