@@ -86,9 +86,9 @@ class PagedKVStore:
     """The page arrays of every layer; writes by slot, gathers by slot table.
 
     Every write goes through ``put_rows`` (MLX's scatter, or the worker's in-place write,
-    worker/kv_rows.py) and replaces the array in the store's lists: nothing may keep an older
-    version of a page array to read later, and a read that a step makes of an array before
-    writing it reads other rows than the write's (the tail's rows, then the working set's).
+    worker/kv_rows.py) and replaces the array in the store's lists. The in-place write copies
+    when an older version still has a reader to run, but a view of the array (a reshape) shares
+    its buffer unseen: a view must be read by the op it was made for, in the same graph.
     """
 
     def __init__(self, fmt: KVFormat, num_pages: int, tail_pages: int = 0,

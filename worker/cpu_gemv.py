@@ -9,8 +9,9 @@ as the preloaded OpenBLAS's sgemm sums a lone row (its K blocks of GEMM_Q, one F
 block) straight from W, whatever the rows beside it: for 1-3 rows those are sgemm's own bits;
 for 4-32 rows (weights of MIN_WEIGHTS_MANY_ROWS elements or more) each row has the bits it
 would have alone, where sgemm would sum the rows in 4-row tiles (two chains), so logits there
-differ from MLX's by float rounding and do not depend on what else is in the batch. The one-row order was measured on one OpenBLAS build and
-CPU (bench/README.md, session 16), so ``wrap_gemv`` first runs the primitive against
+differ from MLX's by float rounding and do not depend on what else is in the batch. The one-row
+order was measured on one OpenBLAS build and CPU (bench/README.md, session 16), so
+``wrap_gemv`` first runs the primitive against
 ``mx.matmul`` on 1-3 random rows times each of the model's own weight matrices, at the OpenBLAS
 thread count in force, and enables it only when every bit matches (one log line either way).
 The wrapped modules use it only inside our forwards (``running``) where ``fits`` says so; every

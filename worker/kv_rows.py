@@ -1,11 +1,12 @@
 """The KV store's row writes in place on the CPU (worker/native's ``write_rows``).
 
 MLX's scatter copies a whole page array when an earlier reader still holds its buffer at the
-moment the write is evaluated; with overlapped decode that is often the last step's attention
-(worker/native/rows.cpp says why). ``writer`` gives the store (``PagedKVStore.put_rows``) the
-native write, which always writes the array's own buffer, when the extension loads and MLX runs
-on the CPU; else MLX's scatter (``cache.paged_kv.scatter_rows``), as before. Same values either
-way: both copy the rows' bytes.
+moment the write is encoded; with overlapped decode that is often the last step's attention,
+queued but not yet run (worker/native/rows.cpp says why). ``writer`` gives the store
+(``PagedKVStore.put_rows``) and its dense decode cache the native write, which writes the
+array's own buffer unless a reader not yet queued (or a kept handle) refers to the old version,
+when the extension loads and MLX runs on the CPU; else MLX's scatter
+(``cache.paged_kv.scatter_rows``), as before. Same values either way: both copy the rows' bytes.
 """
 
 from __future__ import annotations
@@ -34,6 +35,14 @@ def writer() -> PutRows:
     if not ENABLED or mx.default_device() != mx.cpu or native() is None:
         return scatter_rows
     return write_rows
+
+
+def row_write_status() -> dict[str, int]:
+    """The worker status fields: native row writes so far made in place and into a copy (a
+    growing copy count means MLX's copies are back)."""
+    module = native() if ENABLED else None
+    in_place, copied = module.counts() if module is not None else (0, 0)
+    return {"kv_row_writes_in_place": int(in_place), "kv_row_writes_copied": int(copied)}
 
 
 def write_rows(dst: mx.array, rows: mx.array, values: mx.array) -> mx.array:

@@ -111,6 +111,15 @@ def test_a_kept_handle_keeps_its_rows() -> None:
     assert np.array_equal(np.array(a), kept)
 
 
+def test_the_status_counts_the_writes() -> None:
+    before = kv_rows.row_write_status()
+    a = kv_rows.write_rows(_dense((8, 2), mx.float32), mx.array([1]), mx.ones((1, 2)))
+    mx.eval(a)
+    after = kv_rows.row_write_status()
+    assert after["kv_row_writes_in_place"] == before["kv_row_writes_in_place"] + 1
+    assert after["kv_row_writes_copied"] == before["kv_row_writes_copied"]
+
+
 def test_other_shapes_fall_back_to_mlx_scatter() -> None:
     a = _dense((4, 3, 2), mx.float32)
     values = mx.ones((1, 3, 2))
