@@ -21,6 +21,7 @@ the tail pages in the tail arrays, worker/kv_working.py): dequantized once, the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -30,6 +31,15 @@ from cache.paged_kv_work import WorkingSet
 
 KEY_BITS = 8
 VALUE_BITS = 4
+# how the store writes rows: (array (N, C), rows (R,), values (R, C)) -> the written array
+PutRows = Callable[[mx.array, mx.array, mx.array], mx.array]
+
+
+def scatter_rows(dst: mx.array, rows: mx.array, values: mx.array) -> mx.array:
+    """DST with ROWS set to VALUES through MLX's scatter (in DST's buffer when nothing else
+    holds it when the write is evaluated, else into a copy of all of DST)."""
+    dst[rows] = values
+    return dst
 
 
 class QuantizedPages(NamedTuple):
@@ -73,11 +83,19 @@ def k8v4_supported(head_dim: int, group_size: int) -> bool:
 
 
 class PagedKVStore:
-    """The page arrays of every layer; writes by slot, gathers by slot table."""
+    """The page arrays of every layer; writes by slot, gathers by slot table.
+
+    Every write goes through ``put_rows`` (MLX's scatter, or the worker's in-place write,
+    worker/kv_rows.py) and replaces the array in the store's lists. The in-place write copies
+    when an older version still has a reader to run, but a view of the array (a reshape) shares
+    its buffer unseen: a view must be read by the op it was made for, in the same graph.
+    """
 
     def __init__(self, fmt: KVFormat, num_pages: int, tail_pages: int = 0,
-                 work_pages: int = 0, spare_bytes: int = 0) -> None:
+                 work_pages: int = 0, spare_bytes: int = 0,
+                 put_rows: PutRows = scatter_rows) -> None:
         self.fmt = fmt
+        self.put_rows = put_rows
         self.num_pages = num_pages
         # bytes of the memory budget these arrays leave unused (worker/kv_dense.py's cache)
         self.spare_bytes = spare_bytes
@@ -125,8 +143,8 @@ class PagedKVStore:
         Returns what was stored before quantization: the keys and values, centered for K8V4.
         """
         if self.fmt.kind == "none":
-            self.k[layer][0][rows] = keys.astype(self.fmt.dtype)
-            self.v[layer][0][rows] = values.astype(self.fmt.dtype)
+            self._put(self.k[layer], 0, rows, keys.astype(self.fmt.dtype))
+            self._put(self.v[layer], 0, rows, values.astype(self.fmt.dtype))
             return keys, values
         keys, values = self.center(layer, keys, values)
         self.write_quantized(layer, rows, keys, values)
@@ -148,9 +166,8 @@ class PagedKVStore:
         for arrays, x, bits in ((self.k[layer], keys, KEY_BITS), (self.v[layer], values, VALUE_BITS)):
             w, s, b = mx.quantize(x, group_size=self.fmt.group_size, bits=bits)
             s, b = s.astype(mx.float16), b.astype(mx.float16)
-            arrays[0][rows] = w
-            arrays[1][rows] = s
-            arrays[2][rows] = b
+            for i, part in enumerate((w, s, b)):
+                self._put(arrays, i, rows, part)
             written.append((w, s, b))
         return written
 
@@ -187,12 +204,17 @@ class PagedKVStore:
         for arrays, out, bits in ((self.k[layer], self.k_tail, KEY_BITS),
                                   (self.v[layer], self.v_tail, VALUE_BITS)):
             w, s, b = (a[rows] for a in arrays)
-            out[layer][work_rows] = dequantize(w, s.astype(dtype), b.astype(dtype), g, bits)
+            self._put(out, layer, work_rows,
+                      dequantize(w, s.astype(dtype), b.astype(dtype), g, bits))
 
     def write_tail(self, layer: int, rows: mx.array, keys: mx.array, values: mx.array) -> None:
         """Store centered keys/values (R, D) in full precision at tail ROWS (R,)."""
-        self.k_tail[layer][rows] = keys.astype(self.fmt.dtype)
-        self.v_tail[layer][rows] = values.astype(self.fmt.dtype)
+        self._put(self.k_tail, layer, rows, keys.astype(self.fmt.dtype))
+        self._put(self.v_tail, layer, rows, values.astype(self.fmt.dtype))
+
+    def _put(self, arrays: list[mx.array], i: int, rows: mx.array, values: mx.array) -> None:
+        """ARRAYS[I] with ROWS set to VALUES, through ``put_rows``."""
+        arrays[i] = self.put_rows(arrays[i], rows, values)
 
     def gather_tail(self, layer: int, table: mx.array) -> tuple[mx.array, mx.array]:
         """Full-precision tail keys and values at the rows of TABLE (B, H, W)."""

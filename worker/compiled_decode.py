@@ -21,7 +21,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from cache.paged_kv import PagedKVStore
+from cache.paged_kv import PagedKVStore, scatter_rows
 from worker.kv_dense import prepare_dense
 from worker.kv_working import DecodePlan
 from worker.paged_batch import PagedBatch
@@ -144,6 +144,7 @@ class CompiledDecode:
 
         def step(tokens: mx.array, arrays: list[mx.array], pool: list[Any]) -> Any:
             proxy = copy.copy(store)
+            proxy.put_rows = scatter_rows  # MLX's own scatter inside the traced function
             proxy.k = [list(a) for a in pool[0]]
             proxy.v = [list(a) for a in pool[1]]
             proxy.k_tail, proxy.v_tail = list(pool[2]), list(pool[3])
@@ -161,6 +162,7 @@ class CompiledDecode:
             cache = None
             if template.dense is not None and template.dense_cache is not None:
                 cache = copy.copy(template.dense_cache)
+                cache.put_rows = scatter_rows
                 cache.k, cache.v = list(pool[6]), list(pool[7])
                 batch.dense_cache = cache
                 batch.dense = template.dense._replace(write=arrays[-1])

@@ -3,14 +3,15 @@ primitive: OpenBLAS's one-row sgemm sums without its packing, for every row.
 
 MLX's CPU matmul runs ``x @ W.T`` through ``cblas_sgemm`` even for one row, and OpenBLAS then
 copies (packs) all of W before its micro-kernel runs: on the Qwen3 bench model a one-row step
-spends most of its time there (bench/README.md, session 8), and its LM head at 4-32 rows runs
-at half the kernel's speed (session 18). worker/native/gemv.cpp sums each row of x as the
-preloaded OpenBLAS's sgemm sums a lone row (its K blocks of GEMM_Q, one FMA chain per block)
-straight from W, whatever the rows beside it: for 1-3 rows those are sgemm's own bits; for the
-LM head's 4-32 rows each row has the bits it would have alone, where sgemm would sum the rows
-in 4-row tiles (two chains), so logits there differ from MLX's by float rounding and do not
-depend on what else is in the batch. The one-row order was measured on one OpenBLAS build and
-CPU (bench/README.md, session 16), so ``wrap_gemv`` first runs the primitive against
+spends most of its time there (bench/README.md, session 8), and its products of 4-32 rows run
+at half the kernel's speed or less (sessions 18-19). worker/native/gemv.cpp sums each row of x
+as the preloaded OpenBLAS's sgemm sums a lone row (its K blocks of GEMM_Q, one FMA chain per
+block) straight from W, whatever the rows beside it: for 1-3 rows those are sgemm's own bits;
+for 4-32 rows (weights of MIN_WEIGHTS_MANY_ROWS elements or more) each row has the bits it
+would have alone, where sgemm would sum the rows in 4-row tiles (two chains), so logits there
+differ from MLX's by float rounding and do not depend on what else is in the batch. The one-row
+order was measured on one OpenBLAS build and CPU (bench/README.md, session 16), so
+``wrap_gemv`` first runs the primitive against
 ``mx.matmul`` on 1-3 random rows times each of the model's own weight matrices, at the OpenBLAS
 thread count in force, and enables it only when every bit matches (one log line either way).
 The wrapped modules use it only inside our forwards (``running``) where ``fits`` says so; every
@@ -34,17 +35,28 @@ from worker.native import load
 nn: Any = mlx.nn  # mlx.nn ships no type information mypy can follow
 log = logging.getLogger("rapid_mlx.worker")
 
+
+def _rows_setting(name: str, default: int) -> int:
+    """The environment's NAME as a row count, or DEFAULT (one log line when it is not one)."""
+    value = os.environ.get(name, str(default))
+    try:
+        return max(int(value), 0)
+    except ValueError:
+        log.warning("%s=%r is not a row count; %d", name, value, default)
+        return default
+
+
 ENABLED = True  # tests and benches compare against MLX's matmul with this off
 # rows of x routed to the kernel's per-row products (``matmul_rows``): up to 3 for every
-# layer (there they are sgemm's bits), up to MAX_ROWS for the LM head (a tied embedding's
-# ``as_linear`` or a Linear named ``lm_head``) of at least MIN_WEIGHTS_MANY_ROWS elements.
-# Larger products (prefill chunks) are OpenBLAS's, whose packing pays off there. Serving the
-# Qwen3 bench model at 32 streams, per-row layers as well made steps 1.6x slower (the worker
-# page-faulted ~150k times a second in MLX copies; cause not found), the head alone 1.1-1.2x
-# faster (bench/README.md, session 18). RAPID_MLX_GEMV_MAX_ROWS overrides MAX_ROWS (benches).
-MAX_ROWS = int(os.environ.get("RAPID_MLX_GEMV_MAX_ROWS", "32"))
-CHECK_ROWS = 3  # layers' rows, and the check's against mx.matmul: sgemm sums 1-3 rows alone
-MIN_WEIGHTS_MANY_ROWS = 1 << 16  # smaller heads (stories260K's 512 x 64): sgemm as fast
+# product (there they are sgemm's bits), up to MAX_ROWS for weights of at least
+# MIN_WEIGHTS_MANY_ROWS elements (the Qwen3 bench model's layers and LM head). Larger products
+# (prefill chunks) are OpenBLAS's, whose packing pays off there. RAPID_MLX_GEMV_MAX_ROWS
+# overrides MAX_ROWS (benches). Session 18 routed the layers' 4-32 rows too and served slower:
+# their outputs changed the timing of the KV writes, which then copied whole page arrays;
+# worker/kv_rows.py's in-place writes ended that (bench/README.md, session 19).
+MAX_ROWS = _rows_setting("RAPID_MLX_GEMV_MAX_ROWS", 32)
+CHECK_ROWS = 3  # the check's rows against mx.matmul: sgemm sums 1-3 rows alone
+MIN_WEIGHTS_MANY_ROWS = 1 << 16  # smaller weights (stories260K's): sgemm as fast
 GEMM_Q = 320  # OpenBLAS's SGEMM_DEFAULT_Q for its Zen/Haswell cores (the check confirms it)
 _loaded: dict[str, Any] = {}
 
@@ -92,11 +104,10 @@ class GemvLinear(nn.Linear):  # type: ignore[misc]
     """``nn.Linear`` without bias that, inside our forwards, runs few rows through the kernel."""
 
     _gemv: GemvState
-    _head: bool  # the model's lm_head
 
     def __call__(self, x: mx.array) -> mx.array:
         """``nn.Linear.__call__``; the kernel's product where ``fits`` says so."""
-        if not fits(self._gemv, x, self["weight"], self._head) or "bias" in self:
+        if not fits(self._gemv, x, self["weight"]) or "bias" in self:
             return super().__call__(x)  # type: ignore[no-any-return]
         self._gemv.calls += 1
         out: mx.array = self._gemv.module.matmul_rows(x, self["weight"], GEMM_Q)
@@ -110,21 +121,21 @@ class GemvEmbedding(nn.Embedding):  # type: ignore[misc]
 
     def as_linear(self, x: mx.array) -> mx.array:
         """``nn.Embedding.as_linear``; the kernel's product where ``fits`` says so."""
-        if not fits(self._gemv, x, self["weight"], True):
+        if not fits(self._gemv, x, self["weight"]):
             return super().as_linear(x)  # type: ignore[no-any-return]
         self._gemv.calls += 1
         out: mx.array = self._gemv.module.matmul_rows(x, self["weight"], GEMM_Q)
         return out
 
 
-def fits(state: GemvState, x: mx.array, w: mx.array, head: bool) -> bool:
+def fits(state: GemvState, x: mx.array, w: mx.array) -> bool:
     """True inside our forwards for float32 X on the CPU of at most CHECK_ROWS rows, or of at
-    most MAX_ROWS rows for an LM HEAD whose weight W has MIN_WEIGHTS_MANY_ROWS elements."""
+    most MAX_ROWS rows when the weight W has MIN_WEIGHTS_MANY_ROWS elements."""
     if not (state.active and ENABLED and x.dtype == mx.float32 and x.ndim >= 1
             and x.shape[-1] > 0 and mx.default_device() == mx.cpu):
         return False
     rows = x.size // x.shape[-1]
-    return rows <= CHECK_ROWS or (head and rows <= MAX_ROWS and w.size >= MIN_WEIGHTS_MANY_ROWS)
+    return rows <= CHECK_ROWS or (rows <= MAX_ROWS and w.size >= MIN_WEIGHTS_MANY_ROWS)
 
 
 def wrap_gemv(model: Any) -> GemvState | None:
@@ -159,15 +170,12 @@ def wrap_gemv(model: Any) -> GemvState | None:
                     "shapes; MLX's matmul")
         return None
     state = GemvState(module)
-    heads = {id(m) for name, m in model.named_modules() if name.split(".")[-1] == "lm_head"}
     for m in chosen:
         m.__class__ = classes[type(m)]
         m._gemv = state
-        if type(m) is GemvLinear:
-            m._head = id(m) in heads
-    log.info("native gemv in use for float32 products of up to %d rows (the LM head: %d), each "
-             "row summed as alone (%d weight shapes checked bit for bit)", CHECK_ROWS, MAX_ROWS,
-             len(shapes))
+    log.info("native gemv in use for float32 products of up to %d rows (weights of %d elements "
+             "or more: %d), each row summed as alone (%d weight shapes checked bit for bit)",
+             CHECK_ROWS, MIN_WEIGHTS_MANY_ROWS, MAX_ROWS, len(shapes))
     return state
 
 

@@ -36,9 +36,11 @@ from cache.paged_kv import PagedKVStore
 
 CHUNK = 256  # key positions the cache grows by (few shapes)
 # only models up to this size use it: it paid on stories260K (1 MB, dispatch-bound: 0.76x /
-# 0.89x the CPU per token at 8 / 32 rows joining and leaving) and not on the Qwen3 bench model
-# (116 MB, K8V4: 0.98x / 1.07x) (bench/README.md, session 9)
-MAX_WEIGHT_BYTES = 32 << 20
+# 0.89x the CPU per token at 8 / 32 rows joining and leaving, session 9) and, once page writes
+# were in place and the products per row (session 19), on the Qwen3 bench model (116 MB, K8V4:
+# served 1.15x / 1.23x the tokens/s at 8 / 32 streams; session 9 had measured 0.98x / 1.07x the
+# CPU). Larger models were not measured (bench/README.md)
+MAX_WEIGHT_BYTES = 256 << 20
 # decode batches from this many rows use it: at 1-2 rows the page gather is cheap and the cache's
 # read-back and scatter cost more (stories260K, dense / gather wall per step, medians of 11
 # rounds: 1.16 at 1 row, 1.11 at 2, 0.90 at 4, 0.92 at 8; bench.dense_decode, session 9)
@@ -70,6 +72,7 @@ class DenseCache:
         self.fmt = store.fmt
         self.quantized = store.quantized
         self.heads = store.fmt.num_kv_heads
+        self.put_rows = store.put_rows  # row writes: the store's (in place on the CPU)
         self.k: list[mx.array | None] = [None] * store.fmt.num_layers
         self.v: list[mx.array | None] = [None] * store.fmt.num_layers
         self.ready: list[DensePlan | None] = [None] * store.fmt.num_layers  # plan applied last
@@ -215,10 +218,9 @@ def apply_dense(cache: DenseCache, layer: int, plan: DensePlan, source_k: mx.arr
     prepare = cache.ready[layer] is not plan  # a batch run twice (tests) moves rows once
     cache.ready[layer] = plan
     for arrays, src, new in ((cache.k, source_k, new_k), (cache.v, source_v, new_v)):
-        a = _prepared(arrays[layer], plan, h, src) if prepare else arrays[layer]
+        a = _prepared(cache, arrays[layer], plan, src) if prepare else arrays[layer]
         assert a is not None
-        a[plan.write] = new.astype(src.dtype)
-        arrays[layer] = a
+        a = arrays[layer] = cache.put_rows(a, plan.write, new.astype(src.dtype))
         out.append(a.reshape(plan.rows, h, plan.cap, -1)[:, :, : plan.length])
     cache.applied += 1
     return out[0], out[1]
@@ -234,29 +236,31 @@ def prepare_dense(cache: DenseCache, plan: DensePlan, sources: list[tuple[mx.arr
                          old_cap=plan.cap)
     for layer, (src_k, src_v) in enumerate(sources):
         if cache.ready[layer] is not plan:
-            cache.k[layer] = _prepared(cache.k[layer], plan, cache.heads, src_k)
-            cache.v[layer] = _prepared(cache.v[layer], plan, cache.heads, src_v)
+            cache.k[layer] = _prepared(cache, cache.k[layer], plan, src_k)
+            cache.v[layer] = _prepared(cache, cache.v[layer], plan, src_v)
         cache.ready[layer] = left
     return left
 
 
-def _prepared(a: mx.array | None, plan: DensePlan, heads: int, src: mx.array) -> mx.array:
+def _prepared(cache: DenseCache, a: mx.array | None, plan: DensePlan, src: mx.array
+              ) -> mx.array:
     """One dense array with the plan's rows moved and refilled (not yet this step's token)."""
-    d = src.shape[-1]
+    d, heads = src.shape[-1], cache.heads
     if plan.fresh or a is None:
-        return _refilled(mx.zeros((plan.rows * heads * plan.cap, d), dtype=src.dtype), plan, src)
+        return _refilled(cache, mx.zeros((plan.rows * heads * plan.cap, d), dtype=src.dtype),
+                         plan, src)
     if plan.old_cap != plan.cap:
         a = mx.pad(a.reshape(plan.old_rows, heads, plan.old_cap, d),
                    [(0, 0), (0, 0), (0, plan.cap - plan.old_cap), (0, 0)]).reshape(-1, d)
     if plan.perm is not None:
         a = a.reshape(plan.old_rows, -1)[plan.perm].reshape(-1, d)
-    return _refilled(a, plan, src)
+    return _refilled(cache, a, plan, src)
 
 
-def _refilled(a: mx.array, plan: DensePlan, src: mx.array) -> mx.array:
+def _refilled(cache: DenseCache, a: mx.array, plan: DensePlan, src: mx.array) -> mx.array:
     """A with the plan's refilled positions read from SRC."""
     if plan.refresh is not None:
-        a[plan.refresh[1]] = src[plan.refresh[0]]
+        a = cache.put_rows(a, plan.refresh[1], src[plan.refresh[0]])
     return a
 
 

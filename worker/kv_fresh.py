@@ -59,8 +59,8 @@ def fill(store: PagedKVStore, layer: int, plan: Fill | None, keys: mx.array, val
     """Write a fresh chunk's dequantized full pages (KEYS/VALUES (B, H, n, D)) to the working set."""
     if plan is not None:
         d = keys.shape[-1]
-        store.k_tail[layer][plan.dst] = keys.reshape(-1, d)[plan.src]
-        store.v_tail[layer][plan.dst] = values.reshape(-1, d)[plan.src]
+        store.write_tail(layer, plan.dst, keys.reshape(-1, d)[plan.src],
+                         values.reshape(-1, d)[plan.src])
 
 
 def head_major(rows: np.ndarray, heads: int) -> mx.array:

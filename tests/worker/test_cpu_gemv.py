@@ -195,7 +195,7 @@ def test_engine_tokens_are_the_same(native: Any, model: tuple[Any, Any], rows: i
                                          compiled: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Greedy tokens are the same with and without the kernel, every sampled logits array
     (prefill and decode, plain and compiled steps, rows joining and leaving) agrees to float
-    rounding, and the kernel ran. Not the same bits: the LM head's products of 4-32 rows
+    rounding, and the kernel ran. Not the same bits: products of 4-32 rows with large weights
     (prompts, batches) sum each row as alone, where OpenBLAS sums them in 4-row tiles (1-3
     rows: the same bits, test_products_are_mx_matmuls)."""
     mdl, tok = model
@@ -219,9 +219,9 @@ def test_engine_tokens_are_the_same(native: Any, model: tuple[Any, Any], rows: i
 
 
 def test_which_products_go_to_the_kernel() -> None:
-    """Layers: 1-3 rows. The LM head (a Linear named lm_head, or a tied embedding's
-    as_linear): up to MAX_ROWS rows when its weight has MIN_WEIGHTS_MANY_ROWS elements or more
-    (small heads: sgemm as fast). More rows (prefill chunks): never."""
+    """Every float32 product without bias (a Linear, a tied embedding's as_linear): 1-3 rows;
+    up to MAX_ROWS rows when its weight has MIN_WEIGHTS_MANY_ROWS elements or more (smaller
+    weights: sgemm as fast). More rows (prefill chunks): never."""
     nn: Any = cpu_gemv.nn
 
     class Model(nn.Module):  # type: ignore[misc]
@@ -237,10 +237,18 @@ def test_which_products_go_to_the_kernel() -> None:
     state = cpu_gemv.wrap_gemv(model)
     assert state is not None
     with cpu_gemv.running(state):
-        for rows, want in ((1, 4), (3, 4), (4, 2), (cpu_gemv.MAX_ROWS, 2),
+        for rows, want in ((1, 4), (3, 4), (4, 3), (cpu_gemv.MAX_ROWS, 3),
                            (cpu_gemv.MAX_ROWS + 1, 0)):
             before = state.calls
             x = mx.ones((rows, 512))
             mx.eval(model.layer(x), model.lm_head(x), model.embed.as_linear(x),
                     model.small.as_linear(mx.ones((rows, 64))))
             assert state.calls - before == want, rows
+
+
+def test_a_row_setting_that_is_not_a_number_keeps_the_default(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAPID_MLX_GEMV_MAX_ROWS", "lots")
+    assert cpu_gemv._rows_setting("RAPID_MLX_GEMV_MAX_ROWS", 32) == 32
+    monkeypatch.setenv("RAPID_MLX_GEMV_MAX_ROWS", "8")
+    assert cpu_gemv._rows_setting("RAPID_MLX_GEMV_MAX_ROWS", 32) == 8

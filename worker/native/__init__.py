@@ -11,9 +11,10 @@ import mlx.core as mx
 log = logging.getLogger("rapid_mlx.worker")
 
 
-def load(name: str, what: str, instead: str) -> Any | None:
-    """worker.native.NAME when it imports, was built for the running MLX and this CPU has
-    AVX2/FMA; else None, with one log line naming WHAT and what runs INSTEAD."""
+def load(name: str, what: str, instead: str, fma: bool = True) -> Any | None:
+    """worker.native.NAME when it imports, was built for the running MLX and (FMA: a kernel
+    that needs them) this CPU has AVX2/FMA; else None, with one log line naming WHAT and what
+    runs INSTEAD."""
     try:
         module: Any = importlib.import_module(f"worker.native.{name}")
     except ImportError as exc:
@@ -24,6 +25,8 @@ def load(name: str, what: str, instead: str) -> Any | None:
         log.warning("native %s was built for mlx %s, running %s (make install rebuilds it); %s",
                     what, getattr(module, "built_for", "?"), running, instead)
         return None
+    if not fma:
+        return module
     try:
         fma = bool(module.fma_cpu())
     except Exception as exc:  # an ABI mismatch with this MLX shows up here: keep MLX's ops

@@ -20,6 +20,7 @@ import mlx.nn
 from mlx_lm.models.base import create_attention_mask
 
 from worker.fetch import CannotLoad
+from worker.kv_rows import writer
 
 nn: Any = mlx.nn  # mlx.nn ships no type information mypy can follow
 
@@ -169,5 +170,6 @@ def mtp_drafter(loaded: Any, *, max_batch: int, context_length: int, page_size: 
     fmt = KVFormat(1, args.num_key_value_heads, dim, page_size, dtype, "none")
     per_row = -(-context_length // page_size) + 1
     budget = parse_memory(memory) // fmt.bytes_per_page()
-    store = PagedKVStore(fmt, max(min(max_batch * per_row + 1, budget), per_row + 1))
+    store = PagedKVStore(fmt, max(min(max_batch * per_row + 1, budget), per_row + 1),
+                         put_rows=writer())
     return MTPDrafter(head, store, dtype)

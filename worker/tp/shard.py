@@ -9,6 +9,7 @@ from typing import Any
 import mlx.core as mx
 
 from cache.paged_kv import PagedKVStore
+from worker.kv_rows import writer
 from worker.kv_setup import KVPlan, UnsupportedModel
 from worker.tp import plan as p
 from worker.tp.link import Link
@@ -53,5 +54,6 @@ def share_store(plan: KVPlan, link: Link) -> KVPlan:
     fmt = replace(store.fmt, kind=shape.kind)
     log.info("rank %d: KV pool resized to rank 0's %d pages", link.rank, shape.num_pages)
     return KVPlan(PagedKVStore(fmt, shape.num_pages, tail_pages=shape.tail_pages,
-                               work_pages=shape.work_pages, spare_bytes=shape.spare_bytes),
+                               work_pages=shape.work_pages, spare_bytes=shape.spare_bytes,
+                               put_rows=writer()),
                   shape.kind, plan.reason)

@@ -1,0 +1,57 @@
+"""The KV store's row writes in place on the CPU (worker/native's ``write_rows``).
+
+MLX's scatter copies a whole page array when an earlier reader still holds its buffer at the
+moment the write is encoded; with overlapped decode that is often the last step's attention,
+queued but not yet run (worker/native/rows.cpp says why). ``writer`` gives the store
+(``PagedKVStore.put_rows``) and its dense decode cache the native write, which writes the
+array's own buffer unless a reader not yet queued (or a kept handle) refers to the old version,
+when the extension loads and MLX runs on the CPU; else MLX's scatter
+(``cache.paged_kv.scatter_rows``), as before. Same values either way: both copy the rows' bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+
+from cache.paged_kv import PutRows, scatter_rows
+from worker.native import load
+
+ENABLED = True  # tests and benches compare against MLX's scatter with this off
+INDEX_DTYPES = (mx.int32, mx.uint32, mx.int64, mx.uint64)
+_loaded: dict[str, Any] = {}
+
+
+def native() -> Any | None:
+    """The extension module (loaded once), or None with one log line why not."""
+    if "module" not in _loaded:
+        _loaded["module"] = load("_rows", "row writes", "MLX's scatter", fma=False)
+    return _loaded["module"]
+
+
+def writer() -> PutRows:
+    """``write_rows`` when the extension is usable on this device, else MLX's scatter."""
+    if not ENABLED or mx.default_device() != mx.cpu or native() is None:
+        return scatter_rows
+    return write_rows
+
+
+def row_write_status() -> dict[str, int]:
+    """The worker status fields: native row writes so far made in place and into a copy (a
+    growing copy count means MLX's copies are back)."""
+    module = native() if ENABLED else None
+    in_place, copied = module.counts() if module is not None else (0, 0)
+    return {"kv_row_writes_in_place": int(in_place), "kv_row_writes_copied": int(copied)}
+
+
+def write_rows(dst: mx.array, rows: mx.array, values: mx.array) -> mx.array:
+    """DST (N, C) with ROWS (R,) set to VALUES (R, C), in DST's buffer (other shapes, dtypes
+    or devices: MLX's scatter)."""
+    module = native()
+    if (module is None or mx.default_device() != mx.cpu or dst.ndim != 2 or rows.ndim != 1
+            or rows.dtype not in INDEX_DTYPES
+            or values.shape != (rows.shape[0], dst.shape[1])):
+        return scatter_rows(dst, rows, values)
+    out: mx.array = module.write_rows(dst, rows, values.astype(dst.dtype))
+    return out
