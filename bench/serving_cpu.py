@@ -17,7 +17,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import resource
+import signal
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -70,6 +72,12 @@ def one_batch(s: Server, convs: list[list[dict[str, str]]], conc: int,
     return row
 
 
+def exit_on_sigterm() -> None:
+    """SIGTERM raises SystemExit, so the running ServerGroup stops its servers on the way out
+    (the default action ended the process and left every gateway and worker running)."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison and print one table per model and concurrency."""
     from bench.run_all import MLX_LM_FLAGS, STORIES
@@ -93,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variant-flags", default="",
                     help="one more server of ours, ours-var, with these extra serve flags")
     a = ap.parse_args(argv)
+    unknown = [n for n in a.models.split(",") if n not in paths]
+    if unknown:  # before any server starts, not after the models before it ran
+        ap.error(f"--models: unknown {', '.join(unknown)} (known: {', '.join(paths)})")
+    exit_on_sigterm()
     concs = [int(c) for c in a.concurrency.split(",")]
     for name in a.models.split(","):
         path = str(paths[name])
