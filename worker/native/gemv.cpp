@@ -13,6 +13,14 @@
 // row (session 18: faster than sgemm at 4-32 rows, and a row's bits do not depend on the
 // batch). worker/cpu_gemv.py enables it only when it matches mx.matmul bit for bit on the
 // model's shapes at worker start. Build: worker/native/build.py.
+//
+// OpenBLAS's SkylakeX cores (AVX-512; Debian's 0.3.21 picks them on Xeons from Skylake-SP to
+// Sapphire Rapids) sum differently, so the order is a parameter (ORDER_SKYLAKEX): GEMM_Q is
+// 448, a 4-column tile is one chain per output like the others, and the products OpenBLAS's
+// small-matrix permit takes (sgemm_small_kernel_permit: N * M * K <= 1e6, N * M <= 1200 and
+// K >= 32, N weight rows, M rows of x) are summed by its small TN kernel: 16 lanes, lane l one
+// FMA chain over k = l mod 16 (the last partial 16 masked to zeros), then the lanes added as
+// ((l0 + l1) + (l2 + l3)) per 4-lane quarter and the quarters as (q0 + q1) + (q2 + q3).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -38,6 +46,14 @@ namespace mx = mlx::core;
 namespace {
 
 constexpr int kMaxRows = 4;
+constexpr int kOrderHaswell = 0;   // Zen / Haswell cores: the orders above
+constexpr int kOrderSkylakex = 1;  // SkylakeX cores: one chain per tile, the small kernel
+
+// OpenBLAS's SkylakeX permit for its small TN kernel (x @ w.T is TN in its column-major terms)
+bool small_permit(int n, int rows, int k) {
+  return static_cast<double>(n) * rows * k <= 1e6 && static_cast<int64_t>(n) * rows <= 1200 &&
+         k >= 32;
+}
 
 // driver/level3.c's K blocks: min_l = q while >= 2q remain, else half rounded up to U when > q
 std::vector<int> blocks(int k, int q, int unroll) {
@@ -179,14 +195,123 @@ void run_rows(const float* x, const float* w, float* out, int n, int k,
   for (; n0 < n; n0++) row1<M, false>(x, w, out, n0, n, k, cuts);
 }
 
+// the small TN kernel's sums of four 16-lane accumulators (one per weight row): a 4x4
+// transposition inside each 128-bit quarter, the lanes added pairwise, then the quarters
+__attribute__((target("avx512f"))) inline __m128 reduce4(__m512 a, __m512 b, __m512 c,
+                                                          __m512 d) {
+  const __m512 r0 = _mm512_unpacklo_ps(a, b), r1 = _mm512_unpackhi_ps(a, b);
+  const __m512 r2 = _mm512_unpacklo_ps(c, d), r3 = _mm512_unpackhi_ps(c, d);
+  const __m512 t0 = _mm512_shuffle_ps(r0, r2, 0x44), t1 = _mm512_shuffle_ps(r0, r2, 0xEE);
+  const __m512 t2 = _mm512_shuffle_ps(r1, r3, 0x44), t3 = _mm512_shuffle_ps(r1, r3, 0xEE);
+  const __m512 s = _mm512_add_ps(_mm512_add_ps(t0, t1), _mm512_add_ps(t2, t3));
+  const __m128 q0 = _mm512_extractf32x4_ps(s, 0), q1 = _mm512_extractf32x4_ps(s, 1);
+  const __m128 q2 = _mm512_extractf32x4_ps(s, 2), q3 = _mm512_extractf32x4_ps(s, 3);
+  return _mm_add_ps(_mm_add_ps(q0, q1), _mm_add_ps(q2, q3));
+}
+
+// R weight rows from I times M rows of x, summed as the small TN kernel sums them: a tile of 4
+// weight rows adds with reduce4; its edge rows (N % 4) with reduce4 too when they meet a tile of
+// 4 rows of x (SGEMM; not when each row is summed as alone), else _mm512_reduce_add_ps each
+template <int R, int M, bool ALONE>
+__attribute__((target("avx512f"))) void small_tile(const float* x, const float* w, float* out,
+                                                   int i, int n, int k) {
+  __m512 acc[R][M];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+    for (int m = 0; m < M; m++) acc[r][m] = _mm512_setzero_ps();
+  const int k16 = k & ~15;
+  int kk = 0;
+  for (; kk < k16; kk += 16) {
+    __m512 wv[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) wv[r] = _mm512_loadu_ps(w + (size_t)(i + r) * k + kk);
+#pragma GCC unroll 4
+    for (int m = 0; m < M; m++) {
+      const __m512 xv = _mm512_loadu_ps(x + (size_t)m * k + kk);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; r++) acc[r][m] = _mm512_fmadd_ps(wv[r], xv, acc[r][m]);
+    }
+  }
+  if (kk < k) {  // masked lanes load zeros: their chains add 0 * 0
+    const __mmask16 mask = static_cast<__mmask16>((1u << (k - kk)) - 1);
+    __m512 wv[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) wv[r] = _mm512_maskz_loadu_ps(mask, w + (size_t)(i + r) * k + kk);
+#pragma GCC unroll 4
+    for (int m = 0; m < M; m++) {
+      const __m512 xv = _mm512_maskz_loadu_ps(mask, x + (size_t)m * k + kk);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; r++) acc[r][m] = _mm512_fmadd_ps(wv[r], xv, acc[r][m]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int m = 0; m < M; m++) {
+    float* o = out + (size_t)m * n + i;
+    if constexpr (R == 4) {
+      _mm_storeu_ps(o, reduce4(acc[0][m], acc[1][m], acc[2][m], acc[3][m]));
+    } else if constexpr (M != 4 || ALONE) {
+#pragma GCC unroll 4
+      for (int r = 0; r < R; r++) o[r] = _mm512_reduce_add_ps(acc[r][m]);
+    }
+  }
+  if constexpr (R < 4 && M == 4 && !ALONE) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+      float four[4];
+      _mm_storeu_ps(four, reduce4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+#pragma GCC unroll 4
+      for (int m = 0; m < 4; m++) out[(size_t)m * n + i + r] = four[m];
+    }
+  }
+}
+
+template <int M, bool ALONE>
+void small_rows(const float* x, const float* w, float* out, int n, int k) {
+  int i = 0;
+  for (; i + 4 <= n; i += 4) small_tile<4, M, ALONE>(x, w, out, i, n, k);
+  for (; i + 2 <= n; i += 2) small_tile<2, M, ALONE>(x, w, out, i, n, k);
+  for (; i < n; i++) small_tile<1, M, ALONE>(x, w, out, i, n, k);
+}
+
+// rows of x through the small kernel's order (ALONE: any number, each summed as one row alone;
+// else at most 4, sgemm's bits)
+template <bool ALONE>
+void small_all(const float* x, const float* w, float* out, int rows, int n, int k) {
+  int r0 = 0;
+  for (; r0 + 4 <= rows; r0 += 4) {
+    small_rows<4, ALONE>(x + (size_t)r0 * k, w, out + (size_t)r0 * n, n, k);
+  }
+  const float* xr = x + (size_t)r0 * k;
+  float* o = out + (size_t)r0 * n;
+  switch (rows - r0) {
+    case 1: small_rows<1, ALONE>(xr, w, o, n, k); break;
+    case 2: small_rows<2, ALONE>(xr, w, o, n, k); break;
+    case 3: small_rows<3, ALONE>(xr, w, o, n, k); break;
+    default: break;
+  }
+}
+
 // X (M, K) row-contiguous, W (N, K) row-contiguous -> OUT (M, N)
-void gemv_all(const float* x, const float* w, float* out, int rows, int n, int k, int q) {
-  const std::vector<int> cuts = blocks(k, q, 8);
+void gemv_all(const float* x, const float* w, float* out, int rows, int n, int k, int q,
+              int order) {
+  const bool skx = order == kOrderSkylakex;
+  if (skx && small_permit(n, rows, k)) {
+    small_all<false>(x, w, out, rows, n, k);
+    return;
+  }
+  const std::vector<int> cuts = blocks(k, q, skx ? 16 : 8);
   switch (rows) {
     case 1: run_rows<1, false>(x, w, out, n, k, cuts); break;
     case 2: run_rows<2, false>(x, w, out, n, k, cuts); break;
     case 3: run_rows<3, false>(x, w, out, n, k, cuts); break;
-    case 4: run_rows<4, true>(x, w, out, n, k, cuts); break;
+    case 4:
+      if (skx) {
+        run_rows<4, false>(x, w, out, n, k, cuts);
+      } else {
+        run_rows<4, true>(x, w, out, n, k, cuts);
+      }
+      break;
     default: throw std::runtime_error("[Gemv] more than 4 rows");
   }
 }
@@ -279,12 +404,18 @@ int passes(const float* x, const float* w, float* out, float* tw, int rows, int 
   return n0;
 }
 
-void per_row_all(const float* x, const float* w, float* out, int rows, int n, int k, int q) {
-  if (rows < 4) {  // 1-3 rows: gemv_all's one-chain tiles (faster there, the same order)
-    gemv_all(x, w, out, rows, n, k, q);
+void per_row_all(const float* x, const float* w, float* out, int rows, int n, int k, int q,
+                 int order) {
+  const bool skx = order == kOrderSkylakex;
+  if (skx && small_permit(n, 1, k)) {  // a lone row of this product takes the small kernel
+    small_all<true>(x, w, out, rows, n, k);
     return;
   }
-  const std::vector<int> cuts = blocks(k, q, 8);
+  if (rows < 4) {  // 1-3 rows: gemv_all's one-chain tiles (faster there, the same order)
+    gemv_all(x, w, out, rows, n, k, q, order);
+    return;
+  }
+  const std::vector<int> cuts = blocks(k, q, skx ? 16 : 8);
   int longest = 0;
   for (size_t b = 0; b + 1 < cuts.size(); b++) longest = std::max(longest, cuts[b + 1] - cuts[b]);
   // the transposition buffer: one per thread, kept and grown, not allocated per product
@@ -327,8 +458,8 @@ const float* packed(const mx::array& a, std::vector<float>& buf) {
 
 class Gemv : public mx::UnaryPrimitive {
  public:
-  Gemv(mx::Stream stream, int q, bool per_row)
-      : mx::UnaryPrimitive(stream), q_(q), per_row_(per_row) {}
+  Gemv(mx::Stream stream, int q, int order, bool per_row)
+      : mx::UnaryPrimitive(stream), q_(q), order_(order), per_row_(per_row) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
     const mx::array& x = inputs[0];
@@ -342,15 +473,15 @@ class Gemv : public mx::UnaryPrimitive {
     const int rows = static_cast<int>(x.size() / k);
     const bool x_packed = x.flags().row_contiguous, w_packed = w.flags().row_contiguous;
     encoder.dispatch([x = mx::array::unsafe_weak_copy(x), w = mx::array::unsafe_weak_copy(w),
-                      out = mx::array::unsafe_weak_copy(out), rows, n, k, q = q_, x_packed,
-                      w_packed, per_row = per_row_]() mutable {
+                      out = mx::array::unsafe_weak_copy(out), rows, n, k, q = q_,
+                      order = order_, x_packed, w_packed, per_row = per_row_]() mutable {
       std::vector<float> x_buf, w_buf;
       const float* xs = x_packed ? x.data<float>() : packed(x, x_buf);
       const float* ws = w_packed ? w.data<float>() : packed(w, w_buf);
       if (per_row) {
-        per_row_all(xs, ws, out.data<float>(), rows, n, k, q);
+        per_row_all(xs, ws, out.data<float>(), rows, n, k, q, order);
       } else {
-        gemv_all(xs, ws, out.data<float>(), rows, n, k, q);
+        gemv_all(xs, ws, out.data<float>(), rows, n, k, q, order);
       }
     });
   }
@@ -363,7 +494,7 @@ class Gemv : public mx::UnaryPrimitive {
 
   bool is_equivalent(const mx::Primitive& other) const override {
     const auto& o = static_cast<const Gemv&>(other);
-    return q_ == o.q_ && per_row_ == o.per_row_;
+    return q_ == o.q_ && order_ == o.order_ && per_row_ == o.per_row_;
   }
 
   std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
@@ -374,21 +505,28 @@ class Gemv : public mx::UnaryPrimitive {
 
  private:
   int q_;
+  int order_;
   bool per_row_;
 };
 
 bool fma_cpu() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
 
+// ORDER's kernels run on this CPU (the SkylakeX order's small kernel needs AVX-512)
+bool runs(int order) {
+  return fma_cpu() && (order == kOrderHaswell ||
+                       (order == kOrderSkylakex && __builtin_cpu_supports("avx512f")));
+}
+
 // x (..., K) @ w.T for w (N, K): the primitive for float32 on the CPU (at most 4 rows of x
 // unless PER_ROW), else MLX's matmul
-mx::array product(const mx::array& x, const mx::array& w, int q, bool per_row) {
+mx::array product(const mx::array& x, const mx::array& w, int q, int order, bool per_row) {
   mx::StreamOrDevice s = {};
   mx::Stream stream = mx::to_stream(s);
   const bool fits = x.dtype() == mx::float32 && w.dtype() == mx::float32 && x.ndim() >= 1 &&
                     w.ndim() == 2 && x.shape(-1) == w.shape(1) && w.shape(0) > 0 &&
                     w.shape(1) > 0 && x.size() / w.shape(1) >= 1 &&
                     (per_row || x.size() / w.shape(1) <= kMaxRows) &&
-                    stream.device == mx::Device::cpu && q > 0 && fma_cpu();
+                    stream.device == mx::Device::cpu && q > 0 && runs(order);
   if (!fits) {
     return mx::matmul(x, mx::transpose(w, s), s);
   }
@@ -396,18 +534,19 @@ mx::array product(const mx::array& x, const mx::array& w, int q, bool per_row) {
   shape.back() = w.shape(0);
   // no Contiguous nodes: each costs the step a graph node and a task on the stream's thread
   // (two per product, ~70 of a stories260K step's ~350); the primitive packs what is strided
-  return mx::array(shape, mx::float32, std::make_shared<Gemv>(stream, q, per_row), {x, w});
+  return mx::array(shape, mx::float32, std::make_shared<Gemv>(stream, q, order, per_row),
+                   {x, w});
 }
 
 // x (..., K) @ w.T for w (N, K): the primitive for float32 on the CPU with at most 4 rows of
 // x, else MLX's matmul
-mx::array matmul_t(const mx::array& x, const mx::array& w, int q) {
-  return product(x, w, q, false);
+mx::array matmul_t(const mx::array& x, const mx::array& w, int q, int order) {
+  return product(x, w, q, order, false);
 }
 
 // x (..., K) @ w.T, every row of x summed as matmul_t sums one row alone (any number of rows)
-mx::array matmul_rows(const mx::array& x, const mx::array& w, int q) {
-  return product(x, w, q, true);
+mx::array matmul_rows(const mx::array& x, const mx::array& w, int q, int order) {
+  return product(x, w, q, order, true);
 }
 
 }  // namespace
@@ -421,13 +560,18 @@ NB_MODULE(_gemv, m) {
   m.attr("built_for") = BUILT_FOR_MLX;
   m.attr("_tag") = kBuiltFor;
   m.attr("max_rows") = kMaxRows;
+  m.attr("ORDER_HASWELL") = kOrderHaswell;
+  m.attr("ORDER_SKYLAKEX") = kOrderSkylakex;
   m.doc() = "x @ w.T for float32 in OpenBLAS sgemm's summation order (up to 4 rows) or its "
             "one-row order for every row";
   m.def("matmul_t", &matmul_t, nb::arg("x"), nb::arg("w"), nb::arg("q"),
-        "x @ w.T summed as OpenBLAS's sgemm with K blocks of GEMM_Q = q (MLX's matmul beyond "
-        "4 rows, other dtypes or devices)");
+        nb::arg("order") = kOrderHaswell,
+        "x @ w.T summed as OpenBLAS's sgemm with K blocks of GEMM_Q = q, in ORDER's kernels "
+        "(MLX's matmul beyond 4 rows, other dtypes or devices)");
   m.def("matmul_rows", &matmul_rows, nb::arg("x"), nb::arg("w"), nb::arg("q"),
+        nb::arg("order") = kOrderHaswell,
         "x @ w.T with every row summed as matmul_t sums one row (any number of rows): a row's "
         "bits do not depend on the rows beside it");
   m.def("fma_cpu", &fma_cpu, "True when this CPU runs the kernel");
+  m.def("runs", &runs, nb::arg("order"), "True when this CPU runs ORDER's kernels");
 }
