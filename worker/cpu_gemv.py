@@ -58,6 +58,11 @@ ENABLED = True  # tests and benches compare against MLX's matmul with this off
 MAX_ROWS = _rows_setting("RAPID_MLX_GEMV_MAX_ROWS", 32)
 CHECK_ROWS = 3  # the check's rows against mx.matmul: sgemm sums 1-3 rows alone
 MIN_WEIGHTS_MANY_ROWS = 1 << 16  # smaller weights (stories260K's): sgemm as fast
+# threads summing one product of 2^22+ weight elements (gemv.cpp's kSplitMin: a large LM head)
+# in its two halves of weight rows, the same bits: the stream's thread and one helper. A
+# one-row step leaves the second core idle and the head's product is memory-bound
+# (bench/README.md, session 20). RAPID_MLX_GEMV_THREADS=1 keeps one
+THREADS = min(_rows_setting("RAPID_MLX_GEMV_THREADS", 2), 2, os.cpu_count() or 1) or 1
 _loaded: dict[str, Any] = {}
 
 
@@ -73,9 +78,10 @@ class Order(NamedTuple):
         out: mx.array = module.matmul_t(x, w, self.q, self.code)
         return out
 
-    def matmul_rows(self, module: Any, x: mx.array, w: mx.array) -> mx.array:
-        """x @ w.T with every row summed as sgemm sums it alone, in this order."""
-        out: mx.array = module.matmul_rows(x, w, self.q, self.code)
+    def matmul_rows(self, module: Any, x: mx.array, w: mx.array, threads: int = 1) -> mx.array:
+        """x @ w.T with every row summed as sgemm sums it alone, in this order (THREADS 2: a
+        large product's halves on two threads, the same bits)."""
+        out: mx.array = module.matmul_rows(x, w, self.q, self.code, threads)
         return out
 
 
@@ -156,7 +162,7 @@ class GemvLinear(nn.Linear):  # type: ignore[misc]
         if not fits(self._gemv, x, self["weight"]) or "bias" in self:
             return super().__call__(x)  # type: ignore[no-any-return]
         self._gemv.calls += 1
-        return self._gemv.order.matmul_rows(self._gemv.module, x, self["weight"])
+        return self._gemv.order.matmul_rows(self._gemv.module, x, self["weight"], THREADS)
 
 
 class GemvEmbedding(nn.Embedding):  # type: ignore[misc]
@@ -169,7 +175,7 @@ class GemvEmbedding(nn.Embedding):  # type: ignore[misc]
         if not fits(self._gemv, x, self["weight"]):
             return super().as_linear(x)  # type: ignore[no-any-return]
         self._gemv.calls += 1
-        return self._gemv.order.matmul_rows(self._gemv.module, x, self["weight"])
+        return self._gemv.order.matmul_rows(self._gemv.module, x, self["weight"], THREADS)
 
 
 def fits(state: GemvState, x: mx.array, w: mx.array) -> bool:

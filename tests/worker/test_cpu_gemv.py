@@ -151,6 +151,22 @@ def test_the_tied_head_shape(native: Any, kernel: Products) -> None:
     assert np.array_equal(bits(kernel.matmul_rows(x, w)), alone)
 
 
+@pytest.mark.parametrize("n", [8192, 8200, 12345])
+def test_a_split_product_has_the_same_bits(kernel: Products, n: int) -> None:
+    """A product of 2^22+ weight elements split between the stream's thread and the helper
+    thread (threads=2) gives every row the bits it gets in one thread, whatever N's remainder
+    after the halves (groups of 16 and 8 weight rows, single rows)."""
+    rng = np.random.default_rng(n)
+    w = mx.array(rng.standard_normal((n, 512)).astype(np.float32) * 0.05)
+    for m in (1, 2, 3, 4, 7, 32):
+        x = mx.array(rng.standard_normal((m, 512)).astype(np.float32))
+        one = bits(kernel.order.matmul_rows(kernel.module, x, w, 1))
+        for _ in range(3):
+            assert np.array_equal(bits(kernel.order.matmul_rows(kernel.module, x, w, 2)), one), m
+        alone = np.concatenate([bits(x[i:i + 1] @ w.T) for i in range(m)])
+        assert np.array_equal(one, alone), m
+
+
 def test_more_rows_other_dtypes_and_strided_inputs_are_mlx(kernel: Products) -> None:
     rng = np.random.default_rng(4)
     w = mx.array(rng.standard_normal((24, 40)).astype(np.float32))

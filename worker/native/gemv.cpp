@@ -24,11 +24,16 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
+#include <exception>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include <nanobind/nanobind.h>
@@ -182,17 +187,19 @@ __attribute__((target("avx2,fma"))) void row1(const float* x, const float* w, fl
   }
 }
 
+// weight rows LO..HI-1 (all by default) of N
 template <int M, bool TWO>
 void run_rows(const float* x, const float* w, float* out, int n, int k,
-              const std::vector<int>& cuts) {
-  int n0 = 0;
+              const std::vector<int>& cuts, int lo = 0, int hi = -1) {
+  if (hi < 0) hi = n;
+  int n0 = lo;
   // two groups of 8 rows of W at a time measured faster for 3 rows of x only (1-2 rows: one
   // group, 1.2-1.7x faster than two; 4 rows' two chains: one group keeps them in registers)
   if (M == 3) {
-    for (; n0 + 16 <= n; n0 += 16) rows8<M, 2, TWO>(x, w, out, n0, n, k, cuts);
+    for (; n0 + 16 <= hi; n0 += 16) rows8<M, 2, TWO>(x, w, out, n0, n, k, cuts);
   }
-  for (; n0 + 8 <= n; n0 += 8) rows8<M, 1, TWO>(x, w, out, n0, n, k, cuts);
-  for (; n0 < n; n0++) row1<M, false>(x, w, out, n0, n, k, cuts);
+  for (; n0 + 8 <= hi; n0 += 8) rows8<M, 1, TWO>(x, w, out, n0, n, k, cuts);
+  for (; n0 < hi; n0++) row1<M, false>(x, w, out, n0, n, k, cuts);
 }
 
 // the small TN kernel's sums of four 16-lane accumulators (one per weight row): a 4x4
@@ -382,20 +389,21 @@ __attribute__((target("avx2,fma"))) void transposev(const float* w, float* tw, i
   }
 }
 
-// weight rows N0.. in passes of 8 V rows while they last; returns the first row not done
+// weight rows N0..HI-1 (of N) in passes of 8 V rows while they last; returns the first row
+// not done
 template <int V>
-int passes(const float* x, const float* w, float* out, float* tw, int rows, int n0, int n, int k,
-           const std::vector<int>& cuts) {
+int passes(const float* x, const float* w, float* out, float* tw, int rows, int n0, int hi,
+           int n, int k, const std::vector<int>& cuts) {
   using BlockFn = void (*)(const float*, const float*, float*, int, int, int, int, int,
                            const float*);
   constexpr BlockFn fns[5] = {nullptr, blockv<V, 1>, blockv<V, 2>, blockv<V, 3>, blockv<V, 4>};
-  for (; n0 + 8 * V <= n; n0 += 8 * V) {
+  for (; n0 + 8 * V <= hi; n0 += 8 * V) {
     for (int r = 0; r < rows; r++) std::fill_n(out + (size_t)r * n + n0, 8 * V, 0.0f);
     for (size_t b = 0; b + 1 < cuts.size(); b++) {
       transposev<V>(w, tw, n0, n, k, cuts[b], cuts[b + 1]);
       for (int r0 = 0; r0 < rows; r0 += 4) {
         const int m = rows - r0 < 4 ? rows - r0 : 4;
-        const float* next = r0 == 0 && n0 + 16 * V <= n ? w + (size_t)(n0 + 8 * V) * k : nullptr;
+        const float* next = r0 == 0 && n0 + 16 * V <= hi ? w + (size_t)(n0 + 8 * V) * k : nullptr;
         fns[m](x + (size_t)r0 * k, tw, out + (size_t)r0 * n, n0, n, k, cuts[b], cuts[b + 1],
                next);
       }
@@ -404,18 +412,15 @@ int passes(const float* x, const float* w, float* out, float* tw, int rows, int 
   return n0;
 }
 
-void per_row_all(const float* x, const float* w, float* out, int rows, int n, int k, int q,
-                 int order) {
-  const bool skx = order == kOrderSkylakex;
-  if (skx && small_permit(n, 1, k)) {  // a lone row of this product takes the small kernel
-    small_all<true>(x, w, out, rows, n, k);
-    return;
+// weight rows LO..HI-1 of a per-row product on the regular path (one chain per K block)
+void per_row_range(const float* x, const float* w, float* out, int rows, int n, int k,
+                   const std::vector<int>& cuts, int lo, int hi) {
+  switch (rows) {  // 1-3 rows: gemv_all's one-chain tiles (faster there, the same order)
+    case 1: run_rows<1, false>(x, w, out, n, k, cuts, lo, hi); return;
+    case 2: run_rows<2, false>(x, w, out, n, k, cuts, lo, hi); return;
+    case 3: run_rows<3, false>(x, w, out, n, k, cuts, lo, hi); return;
+    default: break;
   }
-  if (rows < 4) {  // 1-3 rows: gemv_all's one-chain tiles (faster there, the same order)
-    gemv_all(x, w, out, rows, n, k, q, order);
-    return;
-  }
-  const std::vector<int> cuts = blocks(k, q, skx ? 16 : 8);
   int longest = 0;
   for (size_t b = 0; b + 1 < cuts.size(); b++) longest = std::max(longest, cuts[b + 1] - cuts[b]);
   // the transposition buffer: one per thread, kept and grown, not allocated per product
@@ -428,13 +433,94 @@ void per_row_all(const float* x, const float* w, float* out, int rows, int n, in
     held = want;
   }
   float* tw = buffer.get();
-  int n0 = passes<kWide>(x, w, out, tw, rows, 0, n, k, cuts);
-  n0 = passes<1>(x, w, out, tw, rows, n0, n, k, cuts);  // a last group of 8 weight rows
-  for (; n0 < n; n0++) {  // the last N % 8, one row of x at a time (row1's order is per row)
+  int n0 = passes<kWide>(x, w, out, tw, rows, lo, hi, n, k, cuts);
+  n0 = passes<1>(x, w, out, tw, rows, n0, hi, n, k, cuts);  // a last group of 8 weight rows
+  for (; n0 < hi; n0++) {  // the last N % 8, one row of x at a time (row1's order is per row)
     for (int r = 0; r < rows; r++) {
       row1<1, false>(x + (size_t)r * k, w, out + (size_t)r * n, n0, n, k, cuts);
     }
   }
+}
+
+// One helper thread that takes the upper half of a large product's weight rows while the
+// stream's thread sums the lower half (outputs are independent: the same bits). Decode steps of
+// one row leave the second core idle, and a large LM head is memory-bound.
+class Helper {
+ public:
+  static Helper& get() {
+    static Helper* helper = new Helper();  // never destroyed: its thread lives with the process
+    return *helper;
+  }
+
+  // JOB on the helper while CALLER runs here; false (nothing run) when the helper is busy
+  bool split(const std::function<void()>& job, const std::function<void()>& caller) {
+    std::unique_lock<std::mutex> busy(use_, std::try_to_lock);
+    if (!busy.owns_lock()) return false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      job_ = &job;
+      failed_ = nullptr;
+    }
+    wake_.notify_one();
+    std::exception_ptr mine;
+    try {
+      caller();
+    } catch (...) {
+      mine = std::current_exception();
+    }
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [this] { return job_ == nullptr; });
+    if (mine) std::rethrow_exception(mine);
+    if (failed_) std::rethrow_exception(failed_);
+    return true;
+  }
+
+ private:
+  Helper() { std::thread([this] { loop(); }).detach(); }
+
+  void loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [this] { return job_ != nullptr; });
+      const std::function<void()>* job = job_;
+      lock.unlock();
+      std::exception_ptr failed;
+      try {
+        (*job)();
+      } catch (...) {
+        failed = std::current_exception();
+      }
+      lock.lock();
+      failed_ = failed;
+      job_ = nullptr;
+      done_.notify_all();
+    }
+  }
+
+  std::mutex use_;  // one split at a time (another caller sums its product alone)
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  const std::function<void()>* job_ = nullptr;
+  std::exception_ptr failed_;
+};
+
+constexpr int64_t kSplitMin = int64_t{1} << 22;  // weight elements of a product worth splitting
+
+void per_row_all(const float* x, const float* w, float* out, int rows, int n, int k, int q,
+                 int order, int threads) {
+  const bool skx = order == kOrderSkylakex;
+  if (skx && small_permit(n, 1, k)) {  // a lone row of this product takes the small kernel
+    small_all<true>(x, w, out, rows, n, k);
+    return;
+  }
+  const std::vector<int> cuts = blocks(k, q, skx ? 16 : 8);
+  if (threads > 1 && static_cast<int64_t>(n) * k >= kSplitMin) {
+    const int mid = (n / 2) / (8 * kWide) * (8 * kWide);
+    const std::function<void()> upper = [&] { per_row_range(x, w, out, rows, n, k, cuts, mid, n); };
+    const std::function<void()> lower = [&] { per_row_range(x, w, out, rows, n, k, cuts, 0, mid); };
+    if (Helper::get().split(upper, lower)) return;
+  }
+  per_row_range(x, w, out, rows, n, k, cuts, 0, n);
 }
 
 // A's elements in row-major order, copied into BUF through its strides (an input that is not
@@ -458,8 +544,8 @@ const float* packed(const mx::array& a, std::vector<float>& buf) {
 
 class Gemv : public mx::UnaryPrimitive {
  public:
-  Gemv(mx::Stream stream, int q, int order, bool per_row)
-      : mx::UnaryPrimitive(stream), q_(q), order_(order), per_row_(per_row) {}
+  Gemv(mx::Stream stream, int q, int order, bool per_row, int threads)
+      : mx::UnaryPrimitive(stream), q_(q), order_(order), per_row_(per_row), threads_(threads) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
     const mx::array& x = inputs[0];
@@ -474,12 +560,13 @@ class Gemv : public mx::UnaryPrimitive {
     const bool x_packed = x.flags().row_contiguous, w_packed = w.flags().row_contiguous;
     encoder.dispatch([x = mx::array::unsafe_weak_copy(x), w = mx::array::unsafe_weak_copy(w),
                       out = mx::array::unsafe_weak_copy(out), rows, n, k, q = q_,
-                      order = order_, x_packed, w_packed, per_row = per_row_]() mutable {
+                      order = order_, x_packed, w_packed, per_row = per_row_,
+                      threads = threads_]() mutable {
       std::vector<float> x_buf, w_buf;
       const float* xs = x_packed ? x.data<float>() : packed(x, x_buf);
       const float* ws = w_packed ? w.data<float>() : packed(w, w_buf);
       if (per_row) {
-        per_row_all(xs, ws, out.data<float>(), rows, n, k, q, order);
+        per_row_all(xs, ws, out.data<float>(), rows, n, k, q, order, threads);
       } else {
         gemv_all(xs, ws, out.data<float>(), rows, n, k, q, order);
       }
@@ -494,7 +581,7 @@ class Gemv : public mx::UnaryPrimitive {
 
   bool is_equivalent(const mx::Primitive& other) const override {
     const auto& o = static_cast<const Gemv&>(other);
-    return q_ == o.q_ && order_ == o.order_ && per_row_ == o.per_row_;
+    return q_ == o.q_ && order_ == o.order_ && per_row_ == o.per_row_ && threads_ == o.threads_;
   }
 
   std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
@@ -507,6 +594,7 @@ class Gemv : public mx::UnaryPrimitive {
   int q_;
   int order_;
   bool per_row_;
+  int threads_;
 };
 
 bool fma_cpu() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
@@ -519,7 +607,8 @@ bool runs(int order) {
 
 // x (..., K) @ w.T for w (N, K): the primitive for float32 on the CPU (at most 4 rows of x
 // unless PER_ROW), else MLX's matmul
-mx::array product(const mx::array& x, const mx::array& w, int q, int order, bool per_row) {
+mx::array product(const mx::array& x, const mx::array& w, int q, int order, bool per_row,
+                  int threads) {
   mx::StreamOrDevice s = {};
   mx::Stream stream = mx::to_stream(s);
   const bool fits = x.dtype() == mx::float32 && w.dtype() == mx::float32 && x.ndim() >= 1 &&
@@ -534,19 +623,19 @@ mx::array product(const mx::array& x, const mx::array& w, int q, int order, bool
   shape.back() = w.shape(0);
   // no Contiguous nodes: each costs the step a graph node and a task on the stream's thread
   // (two per product, ~70 of a stories260K step's ~350); the primitive packs what is strided
-  return mx::array(shape, mx::float32, std::make_shared<Gemv>(stream, q, order, per_row),
-                   {x, w});
+  return mx::array(shape, mx::float32,
+                   std::make_shared<Gemv>(stream, q, order, per_row, threads), {x, w});
 }
 
 // x (..., K) @ w.T for w (N, K): the primitive for float32 on the CPU with at most 4 rows of
 // x, else MLX's matmul
 mx::array matmul_t(const mx::array& x, const mx::array& w, int q, int order) {
-  return product(x, w, q, order, false);
+  return product(x, w, q, order, false, 1);
 }
 
 // x (..., K) @ w.T, every row of x summed as matmul_t sums one row alone (any number of rows)
-mx::array matmul_rows(const mx::array& x, const mx::array& w, int q, int order) {
-  return product(x, w, q, order, true);
+mx::array matmul_rows(const mx::array& x, const mx::array& w, int q, int order, int threads) {
+  return product(x, w, q, order, true, threads);
 }
 
 }  // namespace
@@ -569,9 +658,10 @@ NB_MODULE(_gemv, m) {
         "x @ w.T summed as OpenBLAS's sgemm with K blocks of GEMM_Q = q, in ORDER's kernels "
         "(MLX's matmul beyond 4 rows, other dtypes or devices)");
   m.def("matmul_rows", &matmul_rows, nb::arg("x"), nb::arg("w"), nb::arg("q"),
-        nb::arg("order") = kOrderHaswell,
+        nb::arg("order") = kOrderHaswell, nb::arg("threads") = 1,
         "x @ w.T with every row summed as matmul_t sums one row (any number of rows): a row's "
-        "bits do not depend on the rows beside it");
+        "bits do not depend on the rows beside it; THREADS > 1 lets a helper thread sum half "
+        "the weight rows of a large product (the same bits)");
   m.def("fma_cpu", &fma_cpu, "True when this CPU runs the kernel");
   m.def("runs", &runs, nb::arg("order"), "True when this CPU runs ORDER's kernels");
 }
