@@ -41,13 +41,18 @@ def main() -> None:
     args = p.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     from worker.blas import set_blas_threads
-    from worker.cpu_gemv import GEMM_Q, native
+    from worker.cpu_gemv import detect, native
 
     set_blas_threads(1)
     module = native()
     assert module is not None, "worker/native/_gemv is not built (make install)"
+    order = detect(module)
+    assert order is not None, "the kernel knows no order that matches this OpenBLAS"
+    print(f"OpenBLAS order: {order.name} (GEMM_Q {order.q})", flush=True)
     rng = np.random.default_rng(0)
-    product = module.matmul_rows if args.per_row else module.matmul_t
+
+    def product(x: mx.array, w: mx.array) -> mx.array:
+        return (order.matmul_rows if args.per_row else order.matmul_t)(module, x, w)
     for n, k in shapes:
         w = mx.array(rng.standard_normal((n, k)).astype(np.float32) * 0.05)
         for m in (int(r) for r in args.rows.split(",")):
@@ -56,14 +61,14 @@ def main() -> None:
             want = (mx.concatenate([x[i:i + 1] @ w.T for i in range(m)]) if args.per_row
                     else x @ w.T)
             same = mx.array_equal(mx.view(want, mx.uint32),
-                                  mx.view(product(x, w, GEMM_Q), mx.uint32)).item()
+                                  mx.view(product(x, w), mx.uint32)).item()
             reps = max(int(2e7 // (n * k)), 3)
             ts: dict[str, list[float]] = {"mlx": [], "gemv": []}
             def plain(x: mx.array = x, w: mx.array = w) -> None:
                 mx.eval(x @ w.T)
 
             def kernel(x: mx.array = x, w: mx.array = w) -> None:
-                mx.eval(product(x, w, GEMM_Q))
+                mx.eval(product(x, w))
 
             for _ in range(args.repeats):
                 ts["mlx"].append(timed(plain, reps))

@@ -9,11 +9,12 @@ as the preloaded OpenBLAS's sgemm sums a lone row (its K blocks of GEMM_Q, one F
 block) straight from W, whatever the rows beside it: for 1-3 rows those are sgemm's own bits;
 for 4-32 rows (weights of MIN_WEIGHTS_MANY_ROWS elements or more) each row has the bits it
 would have alone, where sgemm would sum the rows in 4-row tiles (two chains), so logits there
-differ from MLX's by float rounding and do not depend on what else is in the batch. The one-row
-order was measured on one OpenBLAS build and CPU (bench/README.md, session 16), so
-``wrap_gemv`` first runs the primitive against
-``mx.matmul`` on 1-3 random rows times each of the model's own weight matrices, at the OpenBLAS
-thread count in force, and enables it only when every bit matches (one log line either way).
+differ from MLX's by float rounding and do not depend on what else is in the batch. The orders
+were measured on Debian's OpenBLAS 0.3.21 (bench/README.md, sessions 16 and 20): its Zen/Haswell
+cores and its SkylakeX cores (AVX-512 Xeons) sum differently (``ORDERS``), so ``wrap_gemv`` first
+runs the primitive in each known order against ``mx.matmul`` on 1-3 random rows times each of
+the model's own weight matrices, at the OpenBLAS thread count in force, and enables it in the
+first order whose every bit matches (one log line either way).
 The wrapped modules use it only inside our forwards (``running``) where ``fits`` says so; every
 other call is MLX's matmul, as before.
 """
@@ -24,7 +25,7 @@ import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 import mlx.core as mx
 import mlx.nn
@@ -57,15 +58,47 @@ ENABLED = True  # tests and benches compare against MLX's matmul with this off
 MAX_ROWS = _rows_setting("RAPID_MLX_GEMV_MAX_ROWS", 32)
 CHECK_ROWS = 3  # the check's rows against mx.matmul: sgemm sums 1-3 rows alone
 MIN_WEIGHTS_MANY_ROWS = 1 << 16  # smaller weights (stories260K's): sgemm as fast
-GEMM_Q = 320  # OpenBLAS's SGEMM_DEFAULT_Q for its Zen/Haswell cores (the check confirms it)
+# threads summing one product of 2^22+ weight elements (gemv.cpp's kSplitMin: a large LM head)
+# in its two halves of weight rows, the same bits: the stream's thread and one helper. A
+# one-row step leaves the second core idle and the head's product is memory-bound
+# (bench/README.md, session 20). RAPID_MLX_GEMV_THREADS=1 keeps one
+THREADS = min(_rows_setting("RAPID_MLX_GEMV_THREADS", 2), 2, os.cpu_count() or 1) or 1
 _loaded: dict[str, Any] = {}
+
+
+class Order(NamedTuple):
+    """One OpenBLAS build's summation order: the kernel's ``order`` code and its GEMM_Q."""
+
+    name: str
+    code: int  # gemv.cpp's ORDER_*
+    q: int  # SGEMM_DEFAULT_Q: the K blocks of the regular path
+
+    def matmul_t(self, module: Any, x: mx.array, w: mx.array) -> mx.array:
+        """x @ w.T with sgemm's bits for 1-4 rows of x, in this order."""
+        out: mx.array = module.matmul_t(x, w, self.q, self.code)
+        return out
+
+    def matmul_rows(self, module: Any, x: mx.array, w: mx.array, threads: int = 1) -> mx.array:
+        """x @ w.T with every row summed as sgemm sums it alone, in this order (THREADS 2: a
+        large product's halves on two threads, the same bits)."""
+        out: mx.array = module.matmul_rows(x, w, self.q, self.code, threads)
+        return out
+
+
+# Debian's OpenBLAS 0.3.21: Zen/Haswell cores (sgemm_kernel_16x4_haswell, GEMM_Q 320; session
+# 16) and SkylakeX cores (sgemm_kernel_16x4_skylakex_3 with GEMM_Q 448, and its small-matrix TN
+# kernel for small products; session 20). Other cores: MLX's matmul (the check fails)
+ORDERS = (Order("haswell", 0, 320), Order("skylakex", 1, 448))
+# the probe shapes of ``detect`` (tests, benches): both blocking rules, small and large products
+PROBE_SHAPES = ((512, 512), (256, 512), (1536, 512), (512, 1536), (4096, 192), (64, 1000))
 
 
 class GemvState:
     """What a model's wrapped modules share: whether one of our forwards is running."""
 
-    def __init__(self, module: Any) -> None:
+    def __init__(self, module: Any, order: Order = ORDERS[0]) -> None:
         self.module = module
+        self.order = order
         self.active = False
         self.calls = 0  # products routed to the kernel (tests check the path ran)
 
@@ -81,11 +114,13 @@ def _load() -> Any | None:
     return load("_gemv", "gemv", "MLX's matmul")
 
 
-def same_bits(module: Any, weights: list[mx.array], rows: int = CHECK_ROWS, q: int = GEMM_Q,
-              seed: int = 0) -> bool:
-    """True when MODULE's products with each of WEIGHTS (N, K) equal ``mx.matmul``'s bit for
-    bit for 1..ROWS random rows (three magnitudes), and its per-row products equal them too
-    (``matmul_rows``, up to 3 rows: there sgemm sums each row as one row alone)."""
+def same_bits(module: Any, weights: list[mx.array], rows: int = CHECK_ROWS,
+              order: Order = ORDERS[0], seed: int = 0) -> bool:
+    """True when MODULE's products in ORDER with each of WEIGHTS (N, K) equal ``mx.matmul``'s
+    bit for bit for 1..ROWS random rows (three magnitudes), and its per-row products of up to 3
+    rows equal ``mx.matmul``'s of each row alone (``matmul_rows``)."""
+    if not module.runs(order.code):
+        return False
     rng = np.random.default_rng(seed)
     for w in weights:
         k = w.shape[1]
@@ -94,10 +129,27 @@ def same_bits(module: Any, weights: list[mx.array], rows: int = CHECK_ROWS, q: i
             x *= np.float32(10.0) ** rng.integers(-3, 4, (m, 1)).astype(np.float32)
             xs = mx.array(x)
             want = mx.view(xs @ w.T, mx.uint32)
-            got = [module.matmul_t(xs, w, q)] + ([module.matmul_rows(xs, w, q)] if m <= 3 else [])
-            if not all(mx.array_equal(want, mx.view(g, mx.uint32)).item() for g in got):
+            if not mx.array_equal(want, mx.view(order.matmul_t(module, xs, w), mx.uint32)).item():
+                return False
+            if m > 3:
+                continue
+            alone = mx.view(mx.concatenate([xs[i:i + 1] @ w.T for i in range(m)]), mx.uint32)
+            if not mx.array_equal(alone,
+                                  mx.view(order.matmul_rows(module, xs, w), mx.uint32)).item():
                 return False
     return True
+
+
+def order_for(module: Any, weights: list[mx.array]) -> Order | None:
+    """The first of ``ORDERS`` in which MODULE reproduces ``mx.matmul`` on WEIGHTS, or None."""
+    return next((o for o in ORDERS if same_bits(module, weights, order=o)), None)
+
+
+def detect(module: Any) -> Order | None:
+    """The order of the preloaded OpenBLAS on ``PROBE_SHAPES`` (tests and benches), or None."""
+    rng = np.random.default_rng(11)
+    weights = [mx.array(rng.standard_normal(s).astype(np.float32)) for s in PROBE_SHAPES]
+    return order_for(module, weights)
 
 
 class GemvLinear(nn.Linear):  # type: ignore[misc]
@@ -110,8 +162,7 @@ class GemvLinear(nn.Linear):  # type: ignore[misc]
         if not fits(self._gemv, x, self["weight"]) or "bias" in self:
             return super().__call__(x)  # type: ignore[no-any-return]
         self._gemv.calls += 1
-        out: mx.array = self._gemv.module.matmul_rows(x, self["weight"], GEMM_Q)
-        return out
+        return self._gemv.order.matmul_rows(self._gemv.module, x, self["weight"], THREADS)
 
 
 class GemvEmbedding(nn.Embedding):  # type: ignore[misc]
@@ -124,8 +175,7 @@ class GemvEmbedding(nn.Embedding):  # type: ignore[misc]
         if not fits(self._gemv, x, self["weight"]):
             return super().as_linear(x)  # type: ignore[no-any-return]
         self._gemv.calls += 1
-        out: mx.array = self._gemv.module.matmul_rows(x, self["weight"], GEMM_Q)
-        return out
+        return self._gemv.order.matmul_rows(self._gemv.module, x, self["weight"], THREADS)
 
 
 def fits(state: GemvState, x: mx.array, w: mx.array) -> bool:
@@ -161,21 +211,23 @@ def wrap_gemv(model: Any) -> GemvState | None:
         return None
     shapes = {tuple(m["weight"].shape): m["weight"] for m in chosen}
     try:
-        ok = same_bits(module, list(shapes.values()))
+        order = order_for(module, list(shapes.values()))
     except Exception as exc:  # an ABI mismatch with this MLX shows up here: keep MLX's matmul
         log.warning("native gemv failed its check (%r); MLX's matmul", exc)
         return None
-    if not ok:
+    if order is None:
         log.warning("native gemv's sums differ from this OpenBLAS's sgemm on the model's "
-                    "shapes; MLX's matmul")
+                    "shapes in every known order (%s); MLX's matmul",
+                    ", ".join(o.name for o in ORDERS))
         return None
-    state = GemvState(module)
+    state = GemvState(module, order)
     for m in chosen:
         m.__class__ = classes[type(m)]
         m._gemv = state
     log.info("native gemv in use for float32 products of up to %d rows (weights of %d elements "
-             "or more: %d), each row summed as alone (%d weight shapes checked bit for bit)",
-             CHECK_ROWS, MIN_WEIGHTS_MANY_ROWS, MAX_ROWS, len(shapes))
+             "or more: %d), each row summed as alone in OpenBLAS's %s order (%d weight shapes "
+             "checked bit for bit)", CHECK_ROWS, MIN_WEIGHTS_MANY_ROWS, MAX_ROWS, order.name,
+             len(shapes))
     return state
 
 

@@ -51,83 +51,141 @@ def native() -> Any:
     return module
 
 
+KNOWN_CORES = {"Haswell": "haswell", "Zen": "haswell", "SkylakeX": "skylakex",
+               "Cooperlake": "skylakex", "SapphireRapids": "skylakex"}
+
+
+@pytest.fixture(scope="module")
+def order(native: Any) -> cpu_gemv.Order:
+    """The preloaded OpenBLAS's order: one of ORDERS on the cores they were measured on."""
+    lib = _openblas()
+    lib.openblas_get_corename.restype = ctypes.c_char_p
+    core = lib.openblas_get_corename().decode()
+    found = cpu_gemv.detect(native)
+    if core not in KNOWN_CORES:
+        if found is None:
+            pytest.skip(f"OpenBLAS core {core}: no known order (the worker keeps MLX's matmul)")
+        return found
+    assert found is not None and found.name == KNOWN_CORES[core], (core, found)
+    return found
+
+
+class Products:
+    """The native module's two products in the detected order (tests' shorthand)."""
+
+    def __init__(self, module: Any, order: cpu_gemv.Order) -> None:
+        self.module, self.order = module, order
+
+    def matmul_t(self, x: mx.array, w: mx.array) -> mx.array:
+        return self.order.matmul_t(self.module, x, w)
+
+    def matmul_rows(self, x: mx.array, w: mx.array) -> mx.array:
+        return self.order.matmul_rows(self.module, x, w)
+
+
+@pytest.fixture(scope="module")
+def kernel(native: Any, order: cpu_gemv.Order) -> Products:
+    return Products(native, order)
+
+
 @pytest.mark.parametrize("k", [512, 1536, 1000, 641, 333, 17, 8, 7])
 @pytest.mark.parametrize("n", [1, 7, 9, 24, 37, 512])
-def test_products_are_mx_matmuls(native: Any, k: int, n: int) -> None:
-    """1-4 rows, K across GEMM_Q's blocking rules (one block, halves rounded to 8, q-sized
+def test_products_are_mx_matmuls(native: Any, kernel: Products, k: int, n: int) -> None:
+    """1-4 rows, K across GEMM_Q's blocking rules (one block, halves rounded up, q-sized
     blocks, tails), N across the 16/8/single-row groups; in 2-D, 3-D and compiled."""
     rng = np.random.default_rng(k * 1000 + n)
     w = mx.array(rng.standard_normal((n, k)).astype(np.float32))
     for m in range(1, 5):
         x = mx.array(rng.standard_normal((m, k)).astype(np.float32) * 10.0 ** rng.integers(-3, 4))
         want = bits(x @ w.T)
-        assert np.array_equal(bits(native.matmul_t(x, w, cpu_gemv.GEMM_Q)), want), m
+        assert np.array_equal(bits(kernel.matmul_t(x, w)), want), m
         x3 = x.reshape(m, 1, k)
-        assert np.array_equal(bits(native.matmul_t(x3, w, cpu_gemv.GEMM_Q)).reshape(m, n), want)
-        traced = mx.compile(lambda a, b: native.matmul_t(a, b, cpu_gemv.GEMM_Q))
+        assert np.array_equal(bits(kernel.matmul_t(x3, w)).reshape(m, n), want)
+        traced = mx.compile(lambda a, b: kernel.matmul_t(a, b))
         assert np.array_equal(bits(traced(x, w)), want)
-    assert cpu_gemv.same_bits(native, [w])
+    assert cpu_gemv.same_bits(native, [w], order=kernel.order)
 
 
 @pytest.mark.parametrize("k", [512, 1536, 1000, 641, 333, 17, 8, 7])
 @pytest.mark.parametrize("n", [1, 7, 9, 16, 24, 37, 512])
-def test_per_row_products_are_each_row_alone(native: Any, k: int, n: int) -> None:
+def test_per_row_products_are_each_row_alone(kernel: Products, k: int, n: int) -> None:
     """``matmul_rows`` on any number of rows gives each row the bits it gets alone, which are
     mx.matmul's for one row (N across the 16-row, 8-row and single-row weight groups; rows
     across the 4-row tiles and their remainders); in 2-D, 3-D and compiled."""
     rng = np.random.default_rng(k * 7 + n)
     w = mx.array(rng.standard_normal((n, k)).astype(np.float32))
-    traced = mx.compile(lambda a, b: native.matmul_rows(a, b, cpu_gemv.GEMM_Q))
+    traced = mx.compile(lambda a, b: kernel.matmul_rows(a, b))
     for m in (1, 3, 4, 5, 8, 13, 32):
         x = rng.standard_normal((m, k)).astype(np.float32)
         x *= np.float32(10.0) ** rng.integers(-3, 4, (m, 1)).astype(np.float32)
         xs = mx.array(x)
         alone = np.concatenate([bits(xs[i:i + 1] @ w.T) for i in range(m)])
-        assert np.array_equal(bits(native.matmul_rows(xs, w, cpu_gemv.GEMM_Q)), alone), m
+        assert np.array_equal(bits(kernel.matmul_rows(xs, w)), alone), m
         x3 = xs.reshape(m, 1, k)
-        assert np.array_equal(bits(native.matmul_rows(x3, w, cpu_gemv.GEMM_Q)).reshape(m, n),
+        assert np.array_equal(bits(kernel.matmul_rows(x3, w)).reshape(m, n),
                               alone)
         assert np.array_equal(bits(traced(xs, w)), alone)
 
 
-def test_per_row_products_take_strided_inputs(native: Any) -> None:
+def test_per_row_products_take_strided_inputs(kernel: Products) -> None:
+    """Strided inputs give the bits of the same values laid out contiguously (what a model's
+    layers pass; OpenBLAS's SkylakeX cores choose their small kernel by the operands' layout,
+    so MLX's own product of a transposed weight may sum in another order there)."""
     rng = np.random.default_rng(9)
     w = mx.array(rng.standard_normal((40, 300)).astype(np.float32))
     xt = mx.array(rng.standard_normal((300, 11)).astype(np.float32)).T  # (11, 300) transposed
     wt = mx.array(rng.standard_normal((300, 40)).astype(np.float32)).T
     for a, b in ((xt, w), (xt, wt), (xt[::2], w[::2])):
-        alone = np.concatenate([bits(a[i:i + 1] @ b.T) for i in range(a.shape[0])])
-        assert np.array_equal(bits(native.matmul_rows(a, b, cpu_gemv.GEMM_Q)), alone)
+        ac, bc = mx.contiguous(a), mx.contiguous(b)
+        alone = np.concatenate([bits(ac[i:i + 1] @ bc.T) for i in range(a.shape[0])])
+        assert np.array_equal(bits(kernel.matmul_rows(a, b)), alone)
 
 
-def test_the_tied_head_shape(native: Any) -> None:
+def test_the_tied_head_shape(native: Any, kernel: Products) -> None:
     """The Qwen3 bench model's LM head shape (32000 x 512) with its rows' magnitudes."""
     rng = np.random.default_rng(3)
     w = mx.array(rng.standard_normal((32000, 512)).astype(np.float32) * 0.02)
-    assert cpu_gemv.same_bits(native, [w], rows=4, seed=5)
+    assert cpu_gemv.same_bits(native, [w], rows=4, order=kernel.order, seed=5)
     x = mx.array(rng.standard_normal((cpu_gemv.MAX_ROWS, 512)).astype(np.float32))
     alone = np.concatenate([bits(x[i:i + 1] @ w.T) for i in range(x.shape[0])])
-    assert np.array_equal(bits(native.matmul_rows(x, w, cpu_gemv.GEMM_Q)), alone)
+    assert np.array_equal(bits(kernel.matmul_rows(x, w)), alone)
 
 
-def test_more_rows_other_dtypes_and_strided_inputs_are_mlx(native: Any) -> None:
+@pytest.mark.parametrize("n", [8192, 8200, 12345])
+def test_a_split_product_has_the_same_bits(kernel: Products, n: int) -> None:
+    """A product of 2^22+ weight elements split between the stream's thread and the helper
+    thread (threads=2) gives every row the bits it gets in one thread, whatever N's remainder
+    after the halves (groups of 16 and 8 weight rows, single rows)."""
+    rng = np.random.default_rng(n)
+    w = mx.array(rng.standard_normal((n, 512)).astype(np.float32) * 0.05)
+    for m in (1, 2, 3, 4, 7, 32):
+        x = mx.array(rng.standard_normal((m, 512)).astype(np.float32))
+        one = bits(kernel.order.matmul_rows(kernel.module, x, w, 1))
+        for _ in range(3):
+            assert np.array_equal(bits(kernel.order.matmul_rows(kernel.module, x, w, 2)), one), m
+        alone = np.concatenate([bits(x[i:i + 1] @ w.T) for i in range(m)])
+        assert np.array_equal(one, alone), m
+
+
+def test_more_rows_other_dtypes_and_strided_inputs_are_mlx(kernel: Products) -> None:
     rng = np.random.default_rng(4)
     w = mx.array(rng.standard_normal((24, 40)).astype(np.float32))
     x = mx.array(rng.standard_normal((6, 40)).astype(np.float32))
-    assert np.array_equal(bits(native.matmul_t(x, w, 320)), bits(x @ w.T))  # 6 rows: MLX's
-    half = native.matmul_t(x.astype(mx.float16), w.astype(mx.float16), 320)
+    assert np.array_equal(bits(kernel.matmul_t(x, w)), bits(x @ w.T))  # 6 rows: MLX's
+    half = kernel.matmul_t(x.astype(mx.float16), w.astype(mx.float16))
     assert half.dtype == mx.float16
     strided = mx.array(rng.standard_normal((40, 3)).astype(np.float32)).T  # (3, 40), not contiguous
-    assert np.array_equal(bits(native.matmul_t(strided, w, 320)), bits(strided @ w.T))
+    assert np.array_equal(bits(kernel.matmul_t(strided, w)),  # packed: the contiguous bits
+                          bits(mx.contiguous(strided) @ w.T))
 
 
-def test_inputs_go_in_as_they_are(native: Any, tmp_path: Path) -> None:
+def test_inputs_go_in_as_they_are(kernel: Products, tmp_path: Path) -> None:
     """No Contiguous node per input (each costs a step a graph node and a task on the stream's
     thread); strided, broadcast and offset inputs are packed by the primitive, same bits."""
     rng = np.random.default_rng(8)
     w = mx.array(rng.standard_normal((37, 641)).astype(np.float32))
     x = mx.array(rng.standard_normal((3, 641)).astype(np.float32))
-    y = native.matmul_t(x * 2, w, cpu_gemv.GEMM_Q)
+    y = kernel.matmul_t(x * 2, w)
     mx.export_to_dot(str(tmp_path / "g.dot"), y)
     graph = (tmp_path / "g.dot").read_text()
     assert "Gemv" in graph and "Contiguous" not in graph
@@ -136,20 +194,26 @@ def test_inputs_go_in_as_they_are(native: Any, tmp_path: Path) -> None:
     xb = mx.broadcast_to(x[1:2], (2, 1, 641))  # stride 0 rows
     xs = mx.array(rng.standard_normal((4, 2, 641)).astype(np.float32))[1:, 1]  # an offset, strided
     for a, b in ((xt, w), (x, wt), (xt, wt), (xb, w), (xs, wt), (x[:, ::-1], w[::2])):
-        want = bits(a @ b.T)
-        assert np.array_equal(bits(native.matmul_t(a, b, cpu_gemv.GEMM_Q)), want)
-        traced = mx.compile(lambda u, v: native.matmul_t(u, v, cpu_gemv.GEMM_Q))
+        want = bits(mx.contiguous(a) @ mx.contiguous(b).T)  # see the strided per-row test
+        assert np.array_equal(bits(kernel.matmul_t(a, b)), want)
+        traced = mx.compile(lambda u, v: kernel.matmul_t(u, v))
         assert np.array_equal(bits(traced(a, b)), want)
 
 
-def test_the_check_refuses_another_order(native: Any) -> None:
-    """K blocks of 256 instead of OpenBLAS's 320 sum in another order: the check says so, and
-    a model is then left as it was."""
+def test_the_check_refuses_another_order(native: Any, order: cpu_gemv.Order) -> None:
+    """K blocks other than the OpenBLAS core's GEMM_Q, or the other core's order, sum
+    differently: the check says so (a model is then left as it was, next test). The shapes take
+    both of OpenBLAS's paths (SkylakeX cores sum small products in another kernel)."""
     rng = np.random.default_rng(6)
-    w = mx.array(rng.standard_normal((64, 1536)).astype(np.float32))
-    assert cpu_gemv.same_bits(native, [w])
-    assert not cpu_gemv.same_bits(native, [w], q=256)
-    assert not cpu_gemv.same_bits(native, [w], q=10_000)  # one block: a single chain
+    large = mx.array(rng.standard_normal((1536, 1536)).astype(np.float32))
+    small = mx.array(rng.standard_normal((64, 1536)).astype(np.float32))
+    assert cpu_gemv.same_bits(native, [large, small], order=order)
+    assert not cpu_gemv.same_bits(native, [large], order=order._replace(q=256))
+    assert not cpu_gemv.same_bits(native, [large], order=order._replace(q=10_000))  # one chain
+    for other in cpu_gemv.ORDERS:
+        if other.name != order.name:
+            assert not cpu_gemv.same_bits(native, [large, small], order=other)
+    assert cpu_gemv.order_for(native, [large, small]) == order
 
 
 def test_a_failed_check_leaves_the_model(monkeypatch: pytest.MonkeyPatch) -> None:

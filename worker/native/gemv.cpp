@@ -13,14 +13,28 @@
 // row (session 18: faster than sgemm at 4-32 rows, and a row's bits do not depend on the
 // batch). worker/cpu_gemv.py enables it only when it matches mx.matmul bit for bit on the
 // model's shapes at worker start. Build: worker/native/build.py.
+//
+// OpenBLAS's SkylakeX cores (AVX-512; Debian's 0.3.21 picks them on Xeons from Skylake-SP to
+// Sapphire Rapids) sum differently, so the order is a parameter (ORDER_SKYLAKEX): GEMM_Q is
+// 448, a 4-column tile is one chain per output like the others, and the products OpenBLAS's
+// small-matrix permit takes (sgemm_small_kernel_permit: N * M * K <= 1e6, N * M <= 1200 and
+// K >= 32, N weight rows, M rows of x) are summed by its small TN kernel: 16 lanes, lane l one
+// FMA chain over k = l mod 16 (the last partial 16 masked to zeros), then the lanes added as
+// ((l0 + l1) + (l2 + l3)) per 4-lane quarter and the quarters as (q0 + q1) + (q2 + q3).
 #include <immintrin.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
+#include <exception>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include <nanobind/nanobind.h>
@@ -38,6 +52,14 @@ namespace mx = mlx::core;
 namespace {
 
 constexpr int kMaxRows = 4;
+constexpr int kOrderHaswell = 0;   // Zen / Haswell cores: the orders above
+constexpr int kOrderSkylakex = 1;  // SkylakeX cores: one chain per tile, the small kernel
+
+// OpenBLAS's SkylakeX permit for its small TN kernel (x @ w.T is TN in its column-major terms)
+bool small_permit(int n, int rows, int k) {
+  return static_cast<double>(n) * rows * k <= 1e6 && static_cast<int64_t>(n) * rows <= 1200 &&
+         k >= 32;
+}
 
 // driver/level3.c's K blocks: min_l = q while >= 2q remain, else half rounded up to U when > q
 std::vector<int> blocks(int k, int q, int unroll) {
@@ -166,27 +188,138 @@ __attribute__((target("avx2,fma"))) void row1(const float* x, const float* w, fl
   }
 }
 
+// weight rows LO..HI-1 (all by default) of N
 template <int M, bool TWO>
 void run_rows(const float* x, const float* w, float* out, int n, int k,
-              const std::vector<int>& cuts) {
-  int n0 = 0;
+              const std::vector<int>& cuts, int lo = 0, int hi = -1) {
+  if (hi < 0) hi = n;
+  int n0 = lo;
   // two groups of 8 rows of W at a time measured faster for 3 rows of x only (1-2 rows: one
   // group, 1.2-1.7x faster than two; 4 rows' two chains: one group keeps them in registers)
   if (M == 3) {
-    for (; n0 + 16 <= n; n0 += 16) rows8<M, 2, TWO>(x, w, out, n0, n, k, cuts);
+    for (; n0 + 16 <= hi; n0 += 16) rows8<M, 2, TWO>(x, w, out, n0, n, k, cuts);
   }
-  for (; n0 + 8 <= n; n0 += 8) rows8<M, 1, TWO>(x, w, out, n0, n, k, cuts);
-  for (; n0 < n; n0++) row1<M, false>(x, w, out, n0, n, k, cuts);
+  for (; n0 + 8 <= hi; n0 += 8) rows8<M, 1, TWO>(x, w, out, n0, n, k, cuts);
+  for (; n0 < hi; n0++) row1<M, false>(x, w, out, n0, n, k, cuts);
+}
+
+// the small TN kernel's sums of four 16-lane accumulators (one per weight row): a 4x4
+// transposition inside each 128-bit quarter, the lanes added pairwise, then the quarters
+__attribute__((target("avx512f"))) inline __m128 reduce4(__m512 a, __m512 b, __m512 c,
+                                                          __m512 d) {
+  const __m512 r0 = _mm512_unpacklo_ps(a, b), r1 = _mm512_unpackhi_ps(a, b);
+  const __m512 r2 = _mm512_unpacklo_ps(c, d), r3 = _mm512_unpackhi_ps(c, d);
+  const __m512 t0 = _mm512_shuffle_ps(r0, r2, 0x44), t1 = _mm512_shuffle_ps(r0, r2, 0xEE);
+  const __m512 t2 = _mm512_shuffle_ps(r1, r3, 0x44), t3 = _mm512_shuffle_ps(r1, r3, 0xEE);
+  const __m512 s = _mm512_add_ps(_mm512_add_ps(t0, t1), _mm512_add_ps(t2, t3));
+  const __m128 q0 = _mm512_extractf32x4_ps(s, 0), q1 = _mm512_extractf32x4_ps(s, 1);
+  const __m128 q2 = _mm512_extractf32x4_ps(s, 2), q3 = _mm512_extractf32x4_ps(s, 3);
+  return _mm_add_ps(_mm_add_ps(q0, q1), _mm_add_ps(q2, q3));
+}
+
+// R weight rows from I times M rows of x, summed as the small TN kernel sums them: a tile of 4
+// weight rows adds with reduce4; its edge rows (N % 4) with reduce4 too when they meet a tile of
+// 4 rows of x (SGEMM; not when each row is summed as alone), else _mm512_reduce_add_ps each
+template <int R, int M, bool ALONE>
+__attribute__((target("avx512f"))) void small_tile(const float* x, const float* w, float* out,
+                                                   int i, int n, int k) {
+  __m512 acc[R][M];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+    for (int m = 0; m < M; m++) acc[r][m] = _mm512_setzero_ps();
+  const int k16 = k & ~15;
+  int kk = 0;
+  for (; kk < k16; kk += 16) {
+    __m512 wv[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) wv[r] = _mm512_loadu_ps(w + (size_t)(i + r) * k + kk);
+#pragma GCC unroll 4
+    for (int m = 0; m < M; m++) {
+      const __m512 xv = _mm512_loadu_ps(x + (size_t)m * k + kk);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; r++) acc[r][m] = _mm512_fmadd_ps(wv[r], xv, acc[r][m]);
+    }
+  }
+  if (kk < k) {  // masked lanes load zeros: their chains add 0 * 0
+    const __mmask16 mask = static_cast<__mmask16>((1u << (k - kk)) - 1);
+    __m512 wv[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) wv[r] = _mm512_maskz_loadu_ps(mask, w + (size_t)(i + r) * k + kk);
+#pragma GCC unroll 4
+    for (int m = 0; m < M; m++) {
+      const __m512 xv = _mm512_maskz_loadu_ps(mask, x + (size_t)m * k + kk);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; r++) acc[r][m] = _mm512_fmadd_ps(wv[r], xv, acc[r][m]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int m = 0; m < M; m++) {
+    float* o = out + (size_t)m * n + i;
+    if constexpr (R == 4) {
+      _mm_storeu_ps(o, reduce4(acc[0][m], acc[1][m], acc[2][m], acc[3][m]));
+    } else if constexpr (M != 4 || ALONE) {
+#pragma GCC unroll 4
+      for (int r = 0; r < R; r++) o[r] = _mm512_reduce_add_ps(acc[r][m]);
+    }
+  }
+  if constexpr (R < 4 && M == 4 && !ALONE) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+      float four[4];
+      _mm_storeu_ps(four, reduce4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+#pragma GCC unroll 4
+      for (int m = 0; m < 4; m++) out[(size_t)m * n + i + r] = four[m];
+    }
+  }
+}
+
+template <int M, bool ALONE>
+void small_rows(const float* x, const float* w, float* out, int n, int k) {
+  int i = 0;
+  for (; i + 4 <= n; i += 4) small_tile<4, M, ALONE>(x, w, out, i, n, k);
+  for (; i + 2 <= n; i += 2) small_tile<2, M, ALONE>(x, w, out, i, n, k);
+  for (; i < n; i++) small_tile<1, M, ALONE>(x, w, out, i, n, k);
+}
+
+// rows of x through the small kernel's order (ALONE: any number, each summed as one row alone;
+// else at most 4, sgemm's bits)
+template <bool ALONE>
+void small_all(const float* x, const float* w, float* out, int rows, int n, int k) {
+  int r0 = 0;
+  for (; r0 + 4 <= rows; r0 += 4) {
+    small_rows<4, ALONE>(x + (size_t)r0 * k, w, out + (size_t)r0 * n, n, k);
+  }
+  const float* xr = x + (size_t)r0 * k;
+  float* o = out + (size_t)r0 * n;
+  switch (rows - r0) {
+    case 1: small_rows<1, ALONE>(xr, w, o, n, k); break;
+    case 2: small_rows<2, ALONE>(xr, w, o, n, k); break;
+    case 3: small_rows<3, ALONE>(xr, w, o, n, k); break;
+    default: break;
+  }
 }
 
 // X (M, K) row-contiguous, W (N, K) row-contiguous -> OUT (M, N)
-void gemv_all(const float* x, const float* w, float* out, int rows, int n, int k, int q) {
-  const std::vector<int> cuts = blocks(k, q, 8);
+void gemv_all(const float* x, const float* w, float* out, int rows, int n, int k, int q,
+              int order) {
+  const bool skx = order == kOrderSkylakex;
+  if (skx && small_permit(n, rows, k)) {
+    small_all<false>(x, w, out, rows, n, k);
+    return;
+  }
+  const std::vector<int> cuts = blocks(k, q, skx ? 16 : 8);
   switch (rows) {
     case 1: run_rows<1, false>(x, w, out, n, k, cuts); break;
     case 2: run_rows<2, false>(x, w, out, n, k, cuts); break;
     case 3: run_rows<3, false>(x, w, out, n, k, cuts); break;
-    case 4: run_rows<4, true>(x, w, out, n, k, cuts); break;
+    case 4:
+      if (skx) {
+        run_rows<4, false>(x, w, out, n, k, cuts);
+      } else {
+        run_rows<4, true>(x, w, out, n, k, cuts);
+      }
+      break;
     default: throw std::runtime_error("[Gemv] more than 4 rows");
   }
 }
@@ -257,20 +390,21 @@ __attribute__((target("avx2,fma"))) void transposev(const float* w, float* tw, i
   }
 }
 
-// weight rows N0.. in passes of 8 V rows while they last; returns the first row not done
+// weight rows N0..HI-1 (of N) in passes of 8 V rows while they last; returns the first row
+// not done
 template <int V>
-int passes(const float* x, const float* w, float* out, float* tw, int rows, int n0, int n, int k,
-           const std::vector<int>& cuts) {
+int passes(const float* x, const float* w, float* out, float* tw, int rows, int n0, int hi,
+           int n, int k, const std::vector<int>& cuts) {
   using BlockFn = void (*)(const float*, const float*, float*, int, int, int, int, int,
                            const float*);
   constexpr BlockFn fns[5] = {nullptr, blockv<V, 1>, blockv<V, 2>, blockv<V, 3>, blockv<V, 4>};
-  for (; n0 + 8 * V <= n; n0 += 8 * V) {
+  for (; n0 + 8 * V <= hi; n0 += 8 * V) {
     for (int r = 0; r < rows; r++) std::fill_n(out + (size_t)r * n + n0, 8 * V, 0.0f);
     for (size_t b = 0; b + 1 < cuts.size(); b++) {
       transposev<V>(w, tw, n0, n, k, cuts[b], cuts[b + 1]);
       for (int r0 = 0; r0 < rows; r0 += 4) {
         const int m = rows - r0 < 4 ? rows - r0 : 4;
-        const float* next = r0 == 0 && n0 + 16 * V <= n ? w + (size_t)(n0 + 8 * V) * k : nullptr;
+        const float* next = r0 == 0 && n0 + 16 * V <= hi ? w + (size_t)(n0 + 8 * V) * k : nullptr;
         fns[m](x + (size_t)r0 * k, tw, out + (size_t)r0 * n, n0, n, k, cuts[b], cuts[b + 1],
                next);
       }
@@ -279,12 +413,15 @@ int passes(const float* x, const float* w, float* out, float* tw, int rows, int 
   return n0;
 }
 
-void per_row_all(const float* x, const float* w, float* out, int rows, int n, int k, int q) {
-  if (rows < 4) {  // 1-3 rows: gemv_all's one-chain tiles (faster there, the same order)
-    gemv_all(x, w, out, rows, n, k, q);
-    return;
+// weight rows LO..HI-1 of a per-row product on the regular path (one chain per K block)
+void per_row_range(const float* x, const float* w, float* out, int rows, int n, int k,
+                   const std::vector<int>& cuts, int lo, int hi) {
+  switch (rows) {  // 1-3 rows: gemv_all's one-chain tiles (faster there, the same order)
+    case 1: run_rows<1, false>(x, w, out, n, k, cuts, lo, hi); return;
+    case 2: run_rows<2, false>(x, w, out, n, k, cuts, lo, hi); return;
+    case 3: run_rows<3, false>(x, w, out, n, k, cuts, lo, hi); return;
+    default: break;
   }
-  const std::vector<int> cuts = blocks(k, q, 8);
   int longest = 0;
   for (size_t b = 0; b + 1 < cuts.size(); b++) longest = std::max(longest, cuts[b + 1] - cuts[b]);
   // the transposition buffer: one per thread, kept and grown, not allocated per product
@@ -297,13 +434,100 @@ void per_row_all(const float* x, const float* w, float* out, int rows, int n, in
     held = want;
   }
   float* tw = buffer.get();
-  int n0 = passes<kWide>(x, w, out, tw, rows, 0, n, k, cuts);
-  n0 = passes<1>(x, w, out, tw, rows, n0, n, k, cuts);  // a last group of 8 weight rows
-  for (; n0 < n; n0++) {  // the last N % 8, one row of x at a time (row1's order is per row)
+  int n0 = passes<kWide>(x, w, out, tw, rows, lo, hi, n, k, cuts);
+  n0 = passes<1>(x, w, out, tw, rows, n0, hi, n, k, cuts);  // a last group of 8 weight rows
+  for (; n0 < hi; n0++) {  // the last N % 8, one row of x at a time (row1's order is per row)
     for (int r = 0; r < rows; r++) {
       row1<1, false>(x + (size_t)r * k, w, out + (size_t)r * n, n0, n, k, cuts);
     }
   }
+}
+
+// One helper thread that takes the upper half of a large product's weight rows while the
+// stream's thread sums the lower half (outputs are independent: the same bits). Decode steps of
+// one row leave the second core idle, and a large LM head is memory-bound.
+class Helper {
+ public:
+  static Helper& get() {
+    // never destroyed: its thread lives with the process. A forked child has no such thread
+    // (only the forking thread survives a fork), so it makes its own
+    static std::mutex making;
+    static Helper* helper = nullptr;
+    std::lock_guard<std::mutex> lock(making);
+    if (helper == nullptr || helper->owner_ != getpid()) helper = new Helper();
+    return *helper;
+  }
+
+  // JOB on the helper while CALLER runs here; false (nothing run) when the helper is busy
+  bool split(const std::function<void()>& job, const std::function<void()>& caller) {
+    std::unique_lock<std::mutex> busy(use_, std::try_to_lock);
+    if (!busy.owns_lock()) return false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      job_ = &job;
+      failed_ = nullptr;
+    }
+    wake_.notify_one();
+    std::exception_ptr mine;
+    try {
+      caller();
+    } catch (...) {
+      mine = std::current_exception();
+    }
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [this] { return job_ == nullptr; });
+    if (mine) std::rethrow_exception(mine);
+    if (failed_) std::rethrow_exception(failed_);
+    return true;
+  }
+
+ private:
+  Helper() { std::thread([this] { loop(); }).detach(); }
+
+  void loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [this] { return job_ != nullptr; });
+      const std::function<void()>* job = job_;
+      lock.unlock();
+      std::exception_ptr failed;
+      try {
+        (*job)();
+      } catch (...) {
+        failed = std::current_exception();
+      }
+      lock.lock();
+      failed_ = failed;
+      job_ = nullptr;
+      done_.notify_all();
+    }
+  }
+
+  const pid_t owner_ = getpid();
+  std::mutex use_;  // one split at a time (another caller sums its product alone)
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  const std::function<void()>* job_ = nullptr;
+  std::exception_ptr failed_;
+};
+
+constexpr int64_t kSplitMin = int64_t{1} << 22;  // weight elements of a product worth splitting
+
+void per_row_all(const float* x, const float* w, float* out, int rows, int n, int k, int q,
+                 int order, int threads) {
+  const bool skx = order == kOrderSkylakex;
+  if (skx && small_permit(n, 1, k)) {  // a lone row of this product takes the small kernel
+    small_all<true>(x, w, out, rows, n, k);
+    return;
+  }
+  const std::vector<int> cuts = blocks(k, q, skx ? 16 : 8);
+  if (threads > 1 && static_cast<int64_t>(n) * k >= kSplitMin) {
+    const int mid = (n / 2) / (8 * kWide) * (8 * kWide);
+    const std::function<void()> upper = [&] { per_row_range(x, w, out, rows, n, k, cuts, mid, n); };
+    const std::function<void()> lower = [&] { per_row_range(x, w, out, rows, n, k, cuts, 0, mid); };
+    if (Helper::get().split(upper, lower)) return;
+  }
+  per_row_range(x, w, out, rows, n, k, cuts, 0, n);
 }
 
 // A's elements in row-major order, copied into BUF through its strides (an input that is not
@@ -327,8 +551,8 @@ const float* packed(const mx::array& a, std::vector<float>& buf) {
 
 class Gemv : public mx::UnaryPrimitive {
  public:
-  Gemv(mx::Stream stream, int q, bool per_row)
-      : mx::UnaryPrimitive(stream), q_(q), per_row_(per_row) {}
+  Gemv(mx::Stream stream, int q, int order, bool per_row, int threads)
+      : mx::UnaryPrimitive(stream), q_(q), order_(order), per_row_(per_row), threads_(threads) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
     const mx::array& x = inputs[0];
@@ -342,15 +566,16 @@ class Gemv : public mx::UnaryPrimitive {
     const int rows = static_cast<int>(x.size() / k);
     const bool x_packed = x.flags().row_contiguous, w_packed = w.flags().row_contiguous;
     encoder.dispatch([x = mx::array::unsafe_weak_copy(x), w = mx::array::unsafe_weak_copy(w),
-                      out = mx::array::unsafe_weak_copy(out), rows, n, k, q = q_, x_packed,
-                      w_packed, per_row = per_row_]() mutable {
+                      out = mx::array::unsafe_weak_copy(out), rows, n, k, q = q_,
+                      order = order_, x_packed, w_packed, per_row = per_row_,
+                      threads = threads_]() mutable {
       std::vector<float> x_buf, w_buf;
       const float* xs = x_packed ? x.data<float>() : packed(x, x_buf);
       const float* ws = w_packed ? w.data<float>() : packed(w, w_buf);
       if (per_row) {
-        per_row_all(xs, ws, out.data<float>(), rows, n, k, q);
+        per_row_all(xs, ws, out.data<float>(), rows, n, k, q, order, threads);
       } else {
-        gemv_all(xs, ws, out.data<float>(), rows, n, k, q);
+        gemv_all(xs, ws, out.data<float>(), rows, n, k, q, order);
       }
     });
   }
@@ -363,7 +588,7 @@ class Gemv : public mx::UnaryPrimitive {
 
   bool is_equivalent(const mx::Primitive& other) const override {
     const auto& o = static_cast<const Gemv&>(other);
-    return q_ == o.q_ && per_row_ == o.per_row_;
+    return q_ == o.q_ && order_ == o.order_ && per_row_ == o.per_row_ && threads_ == o.threads_;
   }
 
   std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
@@ -374,21 +599,30 @@ class Gemv : public mx::UnaryPrimitive {
 
  private:
   int q_;
+  int order_;
   bool per_row_;
+  int threads_;
 };
 
 bool fma_cpu() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
 
+// ORDER's kernels run on this CPU (the SkylakeX order's small kernel needs AVX-512)
+bool runs(int order) {
+  return fma_cpu() && (order == kOrderHaswell ||
+                       (order == kOrderSkylakex && __builtin_cpu_supports("avx512f")));
+}
+
 // x (..., K) @ w.T for w (N, K): the primitive for float32 on the CPU (at most 4 rows of x
 // unless PER_ROW), else MLX's matmul
-mx::array product(const mx::array& x, const mx::array& w, int q, bool per_row) {
+mx::array product(const mx::array& x, const mx::array& w, int q, int order, bool per_row,
+                  int threads) {
   mx::StreamOrDevice s = {};
   mx::Stream stream = mx::to_stream(s);
   const bool fits = x.dtype() == mx::float32 && w.dtype() == mx::float32 && x.ndim() >= 1 &&
                     w.ndim() == 2 && x.shape(-1) == w.shape(1) && w.shape(0) > 0 &&
                     w.shape(1) > 0 && x.size() / w.shape(1) >= 1 &&
                     (per_row || x.size() / w.shape(1) <= kMaxRows) &&
-                    stream.device == mx::Device::cpu && q > 0 && fma_cpu();
+                    stream.device == mx::Device::cpu && q > 0 && runs(order);
   if (!fits) {
     return mx::matmul(x, mx::transpose(w, s), s);
   }
@@ -396,18 +630,19 @@ mx::array product(const mx::array& x, const mx::array& w, int q, bool per_row) {
   shape.back() = w.shape(0);
   // no Contiguous nodes: each costs the step a graph node and a task on the stream's thread
   // (two per product, ~70 of a stories260K step's ~350); the primitive packs what is strided
-  return mx::array(shape, mx::float32, std::make_shared<Gemv>(stream, q, per_row), {x, w});
+  return mx::array(shape, mx::float32,
+                   std::make_shared<Gemv>(stream, q, order, per_row, threads), {x, w});
 }
 
 // x (..., K) @ w.T for w (N, K): the primitive for float32 on the CPU with at most 4 rows of
 // x, else MLX's matmul
-mx::array matmul_t(const mx::array& x, const mx::array& w, int q) {
-  return product(x, w, q, false);
+mx::array matmul_t(const mx::array& x, const mx::array& w, int q, int order) {
+  return product(x, w, q, order, false, 1);
 }
 
 // x (..., K) @ w.T, every row of x summed as matmul_t sums one row alone (any number of rows)
-mx::array matmul_rows(const mx::array& x, const mx::array& w, int q) {
-  return product(x, w, q, true);
+mx::array matmul_rows(const mx::array& x, const mx::array& w, int q, int order, int threads) {
+  return product(x, w, q, order, true, threads);
 }
 
 }  // namespace
@@ -421,13 +656,19 @@ NB_MODULE(_gemv, m) {
   m.attr("built_for") = BUILT_FOR_MLX;
   m.attr("_tag") = kBuiltFor;
   m.attr("max_rows") = kMaxRows;
+  m.attr("ORDER_HASWELL") = kOrderHaswell;
+  m.attr("ORDER_SKYLAKEX") = kOrderSkylakex;
   m.doc() = "x @ w.T for float32 in OpenBLAS sgemm's summation order (up to 4 rows) or its "
             "one-row order for every row";
   m.def("matmul_t", &matmul_t, nb::arg("x"), nb::arg("w"), nb::arg("q"),
-        "x @ w.T summed as OpenBLAS's sgemm with K blocks of GEMM_Q = q (MLX's matmul beyond "
-        "4 rows, other dtypes or devices)");
+        nb::arg("order") = kOrderHaswell,
+        "x @ w.T summed as OpenBLAS's sgemm with K blocks of GEMM_Q = q, in ORDER's kernels "
+        "(MLX's matmul beyond 4 rows, other dtypes or devices)");
   m.def("matmul_rows", &matmul_rows, nb::arg("x"), nb::arg("w"), nb::arg("q"),
+        nb::arg("order") = kOrderHaswell, nb::arg("threads") = 1,
         "x @ w.T with every row summed as matmul_t sums one row (any number of rows): a row's "
-        "bits do not depend on the rows beside it");
+        "bits do not depend on the rows beside it; THREADS > 1 lets a helper thread sum half "
+        "the weight rows of a large product (the same bits)");
   m.def("fma_cpu", &fma_cpu, "True when this CPU runs the kernel");
+  m.def("runs", &runs, nb::arg("order"), "True when this CPU runs ORDER's kernels");
 }
