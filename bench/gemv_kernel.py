@@ -41,7 +41,7 @@ def main() -> None:
     args = p.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     from worker.blas import set_blas_threads
-    from worker.cpu_gemv import detect, native
+    from worker.cpu_gemv import GemvState, detect, native
 
     set_blas_threads(1)
     module = native()
@@ -51,8 +51,8 @@ def main() -> None:
     print(f"OpenBLAS order: {order.name} (GEMM_Q {order.q})", flush=True)
     rng = np.random.default_rng(0)
 
-    def product(x: mx.array, w: mx.array) -> mx.array:
-        return (order.matmul_rows if args.per_row else order.matmul_t)(module, x, w)
+    state = GemvState(module, order)
+    product = state.matmul_rows if args.per_row else state.matmul_t
     for n, k in shapes:
         w = mx.array(rng.standard_normal((n, k)).astype(np.float32) * 0.05)
         for m in (int(r) for r in args.rows.split(",")):

@@ -73,17 +73,6 @@ class Order(NamedTuple):
     code: int  # gemv.cpp's ORDER_*
     q: int  # SGEMM_DEFAULT_Q: the K blocks of the regular path
 
-    def matmul_t(self, module: Any, x: mx.array, w: mx.array) -> mx.array:
-        """x @ w.T with sgemm's bits for 1-4 rows of x, in this order."""
-        out: mx.array = module.matmul_t(x, w, self.q, self.code)
-        return out
-
-    def matmul_rows(self, module: Any, x: mx.array, w: mx.array, threads: int = 1) -> mx.array:
-        """x @ w.T with every row summed as sgemm sums it alone, in this order (THREADS 2: a
-        large product's halves on two threads, the same bits)."""
-        out: mx.array = module.matmul_rows(x, w, self.q, self.code, threads)
-        return out
-
 
 # Debian's OpenBLAS 0.3.21: Zen/Haswell cores (sgemm_kernel_16x4_haswell, GEMM_Q 320; session
 # 16) and SkylakeX cores (sgemm_kernel_16x4_skylakex_3 with GEMM_Q 448, and its small-matrix TN
@@ -94,13 +83,25 @@ PROBE_SHAPES = ((512, 512), (256, 512), (1536, 512), (512, 1536), (4096, 192), (
 
 
 class GemvState:
-    """What a model's wrapped modules share: whether one of our forwards is running."""
+    """What a model's wrapped modules share: the kernel in its order, and whether one of our
+    forwards is running."""
 
-    def __init__(self, module: Any, order: Order = ORDERS[0]) -> None:
+    def __init__(self, module: Any, order: Order) -> None:
         self.module = module
         self.order = order
         self.active = False
         self.calls = 0  # products routed to the kernel (tests check the path ran)
+
+    def matmul_t(self, x: mx.array, w: mx.array) -> mx.array:
+        """x @ w.T with sgemm's bits for 1-4 rows of x, in this order."""
+        out: mx.array = self.module.matmul_t(x, w, self.order.q, self.order.code)
+        return out
+
+    def matmul_rows(self, x: mx.array, w: mx.array, threads: int = 1) -> mx.array:
+        """x @ w.T with every row summed as sgemm sums it alone, in this order (THREADS 2: a
+        large product's halves on two threads, the same bits)."""
+        out: mx.array = self.module.matmul_rows(x, w, self.order.q, self.order.code, threads)
+        return out
 
 
 def native() -> Any | None:
@@ -121,6 +122,7 @@ def same_bits(module: Any, weights: list[mx.array], rows: int = CHECK_ROWS,
     rows equal ``mx.matmul``'s of each row alone (``matmul_rows``)."""
     if not module.runs(order.code):
         return False
+    kernel = GemvState(module, order)
     rng = np.random.default_rng(seed)
     for w in weights:
         k = w.shape[1]
@@ -129,13 +131,12 @@ def same_bits(module: Any, weights: list[mx.array], rows: int = CHECK_ROWS,
             x *= np.float32(10.0) ** rng.integers(-3, 4, (m, 1)).astype(np.float32)
             xs = mx.array(x)
             want = mx.view(xs @ w.T, mx.uint32)
-            if not mx.array_equal(want, mx.view(order.matmul_t(module, xs, w), mx.uint32)).item():
+            if not mx.array_equal(want, mx.view(kernel.matmul_t(xs, w), mx.uint32)).item():
                 return False
             if m > 3:
                 continue
             alone = mx.view(mx.concatenate([xs[i:i + 1] @ w.T for i in range(m)]), mx.uint32)
-            if not mx.array_equal(alone,
-                                  mx.view(order.matmul_rows(module, xs, w), mx.uint32)).item():
+            if not mx.array_equal(alone, mx.view(kernel.matmul_rows(xs, w), mx.uint32)).item():
                 return False
     return True
 
@@ -162,7 +163,7 @@ class GemvLinear(nn.Linear):  # type: ignore[misc]
         if not fits(self._gemv, x, self["weight"]) or "bias" in self:
             return super().__call__(x)  # type: ignore[no-any-return]
         self._gemv.calls += 1
-        return self._gemv.order.matmul_rows(self._gemv.module, x, self["weight"], THREADS)
+        return self._gemv.matmul_rows(x, self["weight"], THREADS)
 
 
 class GemvEmbedding(nn.Embedding):  # type: ignore[misc]
@@ -175,7 +176,7 @@ class GemvEmbedding(nn.Embedding):  # type: ignore[misc]
         if not fits(self._gemv, x, self["weight"]):
             return super().as_linear(x)  # type: ignore[no-any-return]
         self._gemv.calls += 1
-        return self._gemv.order.matmul_rows(self._gemv.module, x, self["weight"], THREADS)
+        return self._gemv.matmul_rows(x, self["weight"], THREADS)
 
 
 def fits(state: GemvState, x: mx.array, w: mx.array) -> bool:

@@ -70,27 +70,16 @@ def order(native: Any) -> cpu_gemv.Order:
     return found
 
 
-class Products:
-    """The native module's two products in the detected order (tests' shorthand)."""
-
-    def __init__(self, module: Any, order: cpu_gemv.Order) -> None:
-        self.module, self.order = module, order
-
-    def matmul_t(self, x: mx.array, w: mx.array) -> mx.array:
-        return self.order.matmul_t(self.module, x, w)
-
-    def matmul_rows(self, x: mx.array, w: mx.array) -> mx.array:
-        return self.order.matmul_rows(self.module, x, w)
-
-
 @pytest.fixture(scope="module")
-def kernel(native: Any, order: cpu_gemv.Order) -> Products:
-    return Products(native, order)
+def kernel(native: Any, order: cpu_gemv.Order) -> cpu_gemv.GemvState:
+    """The native module's two products in the detected order."""
+    return cpu_gemv.GemvState(native, order)
 
 
 @pytest.mark.parametrize("k", [512, 1536, 1000, 641, 333, 17, 8, 7])
 @pytest.mark.parametrize("n", [1, 7, 9, 24, 37, 512])
-def test_products_are_mx_matmuls(native: Any, kernel: Products, k: int, n: int) -> None:
+def test_products_are_mx_matmuls(native: Any, kernel: cpu_gemv.GemvState, k: int,
+                                  n: int) -> None:
     """1-4 rows, K across GEMM_Q's blocking rules (one block, halves rounded up, q-sized
     blocks, tails), N across the 16/8/single-row groups; in 2-D, 3-D and compiled."""
     rng = np.random.default_rng(k * 1000 + n)
@@ -108,7 +97,8 @@ def test_products_are_mx_matmuls(native: Any, kernel: Products, k: int, n: int) 
 
 @pytest.mark.parametrize("k", [512, 1536, 1000, 641, 333, 17, 8, 7])
 @pytest.mark.parametrize("n", [1, 7, 9, 16, 24, 37, 512])
-def test_per_row_products_are_each_row_alone(kernel: Products, k: int, n: int) -> None:
+def test_per_row_products_are_each_row_alone(kernel: cpu_gemv.GemvState, k: int,
+                                             n: int) -> None:
     """``matmul_rows`` on any number of rows gives each row the bits it gets alone, which are
     mx.matmul's for one row (N across the 16-row, 8-row and single-row weight groups; rows
     across the 4-row tiles and their remainders); in 2-D, 3-D and compiled."""
@@ -127,7 +117,7 @@ def test_per_row_products_are_each_row_alone(kernel: Products, k: int, n: int) -
         assert np.array_equal(bits(traced(xs, w)), alone)
 
 
-def test_per_row_products_take_strided_inputs(kernel: Products) -> None:
+def test_per_row_products_take_strided_inputs(kernel: cpu_gemv.GemvState) -> None:
     """Strided inputs give the bits of the same values laid out contiguously (what a model's
     layers pass; OpenBLAS's SkylakeX cores choose their small kernel by the operands' layout,
     so MLX's own product of a transposed weight may sum in another order there)."""
@@ -141,7 +131,7 @@ def test_per_row_products_take_strided_inputs(kernel: Products) -> None:
         assert np.array_equal(bits(kernel.matmul_rows(a, b)), alone)
 
 
-def test_the_tied_head_shape(native: Any, kernel: Products) -> None:
+def test_the_tied_head_shape(native: Any, kernel: cpu_gemv.GemvState) -> None:
     """The Qwen3 bench model's LM head shape (32000 x 512) with its rows' magnitudes."""
     rng = np.random.default_rng(3)
     w = mx.array(rng.standard_normal((32000, 512)).astype(np.float32) * 0.02)
@@ -152,7 +142,7 @@ def test_the_tied_head_shape(native: Any, kernel: Products) -> None:
 
 
 @pytest.mark.parametrize("n", [8192, 8200, 12345])
-def test_a_split_product_has_the_same_bits(kernel: Products, n: int) -> None:
+def test_a_split_product_has_the_same_bits(kernel: cpu_gemv.GemvState, n: int) -> None:
     """A product of 2^22+ weight elements split between the stream's thread and the helper
     thread (threads=2) gives every row the bits it gets in one thread, whatever N's remainder
     after the halves (groups of 16 and 8 weight rows, single rows)."""
@@ -160,14 +150,14 @@ def test_a_split_product_has_the_same_bits(kernel: Products, n: int) -> None:
     w = mx.array(rng.standard_normal((n, 512)).astype(np.float32) * 0.05)
     for m in (1, 2, 3, 4, 7, 32):
         x = mx.array(rng.standard_normal((m, 512)).astype(np.float32))
-        one = bits(kernel.order.matmul_rows(kernel.module, x, w, 1))
+        one = bits(kernel.matmul_rows(x, w, 1))
         for _ in range(3):
-            assert np.array_equal(bits(kernel.order.matmul_rows(kernel.module, x, w, 2)), one), m
+            assert np.array_equal(bits(kernel.matmul_rows(x, w, 2)), one), m
         alone = np.concatenate([bits(x[i:i + 1] @ w.T) for i in range(m)])
         assert np.array_equal(one, alone), m
 
 
-def test_more_rows_other_dtypes_and_strided_inputs_are_mlx(kernel: Products) -> None:
+def test_more_rows_other_dtypes_and_strided_inputs_are_mlx(kernel: cpu_gemv.GemvState) -> None:
     rng = np.random.default_rng(4)
     w = mx.array(rng.standard_normal((24, 40)).astype(np.float32))
     x = mx.array(rng.standard_normal((6, 40)).astype(np.float32))
@@ -179,7 +169,7 @@ def test_more_rows_other_dtypes_and_strided_inputs_are_mlx(kernel: Products) -> 
                           bits(mx.contiguous(strided) @ w.T))
 
 
-def test_inputs_go_in_as_they_are(kernel: Products, tmp_path: Path) -> None:
+def test_inputs_go_in_as_they_are(kernel: cpu_gemv.GemvState, tmp_path: Path) -> None:
     """No Contiguous node per input (each costs a step a graph node and a task on the stream's
     thread); strided, broadcast and offset inputs are packed by the primitive, same bits."""
     rng = np.random.default_rng(8)

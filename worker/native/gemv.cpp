@@ -22,7 +22,6 @@
 // FMA chain over k = l mod 16 (the last partial 16 masked to zeros), then the lanes added as
 // ((l0 + l1) + (l2 + l3)) per 4-lane quarter and the quarters as (q0 + q1) + (q2 + q3).
 #include <immintrin.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -449,12 +448,7 @@ void per_row_range(const float* x, const float* w, float* out, int rows, int n, 
 class Helper {
  public:
   static Helper& get() {
-    // never destroyed: its thread lives with the process. A forked child has no such thread
-    // (only the forking thread survives a fork), so it makes its own
-    static std::mutex making;
-    static Helper* helper = nullptr;
-    std::lock_guard<std::mutex> lock(making);
-    if (helper == nullptr || helper->owner_ != getpid()) helper = new Helper();
+    static Helper* helper = new Helper();  // never destroyed: its thread lives with the process
     return *helper;
   }
 
@@ -503,7 +497,6 @@ class Helper {
     }
   }
 
-  const pid_t owner_ = getpid();
   std::mutex use_;  // one split at a time (another caller sums its product alone)
   std::mutex mutex_;
   std::condition_variable wake_, done_;
