@@ -190,10 +190,21 @@ class PagedKVStore:
                 dequantize(kw, ks.astype(dtype), kb.astype(dtype), g, KEY_BITS).reshape(shape),
                 dequantize(vw, vs.astype(dtype), vb.astype(dtype), g, VALUE_BITS).reshape(shape))
 
-    def requantize(self, layer: int, tail_rows: mx.array, rows: mx.array) -> None:
-        """K8V4: quantize the tail's TAIL_ROWS (R,) into the pages at ROWS (R,)."""
-        self.write_quantized(layer, rows, self.k_tail[layer][tail_rows],
-                             self.v_tail[layer][tail_rows])
+    def requantize(self, layer: int, tail_rows: mx.array, rows: mx.array,
+                   work_rows: mx.array | None = None) -> None:
+        """K8V4: quantize the tail's TAIL_ROWS (R,) into the pages at ROWS (R,).
+
+        With WORK_ROWS (R,), also put their float copies there (what ``load_work`` would give
+        for ROWS, from the quantize outputs: no gather).
+        """
+        written = self.write_quantized(layer, rows, self.k_tail[layer][tail_rows],
+                                       self.v_tail[layer][tail_rows])
+        if work_rows is not None:
+            dtype, g = self.fmt.dtype, self.fmt.group_size
+            for out, (w, s, b), bits in ((self.k_tail, written[0], KEY_BITS),
+                                         (self.v_tail, written[1], VALUE_BITS)):
+                self._put(out, layer, work_rows,
+                          dequantize(w, s.astype(dtype), b.astype(dtype), g, bits))
 
     def load_work(self, layer: int, rows: mx.array, work_rows: mx.array) -> None:
         """Dequantize the page ROWS (R,) into the float rows WORK_ROWS (R,) of the tail arrays.

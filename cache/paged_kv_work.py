@@ -67,6 +67,11 @@ class WorkingSet:
         self.loads += len(missing)
         return missing, slots
 
+    def cancel(self, pages: np.ndarray) -> None:
+        """Undo ``acquire`` for PAGES whose copies were never written (not counted as loads)."""
+        self.forget(pages)
+        self.loads -= len(pages)
+
     def check(self) -> None:
         """Assert the two maps agree (tests)."""
         held = np.flatnonzero(self.slot_of >= 0)

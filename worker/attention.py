@@ -127,10 +127,10 @@ def _float_rows(queries: mx.array, kv: LayerKV, keys: mx.array, values: mx.array
     if shared is not None:
         rest = Segment(keys, values, mask[..., b.shared :])
         out = _cascade(queries, scale, Segment(*shared, None), [rest], host)
-    else:
+    else:  # plain float keys: the fused kernel (on the CPU, one native softmax op)
         if keys.dtype != b.dtype:
             keys, values = keys.astype(b.dtype), values.astype(b.dtype)
-        out = _normalized(queries, scale, [Segment(keys, values, mask)], host)
+        out = _fused(queries, keys, values, scale, mask)
     return _add_value_center(out, store.v_center[kv.layer]) if store.quantized else out
 
 

@@ -101,6 +101,10 @@ class CompiledDecode:
             cache.k[:], cache.v[:] = dense_k, dense_v
             cache.applied = len(dense_k)
         if plan is not None and plan.complete is not None:
+            # the filled pages' copies are not written here: a tail write after the function
+            # would copy the tail arrays (its outputs); the next step loads them instead
+            if plan.filled is not None:
+                store.work.cancel(plan.filled)
             for layer in range(len(store.k)):
                 store.requantize(layer, *plan.complete)
         return out  # type: ignore[no-any-return]
