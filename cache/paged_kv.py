@@ -197,14 +197,17 @@ class PagedKVStore:
         With WORK_ROWS (R,), also put their float copies there (what ``load_work`` would give
         for ROWS, from the quantize outputs: no gather).
         """
-        written = self.write_quantized(layer, rows, self.k_tail[layer][tail_rows],
-                                       self.v_tail[layer][tail_rows])
-        if work_rows is not None:
-            dtype, g = self.fmt.dtype, self.fmt.group_size
-            for out, (w, s, b), bits in ((self.k_tail, written[0], KEY_BITS),
-                                         (self.v_tail, written[1], VALUE_BITS)):
-                self._put(out, layer, work_rows,
-                          dequantize(w, s.astype(dtype), b.astype(dtype), g, bits))
+        keys, values = self.k_tail[layer][tail_rows], self.v_tail[layer][tail_rows]
+        if work_rows is None:
+            self.write_quantized(layer, rows, keys, values)
+            return
+        # one compiled function: its element-wise chains fuse (fewer graph nodes per step)
+        *parts, k_copy, v_copy = _requantized(self.fmt.group_size, self.fmt.dtype)(keys, values)
+        for arrays, written in ((self.k[layer], parts[:3]), (self.v[layer], parts[3:])):
+            for i, part in enumerate(written):
+                self._put(arrays, i, rows, part)
+        self._put(self.k_tail, layer, work_rows, k_copy)
+        self._put(self.v_tail, layer, work_rows, v_copy)
 
     def load_work(self, layer: int, rows: mx.array, work_rows: mx.array) -> None:
         """Dequantize the page ROWS (R,) into the float rows WORK_ROWS (R,) of the tail arrays.
@@ -257,6 +260,30 @@ class PagedKVStore:
     def nbytes(self) -> int:
         """Bytes held by all page arrays."""
         return sum(a.nbytes for a in self.arrays())
+
+
+_REQUANTIZED: dict[tuple[int, mx.Dtype], Callable[..., list[mx.array]]] = {}
+
+
+def _requantized(group_size: int, dtype: mx.Dtype) -> Callable[..., list[mx.array]]:
+    """Compiled: keys/values (R, D) -> their K8V4 (packed, scales, biases) as ``write_quantized``
+    stores them, then the floats ``load_work`` would read back (the same bits: the compiled
+    chains run the same element-wise ops)."""
+    key = (group_size, dtype)
+    if key not in _REQUANTIZED:
+
+        def run(keys: mx.array, values: mx.array) -> list[mx.array]:
+            out: list[mx.array] = []
+            copies = []
+            for x, bits in ((keys, KEY_BITS), (values, VALUE_BITS)):
+                w, s, b = mx.quantize(x, group_size=group_size, bits=bits)
+                s, b = s.astype(mx.float16), b.astype(mx.float16)
+                out += [w, s, b]
+                copies.append(dequantize(w, s.astype(dtype), b.astype(dtype), group_size, bits))
+            return out + copies
+
+        _REQUANTIZED[key] = mx.compile(run)
+    return _REQUANTIZED[key]
 
 
 def dequantize(w: mx.array, scales: mx.array, biases: mx.array, group_size: int, bits: int
