@@ -33,6 +33,10 @@ KEY_BITS = 8
 VALUE_BITS = 4
 # how the store writes rows: (array (N, C), rows (R,), values (R, C)) -> the written array
 PutRows = Callable[[mx.array, mx.array, mx.array], mx.array]
+# K8V4 page completions in one step (worker/kv_pages.py): (k_tail, v_tail, tail rows, keys'
+# (packed, scales, biases), values', pool rows, copy rows, group size) -> the eight arrays
+# written (keys', values', k_tail, v_tail), or None (the store's own ops then)
+CompletePages = Callable[..., "list[mx.array] | None"]
 
 
 def scatter_rows(dst: mx.array, rows: mx.array, values: mx.array) -> mx.array:
@@ -93,9 +97,11 @@ class PagedKVStore:
 
     def __init__(self, fmt: KVFormat, num_pages: int, tail_pages: int = 0,
                  work_pages: int = 0, spare_bytes: int = 0,
-                 put_rows: PutRows = scatter_rows) -> None:
+                 put_rows: PutRows = scatter_rows, complete: CompletePages | None = None
+                 ) -> None:
         self.fmt = fmt
         self.put_rows = put_rows
+        self.complete = complete  # page completions with copies in one step, when given
         self.num_pages = num_pages
         # bytes of the memory budget these arrays leave unused (worker/kv_dense.py's cache)
         self.spare_bytes = spare_bytes
@@ -197,12 +203,20 @@ class PagedKVStore:
         With WORK_ROWS (R,), also put their float copies there (what ``load_work`` would give
         for ROWS, from the quantize outputs: no gather).
         """
+        if work_rows is not None and self.complete is not None:
+            done = self.complete(self.k_tail[layer], self.v_tail[layer], tail_rows,
+                                 self.k[layer], self.v[layer], rows, work_rows,
+                                 self.fmt.group_size)
+            if done is not None:
+                self.k[layer][:], self.v[layer][:] = done[:3], done[3:6]
+                self.k_tail[layer], self.v_tail[layer] = done[6], done[7]
+                return
         keys, values = self.k_tail[layer][tail_rows], self.v_tail[layer][tail_rows]
         if work_rows is None:
             self.write_quantized(layer, rows, keys, values)
             return
         # one compiled function: its element-wise chains fuse (fewer graph nodes per step)
-        *parts, k_copy, v_copy = _requantized(self.fmt.group_size, self.fmt.dtype)(keys, values)
+        *parts, k_copy, v_copy = requantized(self.fmt.group_size, self.fmt.dtype)(keys, values)
         for arrays, written in ((self.k[layer], parts[:3]), (self.v[layer], parts[3:])):
             for i, part in enumerate(written):
                 self._put(arrays, i, rows, part)
@@ -265,7 +279,7 @@ class PagedKVStore:
 _REQUANTIZED: dict[tuple[int, mx.Dtype], Callable[..., list[mx.array]]] = {}
 
 
-def _requantized(group_size: int, dtype: mx.Dtype) -> Callable[..., list[mx.array]]:
+def requantized(group_size: int, dtype: mx.Dtype) -> Callable[..., list[mx.array]]:
     """Compiled: keys/values (R, D) -> their K8V4 (packed, scales, biases) as ``write_quantized``
     stores them, then the floats ``load_work`` would read back (the same bits: the compiled
     chains run the same element-wise ops)."""
