@@ -128,6 +128,7 @@ class PagedKVStore:
                 self.v.append(self._quantized_arrays(slots, VALUE_BITS))
                 self.k_tail.append(mx.zeros((tail_rows, d), dtype=fmt.dtype))
                 self.v_tail.append(mx.zeros((tail_rows, d), dtype=fmt.dtype))
+        self._center_rows()
         mx.eval(self.k, self.v, self.k_tail, self.v_tail)
 
     def set_centers(self, keys: list[mx.array], values: list[mx.array]) -> None:
@@ -135,6 +136,25 @@ class PagedKVStore:
         self.k_center = [k.astype(self.fmt.dtype) for k in keys]
         self.v_center = [v.astype(self.fmt.dtype) for v in values]
         mx.eval(self.k_center, self.v_center)
+        self._center_rows()
+
+    def _center_rows(self) -> None:
+        """The centers as (kv_heads, 1, head_dim) arrays, made once (a decode step's keys (B, H,
+        1, D) are centered by one broadcast subtraction), and the value centers per query-head
+        count (attention adds them back; ``value_center_heads``)."""
+        self.k_center_rows = [c[:, None, :] for c in self.k_center]
+        self.v_center_rows = [c[:, None, :] for c in self.v_center]
+        self.v_center_heads: dict[tuple[int, int], mx.array] = {}
+        mx.eval(self.k_center_rows, self.v_center_rows)
+
+    def value_center_heads(self, layer: int, heads: int) -> mx.array:
+        """LAYER's value center for each of HEADS query heads, (HEADS, 1, D) (made once)."""
+        key = (layer, heads)
+        if key not in self.v_center_heads:
+            rep = heads // self.fmt.num_kv_heads
+            self.v_center_heads[key] = mx.repeat(self.v_center_rows[layer], rep, axis=0)
+            mx.eval(self.v_center_heads[key])
+        return self.v_center_heads[key]
 
     def _quantized_arrays(self, slots: int, bits: int) -> list[mx.array]:
         h, d, g = self.fmt.num_kv_heads, self.fmt.head_dim, self.fmt.group_size
@@ -157,8 +177,12 @@ class PagedKVStore:
         return keys, values
 
     def center(self, layer: int, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
-        """K8V4: keys/values (R, D) minus the layer's per-head means (rows cycle over heads)."""
+        """K8V4: keys/values (R, D) minus the layer's per-head means (rows cycle over heads), or
+        a decode step's (B, H, 1, D), returned as their (B * H, D) rows."""
         h, d = self.fmt.num_kv_heads, self.fmt.head_dim
+        if keys.ndim == 4 and keys.shape[2] == 1:
+            return ((keys - self.k_center_rows[layer]).reshape(-1, d),
+                    (values - self.v_center_rows[layer]).reshape(-1, d))
         return ((keys.reshape(-1, h, d) - self.k_center[layer]).reshape(-1, d),
                 (values.reshape(-1, h, d) - self.v_center[layer]).reshape(-1, d))
 

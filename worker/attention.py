@@ -131,7 +131,11 @@ def _float_rows(queries: mx.array, kv: LayerKV, keys: mx.array, values: mx.array
         if keys.dtype != b.dtype:
             keys, values = keys.astype(b.dtype), values.astype(b.dtype)
         out = _fused(queries, keys, values, scale, mask)
-    return _add_value_center(out, store.v_center[kv.layer]) if store.quantized else out
+    if not store.quantized:
+        return out
+    if b.bucket:  # a compiled step's trace: the center from its inputs
+        return _add_value_center(out, store.v_center[kv.layer])
+    return out + store.value_center_heads(kv.layer, out.shape[1])  # one broadcast add
 
 
 def _segment(kv: tuple[Any, Any], mask: mx.array | None) -> Segment:

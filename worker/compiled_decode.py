@@ -153,6 +153,8 @@ class CompiledDecode:
             proxy.v = [list(a) for a in pool[1]]
             proxy.k_tail, proxy.v_tail = list(pool[2]), list(pool[3])
             proxy.k_center, proxy.v_center = list(pool[4]), list(pool[5])
+            proxy.k_center_rows = [c[:, None, :] for c in proxy.k_center]  # from the inputs
+            proxy.v_center_rows = [c[:, None, :] for c in proxy.v_center]
             if store.quantized:
                 proxy.write_quantized = _refuse  # type: ignore[method-assign,assignment]
             batch = copy.copy(template)

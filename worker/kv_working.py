@@ -145,7 +145,8 @@ def plan_decode(store: PagedKVStore, pages: np.ndarray, writes: np.ndarray, star
 def write_decode(store: PagedKVStore, layer: int, plan: DecodePlan, keys: mx.array,
                  values: mx.array, dtype: mx.Dtype
                  ) -> tuple[mx.array, mx.array, tuple[mx.array, mx.array] | None]:
-    """Write one layer's new keys/values (B*H, D) in the tail; load pages into the working set.
+    """Write one layer's new keys/values (B*H, D) (or a decode step's (B, H, 1, D)) in the tail;
+    load pages into the working set.
 
     A page's quantized rows are written when the page fills, from the tail (quantization is
     per row, so the bits are those of token-by-token writes), when the keys are already in the

@@ -236,9 +236,10 @@ class PagedView:
         else:
             flat_k = keys.transpose(0, 2, 1, 3).reshape(bsz * n * heads, dim)
             flat_v = values.transpose(0, 2, 1, 3).reshape(bsz * n * heads, values.shape[-1])
-        if b.work is not None:
-            held_k, held_v, window = write_decode(b.store, self.layer, b.work, flat_k, flat_v,
-                                                  b.dtype)
+        if b.work is not None:  # a decode step's (B, H, 1, D) are centered as they are
+            held_k, held_v, window = write_decode(
+                b.store, self.layer, b.work, keys if n == 1 else flat_k,
+                values if n == 1 else flat_v, b.dtype)
             if b.dense is not None:  # the new rows as the tail holds them (no gather)
                 k_tail, v_tail = b.store.k_tail[self.layer], b.store.v_tail[self.layer]
                 dk, dv = b.attend_dense(self.layer, k_tail, v_tail, held_k, held_v)
