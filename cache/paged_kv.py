@@ -31,6 +31,7 @@ from cache.paged_kv_work import WorkingSet
 
 KEY_BITS = 8
 VALUE_BITS = 4
+CENTER_CACHE_BYTES = 16 << 20  # K8V4 centers kept at decode batches' shapes (``centers``)
 # how the store writes rows: (array (N, C), rows (R,), values (R, C)) -> the written array
 PutRows = Callable[[mx.array, mx.array, mx.array], mx.array]
 # K8V4 page completions in one step (worker/kv_pages.py): (k_tail, v_tail, tail rows, keys'
@@ -139,22 +140,32 @@ class PagedKVStore:
         self._center_rows()
 
     def _center_rows(self) -> None:
-        """The centers as (kv_heads, 1, head_dim) arrays, made once (a decode step's keys (B, H,
-        1, D) are centered by one broadcast subtraction), and the value centers per query-head
-        count (attention adds them back; ``value_center_heads``)."""
+        """The centers as (kv_heads, 1, head_dim) arrays (a decode step's keys (B, H, 1, D) are
+        centered by one subtraction), and ``centers``' cache of them at a batch's full shape."""
         self.k_center_rows = [c[:, None, :] for c in self.k_center]
         self.v_center_rows = [c[:, None, :] for c in self.v_center]
-        self.v_center_heads: dict[tuple[int, int], mx.array] = {}
+        # None: made in the graph (a compiled step's trace, whose centers are its inputs)
+        self.center_cache: dict[tuple[str, int, int, int], mx.array] | None = {}
         mx.eval(self.k_center_rows, self.v_center_rows)
 
-    def value_center_heads(self, layer: int, heads: int) -> mx.array:
-        """LAYER's value center for each of HEADS query heads, (HEADS, 1, D) (made once)."""
-        key = (layer, heads)
-        if key not in self.v_center_heads:
-            rep = heads // self.fmt.num_kv_heads
-            self.v_center_heads[key] = mx.repeat(self.v_center_rows[layer], rep, axis=0)
-            mx.eval(self.v_center_heads[key])
-        return self.v_center_heads[key]
+    def centers(self, kind: str, layer: int, rows: int, heads: int) -> mx.array:
+        """LAYER's key ("k") or value ("v") center for ROWS x HEADS (B, H, 1, D): contiguous and
+        made once per shape (an operand of the step's shape needs no broadcast node), or
+        broadcast in the graph. HEADS may be the query heads (value centers added back after
+        attention: query head i reads KV head i // (HEADS / kv_heads))."""
+        base = (self.k_center_rows if kind == "k" else self.v_center_rows)[layer]
+        rep = heads // self.fmt.num_kv_heads
+        key = (kind, layer, rows, heads)
+        cache = self.center_cache
+        if cache is not None and key in cache:
+            return cache[key]
+        heads_base = mx.repeat(base, rep, axis=0) if rep > 1 else base
+        size = rows * heads * base.shape[-1] * base.itemsize
+        if cache is None or sum(a.nbytes for a in cache.values()) + size > CENTER_CACHE_BYTES:
+            return heads_base  # a trace, or a large model's many shapes: broadcast in the graph
+        cache[key] = mx.contiguous(mx.broadcast_to(heads_base, (rows, heads, 1, base.shape[-1])))
+        mx.eval(cache[key])
+        return cache[key]
 
     def _quantized_arrays(self, slots: int, bits: int) -> list[mx.array]:
         h, d, g = self.fmt.num_kv_heads, self.fmt.head_dim, self.fmt.group_size
@@ -181,8 +192,9 @@ class PagedKVStore:
         a decode step's (B, H, 1, D), returned as their (B * H, D) rows."""
         h, d = self.fmt.num_kv_heads, self.fmt.head_dim
         if keys.ndim == 4 and keys.shape[2] == 1:
-            return ((keys - self.k_center_rows[layer]).reshape(-1, d),
-                    (values - self.v_center_rows[layer]).reshape(-1, d))
+            rows = keys.shape[0]
+            return ((keys - self.centers("k", layer, rows, h)).reshape(-1, d),
+                    (values - self.centers("v", layer, rows, h)).reshape(-1, d))
         return ((keys.reshape(-1, h, d) - self.k_center[layer]).reshape(-1, d),
                 (values.reshape(-1, h, d) - self.v_center[layer]).reshape(-1, d))
 

@@ -133,9 +133,9 @@ def _float_rows(queries: mx.array, kv: LayerKV, keys: mx.array, values: mx.array
         out = _fused(queries, keys, values, scale, mask)
     if not store.quantized:
         return out
-    if b.bucket:  # a compiled step's trace: the center from its inputs
+    if b.bucket or out.shape[2] != 1:  # a compiled step's trace: the center from its inputs
         return _add_value_center(out, store.v_center[kv.layer])
-    return out + store.value_center_heads(kv.layer, out.shape[1])  # one broadcast add
+    return out + store.centers("v", kv.layer, out.shape[0], out.shape[1])  # one add
 
 
 def _segment(kv: tuple[Any, Any], mask: mx.array | None) -> Segment:

@@ -155,6 +155,7 @@ class CompiledDecode:
             proxy.k_center, proxy.v_center = list(pool[4]), list(pool[5])
             proxy.k_center_rows = [c[:, None, :] for c in proxy.k_center]  # from the inputs
             proxy.v_center_rows = [c[:, None, :] for c in proxy.v_center]
+            proxy.center_cache = None  # nothing is evaluated in a trace
             if store.quantized:
                 proxy.write_quantized = _refuse  # type: ignore[method-assign,assignment]
             batch = copy.copy(template)
