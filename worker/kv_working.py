@@ -114,8 +114,8 @@ def plan_decode(store: PagedKVStore, pages: np.ndarray, writes: np.ndarray, star
     older = cols < current
     # the pages filled now get their copies too, from this step's quantize (the next step
     # reads them as older pages; ``requantize`` writes both)
-    filled = pages[done, starts[done] // p]
-    got = work.acquire(np.unique(np.concatenate([pages[older], filled])))
+    filled = pages[done, starts[done] // p]  # distinct, read by no row, just forgotten
+    got = work.acquire(np.concatenate([np.unique(pages[older]), filled]))
     if got is None:
         return plan
     first = store.tail_pages  # working-set slot s is page first + s of the tail arrays
@@ -125,10 +125,9 @@ def plan_decode(store: PagedKVStore, pages: np.ndarray, writes: np.ndarray, star
     rows = slots[:, None, :] * h + heads[None, :, None]  # (B, H, L)
     loaded, at = got
     load = fresh = None
-    if len(filled):
-        fresh = mx.array(((first + work.slot_of[filled])[:, None] * p * h + block).reshape(-1))
-        gather = ~np.isin(loaded, filled)
-        loaded, at = loaded[gather], at[gather]
+    if len(filled):  # all missing, acquired last: the last slots given
+        fresh = mx.array(((first + at[-len(filled):])[:, None] * p * h + block).reshape(-1))
+        loaded, at = loaded[: -len(filled)], at[: -len(filled)]
     if len(loaded):
         load = (mx.array((loaded[:, None] * p * h + block).reshape(-1)),
                 mx.array(((first + at)[:, None] * p * h + block).reshape(-1)))
