@@ -6,7 +6,8 @@ layer's cache returned a ``LayerKV``. Keys are split into segments: the prefix e
 pages, and (K8V4) the row's current page in full precision. Segments are combined exactly by
 their log-sum-exp. K8V4 pages are read with ``mx.quantized_matmul`` when there are few queries
 and dequantized once for many (on CPU a dequantized GEMM is about 4x faster then). K8V4 decode
-batches whose pages fit in the working set read float copies instead (``_working_set``).
+batches whose pages fit in the working set read float copies instead (``_working_set``, or the
+dense decode cache), attended through the fused kernel like full-precision pages.
 
 Softmax runs in base 2 (scores scaled by log2(e), weights from ``mx.power(2, x)``, or numpy's
 ``exp2`` for large arrays on CPU): on MLX's CPU backend ``mx.exp`` is about 3x slower than
