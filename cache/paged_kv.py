@@ -31,8 +31,13 @@ from cache.paged_kv_work import WorkingSet
 
 KEY_BITS = 8
 VALUE_BITS = 4
+CENTER_CACHE_BYTES = 16 << 20  # K8V4 centers kept at decode batches' shapes (``centers``)
 # how the store writes rows: (array (N, C), rows (R,), values (R, C)) -> the written array
 PutRows = Callable[[mx.array, mx.array, mx.array], mx.array]
+# K8V4 page completions in one step (worker/kv_pages.py): (k_tail, v_tail, tail rows, keys'
+# (packed, scales, biases), values', pool rows, copy rows, group size) -> the eight arrays
+# written (keys', values', k_tail, v_tail), or None (the store's own ops then)
+CompletePages = Callable[..., "list[mx.array] | None"]
 
 
 def scatter_rows(dst: mx.array, rows: mx.array, values: mx.array) -> mx.array:
@@ -93,9 +98,11 @@ class PagedKVStore:
 
     def __init__(self, fmt: KVFormat, num_pages: int, tail_pages: int = 0,
                  work_pages: int = 0, spare_bytes: int = 0,
-                 put_rows: PutRows = scatter_rows) -> None:
+                 put_rows: PutRows = scatter_rows, complete: CompletePages | None = None
+                 ) -> None:
         self.fmt = fmt
         self.put_rows = put_rows
+        self.complete = complete  # page completions with copies in one step, when given
         self.num_pages = num_pages
         # bytes of the memory budget these arrays leave unused (worker/kv_dense.py's cache)
         self.spare_bytes = spare_bytes
@@ -122,6 +129,7 @@ class PagedKVStore:
                 self.v.append(self._quantized_arrays(slots, VALUE_BITS))
                 self.k_tail.append(mx.zeros((tail_rows, d), dtype=fmt.dtype))
                 self.v_tail.append(mx.zeros((tail_rows, d), dtype=fmt.dtype))
+        self._center_rows()
         mx.eval(self.k, self.v, self.k_tail, self.v_tail)
 
     def set_centers(self, keys: list[mx.array], values: list[mx.array]) -> None:
@@ -129,6 +137,35 @@ class PagedKVStore:
         self.k_center = [k.astype(self.fmt.dtype) for k in keys]
         self.v_center = [v.astype(self.fmt.dtype) for v in values]
         mx.eval(self.k_center, self.v_center)
+        self._center_rows()
+
+    def _center_rows(self) -> None:
+        """The centers as (kv_heads, 1, head_dim) arrays (a decode step's keys (B, H, 1, D) are
+        centered by one subtraction), and ``centers``' cache of them at a batch's full shape."""
+        self.k_center_rows = [c[:, None, :] for c in self.k_center]
+        self.v_center_rows = [c[:, None, :] for c in self.v_center]
+        # None: made in the graph (a compiled step's trace, whose centers are its inputs)
+        self.center_cache: dict[tuple[str, int, int, int], mx.array] | None = {}
+        mx.eval(self.k_center_rows, self.v_center_rows)
+
+    def centers(self, kind: str, layer: int, rows: int, heads: int) -> mx.array:
+        """LAYER's key ("k") or value ("v") center for ROWS x HEADS (B, H, 1, D): contiguous and
+        made once per shape (an operand of the step's shape needs no broadcast node), or
+        broadcast in the graph. HEADS may be the query heads (value centers added back after
+        attention: query head i reads KV head i // (HEADS / kv_heads))."""
+        base = (self.k_center_rows if kind == "k" else self.v_center_rows)[layer]
+        rep = heads // self.fmt.num_kv_heads
+        key = (kind, layer, rows, heads)
+        cache = self.center_cache
+        if cache is not None and key in cache:
+            return cache[key]
+        heads_base = mx.repeat(base, rep, axis=0) if rep > 1 else base
+        size = rows * heads * base.shape[-1] * base.itemsize
+        if cache is None or sum(a.nbytes for a in cache.values()) + size > CENTER_CACHE_BYTES:
+            return heads_base  # a trace, or a large model's many shapes: broadcast in the graph
+        cache[key] = mx.contiguous(mx.broadcast_to(heads_base, (rows, heads, 1, base.shape[-1])))
+        mx.eval(cache[key])
+        return cache[key]
 
     def _quantized_arrays(self, slots: int, bits: int) -> list[mx.array]:
         h, d, g = self.fmt.num_kv_heads, self.fmt.head_dim, self.fmt.group_size
@@ -151,8 +188,13 @@ class PagedKVStore:
         return keys, values
 
     def center(self, layer: int, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
-        """K8V4: keys/values (R, D) minus the layer's per-head means (rows cycle over heads)."""
+        """K8V4: keys/values (R, D) minus the layer's per-head means (rows cycle over heads), or
+        a decode step's (B, H, 1, D), returned as their (B * H, D) rows."""
         h, d = self.fmt.num_kv_heads, self.fmt.head_dim
+        if keys.ndim == 4 and keys.shape[2] == 1:
+            rows = keys.shape[0]
+            return ((keys - self.centers("k", layer, rows, h)).reshape(-1, d),
+                    (values - self.centers("v", layer, rows, h)).reshape(-1, d))
         return ((keys.reshape(-1, h, d) - self.k_center[layer]).reshape(-1, d),
                 (values.reshape(-1, h, d) - self.v_center[layer]).reshape(-1, d))
 
@@ -190,10 +232,32 @@ class PagedKVStore:
                 dequantize(kw, ks.astype(dtype), kb.astype(dtype), g, KEY_BITS).reshape(shape),
                 dequantize(vw, vs.astype(dtype), vb.astype(dtype), g, VALUE_BITS).reshape(shape))
 
-    def requantize(self, layer: int, tail_rows: mx.array, rows: mx.array) -> None:
-        """K8V4: quantize the tail's TAIL_ROWS (R,) into the pages at ROWS (R,)."""
-        self.write_quantized(layer, rows, self.k_tail[layer][tail_rows],
-                             self.v_tail[layer][tail_rows])
+    def requantize(self, layer: int, tail_rows: mx.array, rows: mx.array,
+                   work_rows: mx.array | None = None) -> None:
+        """K8V4: quantize the tail's TAIL_ROWS (R,) into the pages at ROWS (R,).
+
+        With WORK_ROWS (R,), also put their float copies there (what ``load_work`` would give
+        for ROWS, from the quantize outputs: no gather).
+        """
+        if work_rows is not None and self.complete is not None:
+            done = self.complete(self.k_tail[layer], self.v_tail[layer], tail_rows,
+                                 self.k[layer], self.v[layer], rows, work_rows,
+                                 self.fmt.group_size)
+            if done is not None:
+                self.k[layer][:], self.v[layer][:] = done[:3], done[3:6]
+                self.k_tail[layer], self.v_tail[layer] = done[6], done[7]
+                return
+        keys, values = self.k_tail[layer][tail_rows], self.v_tail[layer][tail_rows]
+        if work_rows is None:
+            self.write_quantized(layer, rows, keys, values)
+            return
+        # one compiled function: its element-wise chains fuse (fewer graph nodes per step)
+        *parts, k_copy, v_copy = requantized(self.fmt.group_size, self.fmt.dtype)(keys, values)
+        for arrays, written in ((self.k[layer], parts[:3]), (self.v[layer], parts[3:])):
+            for i, part in enumerate(written):
+                self._put(arrays, i, rows, part)
+        self._put(self.k_tail, layer, work_rows, k_copy)
+        self._put(self.v_tail, layer, work_rows, v_copy)
 
     def load_work(self, layer: int, rows: mx.array, work_rows: mx.array) -> None:
         """Dequantize the page ROWS (R,) into the float rows WORK_ROWS (R,) of the tail arrays.
@@ -246,6 +310,30 @@ class PagedKVStore:
     def nbytes(self) -> int:
         """Bytes held by all page arrays."""
         return sum(a.nbytes for a in self.arrays())
+
+
+_REQUANTIZED: dict[tuple[int, mx.Dtype], Callable[..., list[mx.array]]] = {}
+
+
+def requantized(group_size: int, dtype: mx.Dtype) -> Callable[..., list[mx.array]]:
+    """Compiled: keys/values (R, D) -> their K8V4 (packed, scales, biases) as ``write_quantized``
+    stores them, then the floats ``load_work`` would read back (the same bits: the compiled
+    chains run the same element-wise ops)."""
+    key = (group_size, dtype)
+    if key not in _REQUANTIZED:
+
+        def run(keys: mx.array, values: mx.array) -> list[mx.array]:
+            out: list[mx.array] = []
+            copies = []
+            for x, bits in ((keys, KEY_BITS), (values, VALUE_BITS)):
+                w, s, b = mx.quantize(x, group_size=group_size, bits=bits)
+                s, b = s.astype(mx.float16), b.astype(mx.float16)
+                out += [w, s, b]
+                copies.append(dequantize(w, s.astype(dtype), b.astype(dtype), group_size, bits))
+            return out + copies
+
+        _REQUANTIZED[key] = mx.compile(run)
+    return _REQUANTIZED[key]
 
 
 def dequantize(w: mx.array, scales: mx.array, biases: mx.array, group_size: int, bits: int

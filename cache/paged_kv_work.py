@@ -27,14 +27,16 @@ class WorkingSet:
         self.refused = 0  # batches whose pages did not fit (they read quantized pages)
         self.version = 0  # bumped whenever a copy is dropped, evicted or loaded
         self.memo: tuple[Any, Any] | None = None  # the last decode plan's tables and their key
+        self.free = list(range(slots - 1, -1, -1))  # free slots, lowest last (taken first)
 
     def forget(self, pages: np.ndarray) -> None:
         """Drop the copies of PAGES (their content is being rewritten)."""
         held = self.slot_of[pages]
-        held = held[held >= 0]
+        held = np.unique(held[held >= 0])  # PAGES may repeat
         if len(held):
             self.page_of[held] = -1
             self.slot_of[pages] = -1
+            self.free.extend(held.tolist())
             self.version += 1
 
     def acquire(self, pages: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -53,22 +55,30 @@ class WorkingSet:
         if not len(missing):
             return missing, missing
         self.version += 1
-        free = np.flatnonzero(self.page_of < 0)
-        if len(free) < len(missing):
+        if len(self.free) >= len(missing):  # the usual case: no scan of every slot
+            slots = np.array([self.free.pop() for _ in range(len(missing))], dtype=np.int64)
+        else:
+            free = np.array(self.free, dtype=np.int64)
+            self.free = []
             busy = np.flatnonzero((self.page_of >= 0) & (self.used < self.clock))
             victims = busy[np.argsort(self.used[busy], kind="stable")[: len(missing) - len(free)]]
             self.slot_of[self.page_of[victims]] = -1
             self.page_of[victims] = -1
-            free = np.concatenate([free, victims])
-        slots = free[: len(missing)]
+            slots = np.concatenate([free, victims])
         self.slot_of[missing] = slots
         self.page_of[slots] = missing
         self.used[slots] = self.clock
         self.loads += len(missing)
         return missing, slots
 
+    def cancel(self, pages: np.ndarray) -> None:
+        """Undo ``acquire`` for PAGES whose copies were never written (not counted as loads)."""
+        self.forget(pages)
+        self.loads -= len(pages)
+
     def check(self) -> None:
-        """Assert the two maps agree (tests)."""
+        """Assert the two maps and the free list agree (tests)."""
         held = np.flatnonzero(self.slot_of >= 0)
         assert np.array_equal(np.sort(self.slot_of[held]), np.flatnonzero(self.page_of >= 0))
         assert np.array_equal(self.page_of[self.slot_of[held]], held)
+        assert sorted(self.free) == np.flatnonzero(self.page_of < 0).tolist()

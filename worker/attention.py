@@ -6,7 +6,8 @@ layer's cache returned a ``LayerKV``. Keys are split into segments: the prefix e
 pages, and (K8V4) the row's current page in full precision. Segments are combined exactly by
 their log-sum-exp. K8V4 pages are read with ``mx.quantized_matmul`` when there are few queries
 and dequantized once for many (on CPU a dequantized GEMM is about 4x faster then). K8V4 decode
-batches whose pages fit in the working set read float copies instead (``_working_set``).
+batches whose pages fit in the working set read float copies instead (``_working_set``, or the
+dense decode cache), attended through the fused kernel like full-precision pages.
 
 Softmax runs in base 2 (scores scaled by log2(e), weights from ``mx.power(2, x)``, or numpy's
 ``exp2`` for large arrays on CPU): on MLX's CPU backend ``mx.exp`` is about 3x slower than
@@ -127,11 +128,15 @@ def _float_rows(queries: mx.array, kv: LayerKV, keys: mx.array, values: mx.array
     if shared is not None:
         rest = Segment(keys, values, mask[..., b.shared :])
         out = _cascade(queries, scale, Segment(*shared, None), [rest], host)
-    else:
+    else:  # plain float keys: the fused kernel (on the CPU, one native softmax op)
         if keys.dtype != b.dtype:
             keys, values = keys.astype(b.dtype), values.astype(b.dtype)
-        out = _normalized(queries, scale, [Segment(keys, values, mask)], host)
-    return _add_value_center(out, store.v_center[kv.layer]) if store.quantized else out
+        out = _fused(queries, keys, values, scale, mask)
+    if not store.quantized:
+        return out
+    if b.bucket or out.shape[2] != 1:  # a compiled step's trace: the center from its inputs
+        return _add_value_center(out, store.v_center[kv.layer])
+    return out + store.centers("v", kv.layer, out.shape[0], out.shape[1])  # one add
 
 
 def _segment(kv: tuple[Any, Any], mask: mx.array | None) -> Segment:

@@ -101,6 +101,10 @@ class CompiledDecode:
             cache.k[:], cache.v[:] = dense_k, dense_v
             cache.applied = len(dense_k)
         if plan is not None and plan.complete is not None:
+            # the filled pages' copies are not written here: a tail write after the function
+            # would copy the tail arrays (its outputs); the next step loads them instead
+            if plan.filled is not None:
+                store.work.cancel(plan.filled)
             for layer in range(len(store.k)):
                 store.requantize(layer, *plan.complete)
         return out  # type: ignore[no-any-return]
@@ -149,6 +153,9 @@ class CompiledDecode:
             proxy.v = [list(a) for a in pool[1]]
             proxy.k_tail, proxy.v_tail = list(pool[2]), list(pool[3])
             proxy.k_center, proxy.v_center = list(pool[4]), list(pool[5])
+            proxy.k_center_rows = [c[:, None, :] for c in proxy.k_center]  # from the inputs
+            proxy.v_center_rows = [c[:, None, :] for c in proxy.v_center]
+            proxy.center_cache = None  # nothing is evaluated in a trace
             if store.quantized:
                 proxy.write_quantized = _refuse  # type: ignore[method-assign,assignment]
             batch = copy.copy(template)

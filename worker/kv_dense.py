@@ -33,6 +33,7 @@ import mlx.core as mx
 import numpy as np
 
 from cache.paged_kv import PagedKVStore
+from worker.kv_rows import copy_rows
 
 CHUNK = 256  # key positions the cache grows by (few shapes)
 # only models up to this size use it: it paid on stories260K (1 MB, dispatch-bound: 0.76x /
@@ -258,9 +259,9 @@ def _prepared(cache: DenseCache, a: mx.array | None, plan: DensePlan, src: mx.ar
 
 
 def _refilled(cache: DenseCache, a: mx.array, plan: DensePlan, src: mx.array) -> mx.array:
-    """A with the plan's refilled positions read from SRC."""
+    """A with the plan's refilled positions read from SRC (one node with the native write)."""
     if plan.refresh is not None:
-        a = cache.put_rows(a, plan.refresh[1], src[plan.refresh[0]])
+        a = copy_rows(cache.put_rows, a, plan.refresh[1], src, plan.refresh[0])
     return a
 
 

@@ -55,3 +55,17 @@ def write_rows(dst: mx.array, rows: mx.array, values: mx.array) -> mx.array:
         return scatter_rows(dst, rows, values)
     out: mx.array = module.write_rows(dst, rows, values.astype(dst.dtype))
     return out
+
+
+def copy_rows(put_rows: PutRows, dst: mx.array, rows: mx.array, src: mx.array,
+              src_rows: mx.array) -> mx.array:
+    """DST with ROWS set to SRC's rows SRC_ROWS, written by PUT_ROWS: the native write gathers
+    and writes in one node (same values), any other writer gets ``src[src_rows]``."""
+    module = native() if put_rows is write_rows else None
+    if (module is None or mx.default_device() != mx.cpu or dst.ndim != 2 or src.ndim != 2
+            or src.dtype != dst.dtype or src.shape[1] != dst.shape[1] or rows.ndim != 1
+            or src_rows.shape != rows.shape or rows.dtype not in INDEX_DTYPES
+            or src_rows.dtype not in INDEX_DTYPES):
+        return put_rows(dst, rows, src[src_rows])
+    out: mx.array = module.copy_rows(dst, rows, src, src_rows)
+    return out

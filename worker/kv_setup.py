@@ -10,6 +10,7 @@ import mlx.core as mx
 
 from cache.paged_kv import KVFormat, PagedKVStore, k8v4_supported
 from worker.attention import routes_attention
+from worker.kv_pages import completer
 from worker.kv_rows import writer
 
 
@@ -107,4 +108,4 @@ def plan_kv(model: Any, dtype: mx.Dtype, *, kind: str, memory: str, page_size: i
     num_pages = max(min(left // fmt.bytes_per_page(), useful), per_context + 2)
     spare = max(left - num_pages * fmt.bytes_per_page(), 0)  # the dense decode cache's at most
     return KVPlan(PagedKVStore(fmt, num_pages, tail_pages=tails, work_pages=work,
-                               spare_bytes=spare, put_rows=writer()), kind, reason)
+                               spare_bytes=spare, put_rows=writer(), complete=completer()), kind, reason)

@@ -33,6 +33,8 @@ class DecodePlan(NamedTuple):
     load: tuple[mx.array, mx.array] | None  # page rows to dequantize, and their float rows
     write_rows: mx.array  # (B*H,) pool rows of the new tokens (written when not deferred)
     complete: tuple[mx.array, mx.array] | None  # tail and pool rows of the pages filled now
+    fresh: mx.array | None = None  # working-set rows of the pages filled now (complete's order)
+    filled: np.ndarray | None = None  # those pages (ids), given copies by ``requantize``
 
     @property
     def dense(self) -> bool:
@@ -98,9 +100,10 @@ def plan_decode(store: PagedKVStore, pages: np.ndarray, writes: np.ndarray, star
     if not work.slots:
         return DecodePlan(mx.array(tail_rows), mx.array(tails), int(own.max()) + n,
                           None, None, None, None, write_rows, complete)
-    # while no row enters a new page and no copy changed, the tables are the last step's
+    # while no row enters a new page, none fills one and no copy changed, the tables are the
+    # last step's
     key = (pages.shape, pages.tobytes(), tails.tobytes(), (starts // p).tobytes(), length, shared)
-    if work.memo is not None and work.memo[0] == (key, work.version):
+    if not len(done) and work.memo is not None and work.memo[0] == (key, work.version):
         last: DecodePlan = work.memo[1]
         return last._replace(tail_rows=mx.array(tail_rows), write_rows=write_rows,
                              complete=complete)
@@ -109,7 +112,10 @@ def plan_decode(store: PagedKVStore, pages: np.ndarray, writes: np.ndarray, star
     cols = np.arange(pages.shape[1])[None, :]
     current = (starts // p)[:, None]
     older = cols < current
-    got = work.acquire(np.unique(pages[older]))
+    # the pages filled now get their copies too, from this step's quantize (the next step
+    # reads them as older pages; ``requantize`` writes both)
+    filled = pages[done, starts[done] // p]  # distinct, read by no row, just forgotten
+    got = work.acquire(np.concatenate([np.unique(pages[older]), filled]))
     if got is None:
         return plan
     first = store.tail_pages  # working-set slot s is page first + s of the tail arrays
@@ -118,7 +124,10 @@ def plan_decode(store: PagedKVStore, pages: np.ndarray, writes: np.ndarray, star
     slots = (float_pages[:, :, None] * p + np.arange(p)).reshape(len(starts), -1)[:, :length]
     rows = slots[:, None, :] * h + heads[None, :, None]  # (B, H, L)
     loaded, at = got
-    load = None
+    load = fresh = None
+    if len(filled):  # all missing, acquired last: the last slots given
+        fresh = mx.array(((first + at[-len(filled):])[:, None] * p * h + block).reshape(-1))
+        loaded, at = loaded[: -len(filled)], at[: -len(filled)]
     if len(loaded):
         load = (mx.array((loaded[:, None] * p * h + block).reshape(-1)),
                 mx.array(((first + at)[:, None] * p * h + block).reshape(-1)))
@@ -129,32 +138,39 @@ def plan_decode(store: PagedKVStore, pages: np.ndarray, writes: np.ndarray, star
     else:
         plan = plan._replace(table=mx.array(rows), tail_width=0)
     work.memo = ((key, work.version), plan)
-    return plan._replace(load=load)
+    return plan._replace(load=load, fresh=fresh, filled=filled if fresh is not None else None)
 
 
 def write_decode(store: PagedKVStore, layer: int, plan: DecodePlan, keys: mx.array,
-                 values: mx.array, dtype: mx.Dtype) -> tuple[mx.array, mx.array] | None:
-    """Write one layer's new keys/values (B*H, D) in the tail; load pages into the working set.
+                 values: mx.array, dtype: mx.Dtype
+                 ) -> tuple[mx.array, mx.array, tuple[mx.array, mx.array] | None]:
+    """Write one layer's new keys/values (B*H, D) (or a decode step's (B, H, 1, D)) in the tail;
+    load pages into the working set.
 
     A page's quantized rows are written when the page fills, from the tail (quantization is
     per row, so the bits are those of token-by-token writes), when the keys are already in the
-    pages' dtype; else token by token. Returns the tail window (B, H, W, D) when the batch
+    pages' dtype; else token by token. Returns the keys/values as the tail now holds them (the
+    rows ``plan.tail_rows`` would gather), and the tail window (B, H, W, D) when the batch
     reads older pages quantized, else None (attention reads ``plan``'s tables).
     """
     if _deferred(store, keys):
         stored_k, stored_v = store.center(layer, keys, values)
         store.write_tail(layer, plan.tail_rows, stored_k, stored_v)
         if plan.complete is not None:
-            store.requantize(layer, *plan.complete)
+            store.requantize(layer, *plan.complete, plan.fresh)
     else:
         stored_k, stored_v = store.write(layer, plan.write_rows, keys, values)
         store.write_tail(layer, plan.tail_rows, stored_k, stored_v)
+        if plan.complete is not None and plan.fresh is not None:
+            store.load_work(layer, plan.complete[1], plan.fresh)
     if plan.load is not None:
         store.load_work(layer, *plan.load)
+    tail_dtype = store.fmt.dtype
+    held = stored_k.astype(tail_dtype), stored_v.astype(tail_dtype)
     if plan.dense:
-        return None
+        return (*held, None)
     window_k, window_v = store.gather_tail_pages(layer, plan.tail_ids, plan.tail_width)
-    return window_k.astype(dtype), window_v.astype(dtype)
+    return (*held, (window_k.astype(dtype), window_v.astype(dtype)))
 
 
 def flush_tail(store: PagedKVStore, layer: int, flush: tuple[mx.array, mx.array] | None,

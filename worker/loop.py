@@ -16,6 +16,7 @@ from worker.engine import Engine, KVTooSmall, QueueFull
 from worker.grammar.compiler import GrammarCompiler
 from worker.intake import CHARS_PER_TOKEN, Intake, Prepared
 from worker.kv_dense import dense_status
+from worker.kv_pages import page_status
 from worker.kv_rows import row_write_status
 from worker.kv_working import working_set_status
 from worker.loader import LoadedModel
@@ -254,7 +255,7 @@ class WorkerLoop:
             "kv_bytes_total": e.kv.store.nbytes(),
             "kv_full_precision_tail_pages": e.kv.tails.total if e.kv.tails else 0,
             **working_set_status(e.kv.store), **dense_status(f.dense for f in e.forwards().values()),
-            **row_write_status(),
+            **row_write_status(), **page_status(),
             "prefix_cache": e.kv.radix is not None,
             "prefix_cache_pages": e.kv.radix.num_pages if e.kv.radix else 0,
             "prefix_cache_queries": e.kv.stats.queries, "prefix_cache_hits": e.kv.stats.hits,

@@ -236,12 +236,13 @@ class PagedView:
         else:
             flat_k = keys.transpose(0, 2, 1, 3).reshape(bsz * n * heads, dim)
             flat_v = values.transpose(0, 2, 1, 3).reshape(bsz * n * heads, values.shape[-1])
-        if b.work is not None:
-            window = write_decode(b.store, self.layer, b.work, flat_k, flat_v, b.dtype)
-            if b.dense is not None:
+        if b.work is not None:  # a decode step's (B, H, 1, D) are centered as they are
+            held_k, held_v, window = write_decode(
+                b.store, self.layer, b.work, keys if n == 1 else flat_k,
+                values if n == 1 else flat_v, b.dtype)
+            if b.dense is not None:  # the new rows as the tail holds them (no gather)
                 k_tail, v_tail = b.store.k_tail[self.layer], b.store.v_tail[self.layer]
-                rows = b.work.tail_rows
-                dk, dv = b.attend_dense(self.layer, k_tail, v_tail, k_tail[rows], v_tail[rows])
+                dk, dv = b.attend_dense(self.layer, k_tail, v_tail, held_k, held_v)
                 kv = LayerKV(b, self.layer, dense=True, keys=dk, values=dv)
                 return kv, kv
             kv = LayerKV(b, self.layer, *window) if window else LayerKV(b, self.layer, dense=True)

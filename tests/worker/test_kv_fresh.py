@@ -99,10 +99,11 @@ def test_the_working_set_holds_the_floats_a_load_gives(monkeypatch: pytest.Monke
     assert work.slot_of[4] < 0 and work.slot_of[7] < 0  # the rows' own pages are in their tails
     assert work.loads == 5
     work.check()
-    # the rows' first decode step finds every older page there: nothing to load
+    # the rows' first decode step finds every older page there: nothing to load (row 0 fills
+    # page 4, whose copy comes from the step's own quantize)
     step = PagedBatch(store, TABLES[:2], lengths, [1, 1], mx.float32, tails=[1, 2])
     assert step.work is not None and step.work.dense and step.work.load is None
-    assert work.loads == 5
+    assert work.loads == 6 and step.work.fresh is not None
 
 
 def test_first_decode_steps_read_the_same_floats(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -122,7 +123,7 @@ def test_first_decode_steps_read_the_same_floats(monkeypatch: pytest.MonkeyPatch
         kv, _ = step.views()[0].update_and_fetch(k, v)
         outs.append(paged_attention(q, kv, D**-0.5, step.mask))
         mx.eval(outs[-1], store.arrays())
-        assert store.work.loads == 5
+        assert store.work.loads == 6  # and row 0's page 4, filled by this step
     assert mx.array_equal(outs[0], outs[1]).item()
 
 

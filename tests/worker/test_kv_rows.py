@@ -54,6 +54,20 @@ def test_the_values_are_mlx_scatters(dtype: mx.Dtype, index: mx.Dtype) -> None:
     assert mx.array_equal(got, want).item()
 
 
+@pytest.mark.parametrize("index", [mx.int32, mx.uint32, mx.int64])
+def test_copy_rows_is_a_gather_then_a_write(index: mx.Dtype) -> None:
+    src = _dense((6, 5), mx.float32, seed=2)
+    rows, src_rows = mx.array([7, 0, 3], dtype=index), mx.array([5, 1, 5], dtype=index)
+    want = scatter_rows(_dense((9, 5), mx.float32), rows, src[src_rows])
+    before = _counts()
+    got = kv_rows.copy_rows(kv_rows.write_rows, _dense((9, 5), mx.float32), rows, src, src_rows)
+    assert mx.array_equal(got, want).item()
+    assert _counts()[0] - before[0] == 1
+    # another writer (MLX's scatter) gets the gathered rows
+    assert mx.array_equal(kv_rows.copy_rows(scatter_rows, _dense((9, 5), mx.float32), rows, src,
+                                            src_rows), want).item()
+
+
 def _broadcast() -> mx.array:
     a = mx.broadcast_to(mx.arange(4, dtype=mx.float32), (6, 4))  # 4 floats of buffer, 24 elements
     mx.eval(a)

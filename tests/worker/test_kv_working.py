@@ -66,7 +66,18 @@ def test_float_copies_are_bit_identical_to_dequantized_pages() -> None:
     keep = mx.broadcast_to(older[:, :, 0, :, None], got_k.shape)  # the older pages: copies
     assert mx.array_equal(mx.where(keep, got_k, 0), mx.where(keep, want_k, 0)).item()
     assert mx.array_equal(mx.where(keep, got_v, 0), mx.where(keep, want_v, 0)).item()
-    assert store.work.loads == 4  # pages 1-3 (shared) and 8; the rows' own pages are tails
+    # pages 1-3 (shared) and 8; the rows' own pages are tails, and row 0's (4) fills now: its
+    # copy comes from this step's quantize
+    assert store.work.loads == 5 and batch.work.load is not None and batch.work.fresh is not None
+    slot = int(store.work.slot_of[4])
+    assert slot >= 0
+    rows = mx.array([(4 * P + i) * H + h for i in range(P) for h in range(H)])
+    copies = mx.arange((store.tail_pages + slot) * P * H, (store.tail_pages + slot + 1) * P * H)
+    for arrays, tail, bits in ((store.k[0], store.k_tail[0], 8), (store.v[0], store.v_tail[0], 4)):
+        w, sc, bi = (a[rows] for a in arrays)
+        want = mx.dequantize(w, sc.astype(mx.float32), bi.astype(mx.float32), group_size=32,
+                             bits=bits)
+        assert mx.array_equal(tail[copies], want).item()
     store.work.check()
 
 

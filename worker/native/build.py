@@ -7,8 +7,9 @@ checked in ``mlx/core*.so`` first) with MLX's domain (``NB_DOMAIN=mlx``). Only o
 anywhere else, or when anything is missing or fails, it prints one line and exits 0: the worker
 then uses MLX's own softmax (worker/cpu_softmax.py). Two g++ calls in parallel, ~10-20 s; an
 up-to-date build is skipped. ``python -m worker.native.build`` also builds gemv.cpp (module
-``_gemv``: few-row float32 products in OpenBLAS's order, worker/cpu_gemv.py) and rows.cpp
-(module ``_rows``: the KV store's row writes in place, worker/kv_rows.py) the same way.
+``_gemv``: few-row float32 products in OpenBLAS's order, worker/cpu_gemv.py), rows.cpp
+(module ``_rows``: the KV store's row writes in place, worker/kv_rows.py) and pages.cpp (module
+``_pages``: K8V4 page completions in one node, worker/kv_pages.py) the same way.
 """
 
 from __future__ import annotations
@@ -144,3 +145,5 @@ if __name__ == "__main__":
     build("--force" in sys.argv, HERE / "gemv.cpp", HERE / ("_gemv" + target().name[len(NAME):]))
     # row writes in place (rows.cpp, worker/kv_rows.py)
     build("--force" in sys.argv, HERE / "rows.cpp", HERE / ("_rows" + target().name[len(NAME):]))
+    # K8V4 page completions in one node (pages.cpp, worker/kv_pages.py)
+    build("--force" in sys.argv, HERE / "pages.cpp", HERE / ("_pages" + target().name[len(NAME):]))

@@ -75,9 +75,12 @@ int64_t row_at(const mx::array& rows, int64_t i) {
   }
 }
 
+// inputs {dst, rows, values}, or with GATHER {dst, rows, src, src_rows}: dst[rows[r]] =
+// src[src_rows[r]] (a gather and a write in one node)
 class WriteRows : public mx::UnaryPrimitive {
  public:
-  explicit WriteRows(mx::Stream stream) : mx::UnaryPrimitive(stream) {}
+  explicit WriteRows(mx::Stream stream, bool gather = false)
+      : mx::UnaryPrimitive(stream), gather_(gather) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
     const mx::array& dst = inputs[0];
@@ -97,7 +100,8 @@ class WriteRows : public mx::UnaryPrimitive {
     encoder.dispatch([dst = mx::array::unsafe_weak_copy(dst),
                       rows = mx::array::unsafe_weak_copy(inputs[1]),
                       values = mx::array::unsafe_weak_copy(inputs[2]),
-                      out = mx::array::unsafe_weak_copy(out), own]() mutable {
+                      src_rows = mx::array::unsafe_weak_copy(inputs[gather_ ? 3 : 1]),
+                      out = mx::array::unsafe_weak_copy(out), own, gather = gather_]() mutable {
       char* o = out.data<char>();
       if (!own) pack(dst, o);
       const int64_t n = out.shape(0);
@@ -110,11 +114,18 @@ class WriteRows : public mx::UnaryPrimitive {
         v = buf.data();
       }
       const int64_t count = static_cast<int64_t>(rows.size());
+      const int64_t m = values.shape(0);
       for (int64_t r = 0; r < count; r++) {
         int64_t i = row_at(rows, r);
         if (i < 0) i += n;
         if (i < 0 || i >= n) continue;  // MLX's scatter does not check either; skip, never stray
-        std::memcpy(o + i * width, v + r * width, width);
+        int64_t j = r;
+        if (gather) {
+          j = row_at(src_rows, r);
+          if (j < 0) j += m;
+          if (j < 0 || j >= m) continue;
+        }
+        std::memcpy(o + i * width, v + j * width, width);
       }
     });
   }
@@ -125,11 +136,16 @@ class WriteRows : public mx::UnaryPrimitive {
 
   const char* name() const override { return "WriteRows"; }
 
-  bool is_equivalent(const mx::Primitive&) const override { return true; }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return gather_ == static_cast<const WriteRows&>(other).gather_;
+  }
 
   std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
     return {inputs[0].shape()};
   }
+
+ private:
+  bool gather_;
 };
 
 bool is_index(mx::Dtype t) {
@@ -152,6 +168,23 @@ mx::array write_rows(const mx::array& dst, const mx::array& rows, const mx::arra
                    {dst, rows, values});
 }
 
+// DST (N, C) with rows ROWS (R,) set to SRC's rows SRC_ROWS (R,) (SRC (M, C)), in DST's buffer
+mx::array copy_rows(const mx::array& dst, const mx::array& rows, const mx::array& src,
+                    const mx::array& src_rows) {
+  mx::StreamOrDevice s = {};
+  mx::Stream stream = mx::to_stream(s);
+  if (stream.device != mx::Device::cpu) throw std::invalid_argument("copy_rows: CPU only");
+  if (dst.ndim() != 2 || rows.ndim() != 1 || src.ndim() != 2 || src_rows.ndim() != 1 ||
+      src_rows.shape(0) != rows.shape(0) || src.shape(1) != dst.shape(1)) {
+    throw std::invalid_argument("copy_rows: dst (N, C), rows (R,), src (M, C), src_rows (R,)");
+  }
+  if (src.dtype() != dst.dtype() || !is_index(rows.dtype()) || !is_index(src_rows.dtype())) {
+    throw std::invalid_argument("copy_rows: src in dst's dtype, integer rows");
+  }
+  return mx::array(dst.shape(), dst.dtype(), std::make_shared<WriteRows>(stream, true),
+                   {dst, rows, src, src_rows});
+}
+
 }  // namespace
 
 #ifndef BUILT_FOR_MLX
@@ -166,6 +199,10 @@ NB_MODULE(_rows, m) {
   m.def("write_rows", &write_rows, nb::arg("dst"), nb::arg("rows"), nb::arg("values"),
         "dst (N, C) with rows (R,) set to values (R, C), written in dst's buffer even when "
         "earlier readers still hold it (CPU only)");
+  m.def("copy_rows", &copy_rows, nb::arg("dst"), nb::arg("rows"), nb::arg("src"),
+        nb::arg("src_rows"),
+        "dst (N, C) with rows (R,) set to src's rows src_rows (R,), in dst's buffer as "
+        "write_rows (CPU only)");
   m.def("counts", []() { return nb::make_tuple(written_in_place.load(), copied.load()); },
         "(writes made in place, writes into a copy) so far");
 }

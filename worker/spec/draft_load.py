@@ -10,6 +10,7 @@ import mlx.core as mx
 
 from cache.paged_kv import KVFormat, PagedKVStore
 from worker.fetch import CannotLoad, resolve
+from worker.kv_pages import completer
 from worker.kv_rows import writer
 from worker.kv_setup import parse_memory, probe_kv_shape
 
@@ -83,7 +84,7 @@ def draft_store(model: Any, dtype: mx.Dtype, *, max_batch: int, context_length: 
     total = parse_memory(memory)
     pages = max(min(max_batch * per_row + 1, total // fmt.bytes_per_page()), per_row + 1)
     spare = max(total - pages * fmt.bytes_per_page(), 0)  # its dense decode cache
-    return PagedKVStore(fmt, pages, spare_bytes=spare, put_rows=writer())
+    return PagedKVStore(fmt, pages, spare_bytes=spare, put_rows=writer(), complete=completer())
 
 
 def draft_drafter(name: str, target_tokenizer: Any, *, max_batch: int, context_length: int,

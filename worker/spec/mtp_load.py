@@ -20,6 +20,7 @@ import mlx.nn
 from mlx_lm.models.base import create_attention_mask
 
 from worker.fetch import CannotLoad
+from worker.kv_pages import completer
 from worker.kv_rows import writer
 
 nn: Any = mlx.nn  # mlx.nn ships no type information mypy can follow
@@ -171,5 +172,5 @@ def mtp_drafter(loaded: Any, *, max_batch: int, context_length: int, page_size: 
     per_row = -(-context_length // page_size) + 1
     budget = parse_memory(memory) // fmt.bytes_per_page()
     store = PagedKVStore(fmt, max(min(max_batch * per_row + 1, budget), per_row + 1),
-                         put_rows=writer())
+                         put_rows=writer(), complete=completer())
     return MTPDrafter(head, store, dtype)

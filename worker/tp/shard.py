@@ -9,6 +9,7 @@ from typing import Any
 import mlx.core as mx
 
 from cache.paged_kv import PagedKVStore
+from worker.kv_pages import completer
 from worker.kv_rows import writer
 from worker.kv_setup import KVPlan, UnsupportedModel
 from worker.tp import plan as p
@@ -55,5 +56,5 @@ def share_store(plan: KVPlan, link: Link) -> KVPlan:
     log.info("rank %d: KV pool resized to rank 0's %d pages", link.rank, shape.num_pages)
     return KVPlan(PagedKVStore(fmt, shape.num_pages, tail_pages=shape.tail_pages,
                                work_pages=shape.work_pages, spare_bytes=shape.spare_bytes,
-                               put_rows=writer()),
+                               put_rows=writer(), complete=completer()),
                   shape.kind, plan.reason)

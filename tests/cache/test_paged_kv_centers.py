@@ -1,0 +1,51 @@
+"""K8V4 centers at a decode batch's shape (PagedKVStore.centers): the values a broadcast gives,
+made once per shape, within a byte budget."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import pytest
+
+import cache.paged_kv as paged_kv
+from cache.paged_kv import KVFormat, PagedKVStore
+
+H, D = 2, 32
+
+
+def _store() -> PagedKVStore:
+    store = PagedKVStore(KVFormat(2, H, D, 4, mx.float32, "k8v4"), num_pages=8, tail_pages=2)
+    mx.random.seed(0)
+    store.set_centers([mx.random.normal((H, D)) for _ in range(2)],
+                      [mx.random.normal((H, D)) for _ in range(2)])
+    return store
+
+
+@pytest.mark.parametrize(("kind", "heads"), [("k", H), ("v", H), ("v", 3 * H)])
+def test_centers_are_the_broadcast_per_head(kind: str, heads: int) -> None:
+    store = _store()
+    got = store.centers(kind, 1, 5, heads)
+    base = (store.k_center if kind == "k" else store.v_center)[1]
+    want = mx.broadcast_to(mx.repeat(base, heads // H, axis=0)[None, :, None, :], (5, heads, 1, D))
+    assert got.shape == (5, heads, 1, D) and mx.array_equal(got, want).item()
+    assert store.centers(kind, 1, 5, heads) is got  # made once
+
+
+def test_decode_keys_are_centered_like_rows() -> None:
+    store = _store()
+    mx.random.seed(1)
+    keys, values = mx.random.normal((3, H, 1, D)), mx.random.normal((3, H, 1, D))
+    got = store.center(0, keys, values)
+    want = store.center(0, keys.reshape(-1, D), values.reshape(-1, D))
+    assert all(mx.array_equal(g, w).item() for g, w in zip(got, want, strict=True))
+
+
+def test_past_the_budget_centers_are_broadcast_in_the_graph(monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    monkeypatch.setattr(paged_kv, "CENTER_CACHE_BYTES", 3 * H * D * 4)
+    store = _store()
+    store.centers("k", 0, 3, H)
+    assert store.center_cache is not None and len(store.center_cache) == 1
+    got = store.centers("k", 0, 4, H)  # would pass the budget
+    assert len(store.center_cache) == 1 and got.shape == (H, 1, D)
+    store.set_centers(store.k_center, store.v_center)
+    assert store.center_cache == {}  # new centers: nothing stale
