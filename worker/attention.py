@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 import mlx.core as mx
 import numpy as np
 
-from cache.paged_kv import QuantizedPages, dequantize
+from cache.paged_kv import PagedKVStore, QuantizedPages, dequantize
 from worker import cpu_softmax
 from worker.paged_batch import LayerKV, PagedBatch, PagedView
 
@@ -87,7 +87,7 @@ def paged_attention(queries: mx.array, kv: LayerKV, scale: float, mask: Any) -> 
             out = _fused(queries, keys, values, scale, both)
         else:
             out = _normalized(queries, scale, segments, host)
-    return _add_value_center(out, store.v_center[layer]) if store.quantized else out
+    return _add_value_center(out, store, layer) if store.quantized else out
 
 
 def _working_set(queries: mx.array, kv: LayerKV, scale: float, mask: mx.array, standard: bool
@@ -132,11 +132,7 @@ def _float_rows(queries: mx.array, kv: LayerKV, keys: mx.array, values: mx.array
         if keys.dtype != b.dtype:
             keys, values = keys.astype(b.dtype), values.astype(b.dtype)
         out = _fused(queries, keys, values, scale, mask)
-    if not store.quantized:
-        return out
-    if b.bucket or out.shape[2] != 1:  # a compiled step's trace: the center from its inputs
-        return _add_value_center(out, store.v_center[kv.layer])
-    return out + store.centers("v", kv.layer, out.shape[0], out.shape[1])  # one add
+    return _add_value_center(out, store, kv.layer) if store.quantized else out
 
 
 def _segment(kv: tuple[Any, Any], mask: mx.array | None) -> Segment:
@@ -279,11 +275,10 @@ def _cascade(queries: mx.array, scale: float, shared: Segment, rows: list[Segmen
     return out.reshape(bsz, hq, n, d).astype(queries.dtype)
 
 
-def _add_value_center(out: mx.array, center: mx.array) -> mx.array:
-    """Add the per-KV-head value mean back (attention weights sum to one)."""
-    bsz, hq, n, d = out.shape
-    hkv = center.shape[0]
-    return (out.reshape(bsz, hkv, -1, d) + center[None, :, None, :]).reshape(bsz, hq, n, d)
+def _add_value_center(out: mx.array, store: PagedKVStore, layer: int) -> mx.array:
+    """Add the per-KV-head value mean back to OUT (B, Hq, n, D) (attention weights sum to one):
+    query head i reads KV head i // (Hq / Hkv); ``PagedKVStore.centers`` at the batch's shape."""
+    return out + store.centers("v", layer, out.shape[0], out.shape[1])
 
 
 _installed: dict[str, Any] = {}

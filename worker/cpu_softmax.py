@@ -20,7 +20,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from worker.native import load
+from worker.native import load_checked
 
 log = logging.getLogger("rapid_mlx.worker")
 
@@ -37,15 +37,8 @@ def native() -> Any | None:
 
 
 def _load() -> Any | None:
-    module = load("_fma_softmax", "FMA softmax", "MLX's own softmax")
+    module = load_checked("_fma_softmax", "FMA softmax", "MLX's own softmax", _check)
     if module is None:
-        return None
-    try:
-        if not _check(module):
-            log.warning("native FMA softmax differs from MLX's on its check; MLX's own softmax")
-            return None
-    except Exception as exc:  # an ABI mismatch with this MLX shows up here: keep MLX's ops
-        log.warning("native FMA softmax failed its check (%r); MLX's own softmax", exc)
         return None
     log.info("native FMA softmax in use for CPU float32 attention (worker/native)")
     return module

@@ -12,16 +12,13 @@ with MLX's own ops passes (at first use); else None, and the store keeps MLX's o
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import mlx.core as mx
 import numpy as np
 
 from cache.paged_kv import CompletePages, requantized
-from worker.native import load
-
-log = logging.getLogger("rapid_mlx.worker")
+from worker.native import load_checked
 
 ENABLED = True  # tests and benches compare against MLX's ops with this off
 _loaded: dict[str, Any] = {}
@@ -30,22 +27,9 @@ _loaded: dict[str, Any] = {}
 def native() -> Any | None:
     """The extension module once it has passed its check (loaded once), else None."""
     if "module" not in _loaded:
-        _loaded["module"] = _load()
+        _loaded["module"] = load_checked("_pages", "K8V4 page completions", "MLX's ops", check,
+                                         fma=False)
     return _loaded["module"]
-
-
-def _load() -> Any | None:
-    module = load("_pages", "K8V4 page completions", "MLX's ops", fma=False)
-    if module is None:
-        return None
-    try:
-        if not check(module):
-            log.warning("native K8V4 page completions differ from MLX's ops; MLX's ops")
-            return None
-    except Exception as exc:  # an ABI mismatch with this MLX shows up here: keep MLX's ops
-        log.warning("native K8V4 page completions failed their check (%r); MLX's ops", exc)
-        return None
-    return module
 
 
 def completer() -> CompletePages | None:

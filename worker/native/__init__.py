@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import mlx.core as mx
@@ -34,5 +35,23 @@ def load(name: str, what: str, instead: str, fma: bool = True) -> Any | None:
         return None
     if not fma:
         log.info("native %s: this CPU has no AVX2/FMA; %s", what, instead)
+        return None
+    return module
+
+
+def load_checked(name: str, what: str, instead: str, check: Callable[[Any], bool],
+                 fma: bool = True) -> Any | None:
+    """``load``, then CHECK(module) (a bit-comparison with MLX's own ops): the module, or None
+    with one warning when the check fails or raises (an ABI mismatch with this MLX shows up
+    there)."""
+    module = load(name, what, instead, fma)
+    if module is None:
+        return None
+    try:
+        if not check(module):
+            log.warning("native %s differs from MLX's on its check; %s", what, instead)
+            return None
+    except Exception as exc:
+        log.warning("native %s failed its check (%r); %s", what, exc, instead)
         return None
     return module
