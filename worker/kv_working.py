@@ -36,6 +36,7 @@ class DecodePlan(NamedTuple):
     complete: tuple[mx.array, mx.array] | None  # tail and pool rows of the pages filled now
     fresh: mx.array | None = None  # working-set rows of the pages filled now (complete's order)
     filled: np.ndarray | None = None  # those pages (ids), given copies by ``requantize``
+    rows: np.ndarray | None = None  # (B, H, L) ``whole_table`` in numpy (the dense cache's refills)
 
     @property
     def dense(self) -> bool:
@@ -135,9 +136,9 @@ def plan_decode(store: PagedKVStore, pages: np.ndarray, writes: np.ndarray, star
     # tail_width 0: dense reads take no window, and a compiled step's key must not vary with it
     if shared:
         plan = plan._replace(shared_table=mx.array(rows[:1, :, :shared]),
-                             rest_table=mx.array(rows[:, :, shared:]), tail_width=0)
+                             rest_table=mx.array(rows[:, :, shared:]), tail_width=0, rows=rows)
     else:
-        plan = plan._replace(table=mx.array(rows), tail_width=0)
+        plan = plan._replace(table=mx.array(rows), tail_width=0, rows=rows)
     work.memo = ((key, work.version), plan)
     return plan._replace(load=load, fresh=fresh, filled=filled if fresh is not None else None)
 

@@ -112,6 +112,8 @@ class PagedBatch:
         if not self.quantized:
             return self._rows
         assert self.work is not None
+        if self.work.rows is not None:
+            return self.work.rows
         return np.array(self.work.whole_table())
 
     def attend_dense(self, layer: int, source_k: mx.array, source_v: mx.array,
