@@ -152,8 +152,9 @@ def write_decode(store: PagedKVStore, layer: int, plan: DecodePlan, keys: mx.arr
     A page's quantized rows are written when the page fills, from the tail (quantization is
     per row, so the bits are those of token-by-token writes), when the keys are already in the
     pages' dtype; else token by token. Returns the keys/values as the tail now holds them (the
-    rows ``plan.tail_rows`` would gather), and the tail window (B, H, W, D) when the batch
-    reads older pages quantized, else None (attention reads ``plan``'s tables).
+    rows ``plan.tail_rows`` would gather; None when they were centered and written in one native
+    node each: read them there), and the tail window (B, H, W, D) when the batch reads older
+    pages quantized, else None (attention reads ``plan``'s tables).
     """
     held: tuple[mx.array, mx.array] | None = None
     if _deferred(store, keys):
