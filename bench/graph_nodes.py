@@ -25,6 +25,15 @@ import numpy as np
 LABEL = re.compile(r'label ="([A-Za-z_]+)')
 
 
+def nodes(path: str, arrays: Any) -> collections.Counter[str]:
+    """The graph nodes (by primitive) MLX would run to evaluate ARRAYS (PATH: a scratch file)."""
+    import mlx.core as mx
+
+    mx.export_to_dot(path, *arrays)
+    with open(path) as f:
+        return collections.Counter(LABEL.findall(f.read()))
+
+
 def count(model: Any, tok: Any, rows: int, kind: str, steps: int) -> dict[str, float]:
     """Nodes per overlapped decode step by primitive, KIND pages."""
     import mlx.core as mx
@@ -53,9 +62,7 @@ def count(model: Any, tok: Any, rows: int, kind: str, steps: int) -> dict[str, f
     path = os.path.join(tempfile.mkdtemp(prefix="graph-nodes-"), "step.dot")
 
     def spy(*arrays: Any) -> Any:
-        mx.export_to_dot(path, *arrays)
-        with open(path) as f:
-            counts.update(LABEL.findall(f.read()))
+        counts.update(nodes(path, arrays))
         seen[0] += 1
         return original(*arrays)  # type: ignore[no-untyped-call]
 

@@ -4,6 +4,7 @@
         [--models stories260K,qwen3] [--rows 1,8,32] [--kv none,k8v4] [--steps 48] [--repeats 3]
     ... --threads 1,2,default   # one child process per OPENBLAS_NUM_THREADS value, wall only
     ... --against ../base       # the same in a checkout of the code before (copy these files in)
+    ... --stagger               # prompts of 48..63 tokens: rows fill pages on different steps
 
 OpenBLAS gets the worker's thread count (`worker.blas` policy: one thread for these models)
 unless OPENBLAS_NUM_THREADS is set. Both sides decode greedily, ignoring EOS, from distinct 64-token random prompts, after warm-up
@@ -48,9 +49,13 @@ def load(name: str) -> tuple[Any, Any]:
     return model, tok
 
 
+STAGGER = False  # --stagger: prompts of 48..63 tokens, so rows fill pages on different steps
+
+
 def _prompts(vocab: int, rows: int) -> list[list[int]]:
     rng = np.random.default_rng(0)
-    return [rng.integers(3, vocab, PROMPT).tolist() for _ in range(rows)]
+    return [rng.integers(3, vocab, PROMPT - (i % 16 if STAGGER else 0)).tolist()
+            for i in range(rows)]
 
 
 def ours(model: Any, tok: Any, rows: int, kind: str, steps: int, split: bool) -> dict[str, float]:
@@ -238,7 +243,8 @@ def variants(args: argparse.Namespace) -> None:
             cmd = [sys.executable, "-m", "bench.profile_decode", "--json", "--wall-only",
                    "--repeats", "1", "--models", args.models, "--rows", args.rows,
                    "--kv", args.kv, "--steps", str(args.steps)] + (
-                       ["--no-peer"] if args.no_peer else [])
+                       ["--no-peer"] if args.no_peer else []) + (
+                       ["--stagger"] if args.stagger else [])
             out = subprocess.run(cmd, env=env, cwd=cwd, check=True, capture_output=True,
                                  text=True).stdout
             runs.setdefault(label, []).append(json.loads(out.strip().splitlines()[-1]))
@@ -278,7 +284,12 @@ def main() -> None:
     p.add_argument("--threads", default="", help="e.g. 1,2,default: compare OpenBLAS threads")
     p.add_argument("--against", default="", help="a checkout to compare with (before/after)")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--stagger", action="store_true",
+                   help="prompts of 48..63 tokens: rows fill pages on different steps, as served "
+                        "rows do (equal prompts fill them all on the same step)")
     args = p.parse_args()
+    global STAGGER
+    STAGGER = args.stagger
     if args.threads or args.against:
         variants(args)
         return

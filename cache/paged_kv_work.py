@@ -32,8 +32,9 @@ class WorkingSet:
     def forget(self, pages: np.ndarray) -> None:
         """Drop the copies of PAGES (their content is being rewritten)."""
         held = self.slot_of[pages]
-        held = np.unique(held[held >= 0])  # PAGES may repeat
-        if len(held):
+        held = held[held >= 0]
+        if len(held):  # (a decode step's pages hold none: no sort)
+            held = np.unique(held)  # PAGES may repeat
             self.page_of[held] = -1
             self.slot_of[pages] = -1
             self.free.extend(held.tolist())

@@ -207,12 +207,12 @@ def _unchanged(cache: DenseCache, pages: np.ndarray, starts: np.ndarray, p: int)
 
 
 def apply_dense(cache: DenseCache, layer: int, plan: DensePlan, source_k: mx.array,
-                source_v: mx.array, new_k: mx.array, new_v: mx.array
-                ) -> tuple[mx.array, mx.array]:
+                source_v: mx.array, new_k: mx.array | None, new_v: mx.array | None,
+                rows: mx.array | None = None) -> tuple[mx.array, mx.array]:
     """Update LAYER's dense arrays for this step; return keys/values (B, H, L, D) to attend.
 
     SOURCE_K/V are the arrays the gather reads (refills read them), NEW_K/V the step's
-    keys/values (B * H, D) as stored there.
+    keys/values (B * H, D) as stored there, or (None) SOURCE's rows ROWS (B * H,) hold them.
     """
     h = cache.heads
     out = []
@@ -221,7 +221,11 @@ def apply_dense(cache: DenseCache, layer: int, plan: DensePlan, source_k: mx.arr
     for arrays, src, new in ((cache.k, source_k, new_k), (cache.v, source_v, new_v)):
         a = _prepared(cache, arrays[layer], plan, src) if prepare else arrays[layer]
         assert a is not None
-        a = arrays[layer] = cache.put_rows(a, plan.write, new.astype(src.dtype))
+        if new is None:
+            assert rows is not None
+            a = arrays[layer] = copy_rows(cache.put_rows, a, plan.write, src, rows)
+        else:
+            a = arrays[layer] = cache.put_rows(a, plan.write, new.astype(src.dtype))
         out.append(a.reshape(plan.rows, h, plan.cap, -1)[:, :, : plan.length])
     cache.applied += 1
     return out[0], out[1]

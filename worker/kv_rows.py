@@ -69,3 +69,18 @@ def copy_rows(put_rows: PutRows, dst: mx.array, rows: mx.array, src: mx.array,
         return put_rows(dst, rows, src[src_rows])
     out: mx.array = module.copy_rows(dst, rows, src, src_rows)
     return out
+
+
+def write_centered(put_rows: PutRows, dst: mx.array, rows: mx.array, values: mx.array,
+                   center: mx.array) -> mx.array | None:
+    """DST with ROWS set to VALUES (R, C) minus CENTER (K, C) (row r minus center row r % K),
+    subtracted and written in one native node when PUT_ROWS is the native write (float32, CPU):
+    MLX's subtraction's bits. None otherwise: the caller subtracts with MLX's ops."""
+    module = native() if put_rows is write_rows else None
+    if (module is None or mx.default_device() != mx.cpu or dst.ndim != 2 or rows.ndim != 1
+            or values.ndim != 2 or center.ndim != 2 or rows.dtype not in INDEX_DTYPES
+            or values.shape != (rows.shape[0], dst.shape[1]) or center.shape[1] != dst.shape[1]
+            or not dst.dtype == values.dtype == center.dtype == mx.float32):
+        return None
+    out: mx.array = module.write_rows_centered(dst, rows, values, center)
+    return out

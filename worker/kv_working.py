@@ -19,6 +19,7 @@ import mlx.core as mx
 import numpy as np
 
 from cache.paged_kv import PagedKVStore
+from worker.kv_rows import write_centered
 
 
 class DecodePlan(NamedTuple):
@@ -35,6 +36,7 @@ class DecodePlan(NamedTuple):
     complete: tuple[mx.array, mx.array] | None  # tail and pool rows of the pages filled now
     fresh: mx.array | None = None  # working-set rows of the pages filled now (complete's order)
     filled: np.ndarray | None = None  # those pages (ids), given copies by ``requantize``
+    rows: np.ndarray | None = None  # (B, H, L) ``whole_table`` in numpy (the dense cache's refills)
 
     @property
     def dense(self) -> bool:
@@ -134,43 +136,67 @@ def plan_decode(store: PagedKVStore, pages: np.ndarray, writes: np.ndarray, star
     # tail_width 0: dense reads take no window, and a compiled step's key must not vary with it
     if shared:
         plan = plan._replace(shared_table=mx.array(rows[:1, :, :shared]),
-                             rest_table=mx.array(rows[:, :, shared:]), tail_width=0)
+                             rest_table=mx.array(rows[:, :, shared:]), tail_width=0, rows=rows)
     else:
-        plan = plan._replace(table=mx.array(rows), tail_width=0)
+        plan = plan._replace(table=mx.array(rows), tail_width=0, rows=rows)
     work.memo = ((key, work.version), plan)
     return plan._replace(load=load, fresh=fresh, filled=filled if fresh is not None else None)
 
 
 def write_decode(store: PagedKVStore, layer: int, plan: DecodePlan, keys: mx.array,
                  values: mx.array, dtype: mx.Dtype
-                 ) -> tuple[mx.array, mx.array, tuple[mx.array, mx.array] | None]:
+                 ) -> tuple[tuple[mx.array, mx.array] | None, tuple[mx.array, mx.array] | None]:
     """Write one layer's new keys/values (B*H, D) (or a decode step's (B, H, 1, D)) in the tail;
     load pages into the working set.
 
     A page's quantized rows are written when the page fills, from the tail (quantization is
     per row, so the bits are those of token-by-token writes), when the keys are already in the
     pages' dtype; else token by token. Returns the keys/values as the tail now holds them (the
-    rows ``plan.tail_rows`` would gather), and the tail window (B, H, W, D) when the batch
-    reads older pages quantized, else None (attention reads ``plan``'s tables).
+    rows ``plan.tail_rows`` would gather; None when they were centered and written in one native
+    node each: read them there), and the tail window (B, H, W, D) when the batch reads older
+    pages quantized, else None (attention reads ``plan``'s tables).
     """
+    held: tuple[mx.array, mx.array] | None = None
     if _deferred(store, keys):
-        stored_k, stored_v = store.center(layer, keys, values)
-        store.write_tail(layer, plan.tail_rows, stored_k, stored_v)
+        if not _centered_tail(store, layer, plan.tail_rows, keys, values):
+            stored_k, stored_v = store.center(layer, keys, values)
+            store.write_tail(layer, plan.tail_rows, stored_k, stored_v)
+            held = stored_k, stored_v
         if plan.complete is not None:
             store.requantize(layer, *plan.complete, plan.fresh)
     else:
         stored_k, stored_v = store.write(layer, plan.write_rows, keys, values)
         store.write_tail(layer, plan.tail_rows, stored_k, stored_v)
+        held = stored_k, stored_v
         if plan.complete is not None and plan.fresh is not None:
             store.load_work(layer, plan.complete[1], plan.fresh)
     if plan.load is not None:
         store.load_work(layer, *plan.load)
     tail_dtype = store.fmt.dtype
-    held = stored_k.astype(tail_dtype), stored_v.astype(tail_dtype)
+    if held is not None:
+        held = held[0].astype(tail_dtype), held[1].astype(tail_dtype)
     if plan.dense:
-        return (*held, None)
+        return held, None
     window_k, window_v = store.gather_tail_pages(layer, plan.tail_ids, plan.tail_width)
-    return (*held, (window_k.astype(dtype), window_v.astype(dtype)))
+    return held, (window_k.astype(dtype), window_v.astype(dtype))
+
+
+def _centered_tail(store: PagedKVStore, layer: int, rows: mx.array, keys: mx.array,
+                   values: mx.array) -> bool:
+    """Write a decode step's keys/values (B, H, 1, D) centered into the tail at ROWS, each in
+    one native node (no Subtract node); False when the store's writer cannot (the caller
+    centers with MLX's ops)."""
+    if keys.ndim != 4 or keys.shape[2] != 1:
+        return False
+    d, dv = keys.shape[-1], values.shape[-1]
+    k_tail = write_centered(store.put_rows, store.k_tail[layer], rows, keys.reshape(-1, d),
+                            store.k_center[layer])
+    v_tail = write_centered(store.put_rows, store.v_tail[layer], rows, values.reshape(-1, dv),
+                            store.v_center[layer])
+    if k_tail is None or v_tail is None:  # (an unused node is dropped before it is encoded)
+        return False
+    store.k_tail[layer], store.v_tail[layer] = k_tail, v_tail
+    return True
 
 
 def flush_tail(store: PagedKVStore, layer: int, flush: tuple[mx.array, mx.array] | None,

@@ -112,14 +112,18 @@ class PagedBatch:
         if not self.quantized:
             return self._rows
         assert self.work is not None
+        if self.work.rows is not None:
+            return self.work.rows
         return np.array(self.work.whole_table())
 
-    def attend_dense(self, layer: int, source_k: mx.array, source_v: mx.array, new_k: mx.array,
-                     new_v: mx.array) -> tuple[mx.array, mx.array]:
-        """LAYER's keys/values (B, H, L, D) from the dense decode cache, this step's token in
-        (``kv_dense.apply_dense``)."""
+    def attend_dense(self, layer: int, source_k: mx.array, source_v: mx.array,
+                     new_k: mx.array | None = None, new_v: mx.array | None = None,
+                     rows: mx.array | None = None) -> tuple[mx.array, mx.array]:
+        """LAYER's keys/values (B, H, L, D) from the dense decode cache, this step's token in:
+        NEW_K/V, or the SOURCE rows ROWS (``kv_dense.apply_dense``)."""
         assert self.dense is not None and self.dense_cache is not None
-        return apply_dense(self.dense_cache, layer, self.dense, source_k, source_v, new_k, new_v)
+        return apply_dense(self.dense_cache, layer, self.dense, source_k, source_v, new_k, new_v,
+                           rows)
 
     def _plan_tail(self, p: int, h: int, heads: np.ndarray, starts: np.ndarray,
                    lengths: np.ndarray, tails: np.ndarray) -> None:
@@ -237,12 +241,15 @@ class PagedView:
             flat_k = keys.transpose(0, 2, 1, 3).reshape(bsz * n * heads, dim)
             flat_v = values.transpose(0, 2, 1, 3).reshape(bsz * n * heads, values.shape[-1])
         if b.work is not None:  # a decode step's (B, H, 1, D) are centered as they are
-            held_k, held_v, window = write_decode(
+            held, window = write_decode(
                 b.store, self.layer, b.work, keys if n == 1 else flat_k,
                 values if n == 1 else flat_v, b.dtype)
             if b.dense is not None:  # the new rows as the tail holds them (no gather)
                 k_tail, v_tail = b.store.k_tail[self.layer], b.store.v_tail[self.layer]
-                dk, dv = b.attend_dense(self.layer, k_tail, v_tail, held_k, held_v)
+                if held is None:  # written centered in one node each: copy them from the tail
+                    dk, dv = b.attend_dense(self.layer, k_tail, v_tail, rows=b.work.tail_rows)
+                else:
+                    dk, dv = b.attend_dense(self.layer, k_tail, v_tail, *held)
                 kv = LayerKV(b, self.layer, dense=True, keys=dk, values=dv)
                 return kv, kv
             kv = LayerKV(b, self.layer, *window) if window else LayerKV(b, self.layer, dense=True)

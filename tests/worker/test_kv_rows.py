@@ -68,6 +68,31 @@ def test_copy_rows_is_a_gather_then_a_write(index: mx.Dtype) -> None:
                                             src_rows), want).item()
 
 
+@pytest.mark.parametrize("heads", [1, 3])
+def test_write_centered_is_mlx_subtraction_then_a_write(heads: int) -> None:
+    """Rows cycle over the center's rows (a decode step's (B, H) order); the values are MLX's
+    subtraction's, specials and subnormals included."""
+    rng = np.random.default_rng(3)
+    values = rng.standard_normal((6, 5)).astype(np.float32) * 10
+    values[0, :4] = [np.inf, -np.inf, np.nan, -0.0]
+    values[1, :2] = [1e-40, -3e-39]  # subnormal
+    center = rng.standard_normal((heads, 5)).astype(np.float32)
+    center[0, 0] = np.inf
+    center[-1, 1] = 1e-40
+    v, c, rows = mx.array(values), mx.array(center), mx.array([7, 0, 3, 8, 2, 5])
+    centered = (v.reshape(-1, heads, 5) - c).reshape(-1, 5)
+    want = scatter_rows(_dense((9, 5), mx.float32), rows, centered)
+    before = _counts()
+    got = kv_rows.write_centered(kv_rows.write_rows, _dense((9, 5), mx.float32), rows, v, c)
+    assert got is not None
+    assert mx.array_equal(mx.view(got, mx.uint32), mx.view(want, mx.uint32)).item()
+    assert _counts()[0] - before[0] == 1
+    # another writer, dtype or shape: the caller subtracts with MLX's ops
+    assert kv_rows.write_centered(scatter_rows, _dense((9, 5), mx.float32), rows, v, c) is None
+    assert kv_rows.write_centered(kv_rows.write_rows, _dense((9, 5), mx.float16), rows,
+                                  v.astype(mx.float16), c.astype(mx.float16)) is None
+
+
 def _broadcast() -> mx.array:
     a = mx.broadcast_to(mx.arange(4, dtype=mx.float32), (6, 4))  # 4 floats of buffer, 24 elements
     mx.eval(a)
@@ -148,14 +173,17 @@ def test_other_shapes_fall_back_to_mlx_scatter() -> None:
 def test_engine_steps_write_in_place_with_the_same_tokens(kind: str,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows joining and leaving a decode batch (plain steps; a compiled step's writes are MLX's
-    scatters inside its function): the steps write the page arrays in place, and every step's
-    logits and the greedy tokens are those of MLX's scatter, bit for bit."""
-    mdl, tok = load(str(shared_model("stories260K")))[:2]
+    scatters inside its function): the steps write the page arrays in place (K8V4: the tail's
+    rows centered in the same node), and every step's logits and the greedy tokens are those of
+    MLX's scatter (and subtraction), bit for bit."""
+    # head dim 8 cannot take K8V4 pages (group size 32): its head-dim-32 twin does
+    mdl, tok = load(str(shared_model("stories260K-hd32" if kind == "k8v4" else "stories260K")))[:2]
     results = {}
     for enabled in (False, True):
         kv_rows.ENABLED = enabled
         engine = make_engine(mdl, tok, kind=kind, prefix_cache=False, compile_decode="off")
         assert (engine.kv.store.put_rows is kv_rows.write_rows) is enabled
+        assert engine.kv.store.fmt.kind == kind
         before = _counts()
         results[enabled] = _run(engine, _prompts(tok, 8, False), 2, monkeypatch)
         in_place, copied = (a - b for a, b in zip(_counts(), before, strict=True))

@@ -75,12 +75,22 @@ int64_t row_at(const mx::array& rows, int64_t i) {
   }
 }
 
-// inputs {dst, rows, values}, or with GATHER {dst, rows, src, src_rows}: dst[rows[r]] =
-// src[src_rows[r]] (a gather and a write in one node)
+// what a WriteRows node writes at dst[rows[r]]: values[r]; with GATHER (inputs {dst, rows,
+// src, src_rows}) src[src_rows[r]] (a gather and a write in one node); with CENTER (inputs
+// {dst, rows, values, center}, float32) values[r] - center[r % C], MLX's subtraction's bits
+enum class Mode { plain, gather, center };
+
+// float32 rows minus a cycling center: out row r = v row r - c row (r % cr), WIDTH floats each
+void subtract_rows(float* o, const float* v, const float* c, int64_t cr, int64_t r,
+                   int64_t width) {
+  const float* cc = c + (r % cr) * width;
+  for (int64_t j = 0; j < width; j++) o[j] = v[j] - cc[j];
+}
+
 class WriteRows : public mx::UnaryPrimitive {
  public:
-  explicit WriteRows(mx::Stream stream, bool gather = false)
-      : mx::UnaryPrimitive(stream), gather_(gather) {}
+  explicit WriteRows(mx::Stream stream, Mode mode = Mode::plain)
+      : mx::UnaryPrimitive(stream), mode_(mode) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
     const mx::array& dst = inputs[0];
@@ -97,11 +107,13 @@ class WriteRows : public mx::UnaryPrimitive {
     auto& encoder = mx::cpu::get_command_encoder(stream());
     for (const auto& in : inputs) encoder.set_input_array(in);
     encoder.set_output_array(out);
+    const bool gather = mode_ == Mode::gather, center = mode_ == Mode::center;
     encoder.dispatch([dst = mx::array::unsafe_weak_copy(dst),
                       rows = mx::array::unsafe_weak_copy(inputs[1]),
                       values = mx::array::unsafe_weak_copy(inputs[2]),
-                      src_rows = mx::array::unsafe_weak_copy(inputs[gather_ ? 3 : 1]),
-                      out = mx::array::unsafe_weak_copy(out), own, gather = gather_]() mutable {
+                      src_rows = mx::array::unsafe_weak_copy(inputs[gather ? 3 : 1]),
+                      shift = mx::array::unsafe_weak_copy(inputs[center ? 3 : 1]),
+                      out = mx::array::unsafe_weak_copy(out), own, gather, center]() mutable {
       char* o = out.data<char>();
       if (!own) pack(dst, o);
       const int64_t n = out.shape(0);
@@ -115,6 +127,15 @@ class WriteRows : public mx::UnaryPrimitive {
       }
       const int64_t count = static_cast<int64_t>(rows.size());
       const int64_t m = values.shape(0);
+      std::vector<char> shift_buf;
+      const char* c = shift.data<char>();
+      if (center && !shift.flags().row_contiguous) {
+        shift_buf.resize(shift.nbytes());
+        pack(shift, shift_buf.data());
+        c = shift_buf.data();
+      }
+      const int64_t cr = center ? shift.shape(0) : 1;
+      const int64_t floats = static_cast<int64_t>(width / sizeof(float));
       for (int64_t r = 0; r < count; r++) {
         int64_t i = row_at(rows, r);
         if (i < 0) i += n;
@@ -125,7 +146,13 @@ class WriteRows : public mx::UnaryPrimitive {
           if (j < 0) j += m;
           if (j < 0 || j >= m) continue;
         }
-        std::memcpy(o + i * width, v + j * width, width);
+        if (center) {
+          subtract_rows(reinterpret_cast<float*>(o + i * width),
+                        reinterpret_cast<const float*>(v + j * width),
+                        reinterpret_cast<const float*>(c), cr, r, floats);
+        } else {
+          std::memcpy(o + i * width, v + j * width, width);
+        }
       }
     });
   }
@@ -137,7 +164,7 @@ class WriteRows : public mx::UnaryPrimitive {
   const char* name() const override { return "WriteRows"; }
 
   bool is_equivalent(const mx::Primitive& other) const override {
-    return gather_ == static_cast<const WriteRows&>(other).gather_;
+    return mode_ == static_cast<const WriteRows&>(other).mode_;
   }
 
   std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
@@ -145,7 +172,7 @@ class WriteRows : public mx::UnaryPrimitive {
   }
 
  private:
-  bool gather_;
+  Mode mode_;
 };
 
 bool is_index(mx::Dtype t) {
@@ -181,8 +208,31 @@ mx::array copy_rows(const mx::array& dst, const mx::array& rows, const mx::array
   if (src.dtype() != dst.dtype() || !is_index(rows.dtype()) || !is_index(src_rows.dtype())) {
     throw std::invalid_argument("copy_rows: src in dst's dtype, integer rows");
   }
-  return mx::array(dst.shape(), dst.dtype(), std::make_shared<WriteRows>(stream, true),
+  return mx::array(dst.shape(), dst.dtype(), std::make_shared<WriteRows>(stream, Mode::gather),
                    {dst, rows, src, src_rows});
+}
+
+// DST (N, C) float32 with rows ROWS (R,) set to VALUES (R, C) minus CENTER (K, C) (row r minus
+// center row r % K), in DST's buffer: the K8V4 tail's centered write without a Subtract node
+mx::array write_rows_centered(const mx::array& dst, const mx::array& rows,
+                              const mx::array& values, const mx::array& center) {
+  mx::StreamOrDevice s = {};
+  mx::Stream stream = mx::to_stream(s);
+  if (stream.device != mx::Device::cpu) {
+    throw std::invalid_argument("write_rows_centered: CPU only");
+  }
+  if (dst.ndim() != 2 || rows.ndim() != 1 || values.ndim() != 2 || center.ndim() != 2 ||
+      values.shape(0) != rows.shape(0) || values.shape(1) != dst.shape(1) ||
+      center.shape(1) != dst.shape(1) || center.shape(0) < 1) {
+    throw std::invalid_argument(
+        "write_rows_centered: dst (N, C), rows (R,), values (R, C), center (K, C)");
+  }
+  if (dst.dtype() != mx::float32 || values.dtype() != mx::float32 ||
+      center.dtype() != mx::float32 || !is_index(rows.dtype())) {
+    throw std::invalid_argument("write_rows_centered: float32 arrays, integer rows");
+  }
+  return mx::array(dst.shape(), dst.dtype(), std::make_shared<WriteRows>(stream, Mode::center),
+                   {dst, rows, values, center});
 }
 
 }  // namespace
@@ -203,6 +253,10 @@ NB_MODULE(_rows, m) {
         nb::arg("src_rows"),
         "dst (N, C) with rows (R,) set to src's rows src_rows (R,), in dst's buffer as "
         "write_rows (CPU only)");
+  m.def("write_rows_centered", &write_rows_centered, nb::arg("dst"), nb::arg("rows"),
+        nb::arg("values"), nb::arg("center"),
+        "float32 dst (N, C) with rows (R,) set to values (R, C) minus center (K, C) (row r "
+        "minus center row r % K), in dst's buffer as write_rows (CPU only)");
   m.def("counts", []() { return nb::make_tuple(written_in_place.load(), copied.load()); },
         "(writes made in place, writes into a copy) so far");
 }
