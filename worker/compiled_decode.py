@@ -37,9 +37,17 @@ class WritesPages(Exception):
 
 
 def _pool(store: PagedKVStore) -> list[Any]:
-    if store.quantized:  # a compiled K8V4 step reads and writes the float tail arrays only
-        return [[], [], store.k_tail, store.v_tail, store.k_center, store.v_center]
-    return [store.k, store.v, store.k_tail, store.v_tail, store.k_center, store.v_center]
+    """The store's arrays a step reads: pages (none for K8V4: a compiled K8V4 step reads and
+    writes the float tail arrays only), tails, and the centers in each shape a step uses
+    (shaped here, not in the step's graph)."""
+    centers = [store.k_center, store.v_center, store.k_center_rows, store.v_center_rows,
+               store.v_center_heads]
+    if store.quantized:
+        return [[], [], store.k_tail, store.v_tail, *centers]
+    return [store.k, store.v, store.k_tail, store.v_tail, *centers]
+
+
+DENSE_AT = 9  # the dense cache's arrays follow the store's in a step's inputs
 
 
 class CompiledDecode:
@@ -153,8 +161,8 @@ class CompiledDecode:
             proxy.v = [list(a) for a in pool[1]]
             proxy.k_tail, proxy.v_tail = list(pool[2]), list(pool[3])
             proxy.k_center, proxy.v_center = list(pool[4]), list(pool[5])
-            proxy.k_center_rows = [c[:, None, :] for c in proxy.k_center]  # from the inputs
-            proxy.v_center_rows = [c[:, None, :] for c in proxy.v_center]
+            proxy.k_center_rows, proxy.v_center_rows = list(pool[6]), list(pool[7])
+            proxy.v_center_heads = list(pool[8])  # empty until made outside a trace
             proxy.center_cache = None  # nothing is evaluated in a trace
             if store.quantized:
                 proxy.write_quantized = _refuse  # type: ignore[method-assign,assignment]
@@ -170,7 +178,7 @@ class CompiledDecode:
             if template.dense is not None and template.dense_cache is not None:
                 cache = copy.copy(template.dense_cache)
                 cache.put_rows = scatter_rows
-                cache.k, cache.v = list(pool[6]), list(pool[7])
+                cache.k, cache.v = list(pool[DENSE_AT]), list(pool[DENSE_AT + 1])
                 batch.dense_cache = cache
                 batch.dense = template.dense._replace(write=arrays[-1])
             known = set(batch.__dict__)

@@ -49,3 +49,20 @@ def test_past_the_budget_centers_are_broadcast_in_the_graph(monkeypatch: pytest.
     assert len(store.center_cache) == 1 and got.shape == (H, 1, D)
     store.set_centers(store.k_center, store.v_center)
     assert store.center_cache == {}  # new centers: nothing stale
+
+
+def test_value_centers_at_the_query_heads_are_kept_for_compiled_steps() -> None:
+    """Made once outside a trace (``v_center_heads``: what a compiled step gets as inputs); a
+    trace (no center cache) then reads them instead of repeating the centers in its graph."""
+    store = _store()
+    assert store.v_center_heads == []
+    store.centers("v", 0, 4, 3 * H)
+    assert store.value_heads == 3 * H and len(store.v_center_heads) == 2
+    for layer in range(2):
+        want = mx.repeat(store.v_center[layer], 3, axis=0)[:, None, :]
+        assert mx.array_equal(store.v_center_heads[layer], want).item()
+    store.center_cache = None  # as in a compiled step's trace
+    assert store.centers("v", 1, 4, 3 * H) is store.v_center_heads[1]
+    assert store.centers("v", 1, 4, 2 * H).shape == (2 * H, 1, D)  # other heads: in the graph
+    store.set_centers(store.k_center, store.v_center)  # new centers drop them
+    assert store.v_center_heads == []
