@@ -147,7 +147,6 @@ class PagedKVStore:
         # the value centers at the query heads (value_heads of them), once asked for outside a
         # trace: a compiled step gets them as inputs instead of repeating them in its graph
         self.v_center_heads: list[mx.array] = []
-        self.value_heads = 0
         # None: made in the graph (a compiled step's trace, whose centers are its inputs)
         self.center_cache: dict[tuple[str, int, int, int], mx.array] | None = {}
         mx.eval(self.k_center_rows, self.v_center_rows)
@@ -163,7 +162,7 @@ class PagedKVStore:
         cache = self.center_cache
         if cache is not None and key in cache:
             return cache[key]
-        heads_base = self._at_heads(kind, layer, heads, rep) if rep > 1 else base
+        heads_base = self._at_heads(kind, layer, base, rep) if rep > 1 else base
         size = rows * heads * base.shape[-1] * base.itemsize
         if cache is None or sum(a.nbytes for a in cache.values()) + size > CENTER_CACHE_BYTES:
             return heads_base  # a trace, or a large model's many shapes: broadcast in the graph
@@ -171,16 +170,18 @@ class PagedKVStore:
         mx.eval(cache[key])
         return cache[key]
 
-    def _at_heads(self, kind: str, layer: int, heads: int, rep: int) -> mx.array:
-        """LAYER's center repeated to HEADS (HEADS, 1, D); the value centers' kept once made
-        outside a trace (``v_center_heads``), else repeated in the graph."""
-        base = (self.k_center_rows if kind == "k" else self.v_center_rows)[layer]
-        if kind == "v" and heads == self.value_heads and self.v_center_heads:
-            return self.v_center_heads[layer]
-        if kind == "v" and self.center_cache is not None and not self.v_center_heads:
+    @property
+    def value_heads(self) -> int:
+        """How many query heads ``v_center_heads`` is for (0: not made yet)."""
+        return self.v_center_heads[0].shape[0] if self.v_center_heads else 0
+
+    def _at_heads(self, kind: str, layer: int, base: mx.array, rep: int) -> mx.array:
+        """LAYER's center BASE (kv_heads, 1, D) repeated REP times per head; the value centers'
+        kept once made outside a trace (``v_center_heads``), else repeated in the graph."""
+        if kind == "v" and not self.v_center_heads and self.center_cache is not None:
             self.v_center_heads = [mx.repeat(c, rep, axis=0) for c in self.v_center_rows]
-            self.value_heads = heads
             mx.eval(self.v_center_heads)
+        if kind == "v" and self.value_heads == base.shape[0] * rep:
             return self.v_center_heads[layer]
         return mx.repeat(base, rep, axis=0)
 

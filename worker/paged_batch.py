@@ -111,16 +111,14 @@ class PagedBatch:
         """(B, H, L) rows of what this decode batch's gather would read (pool or tail arrays)."""
         if not self.quantized:
             return self._rows
-        assert self.work is not None
-        if self.work.rows is not None:
-            return self.work.rows
-        return np.array(self.work.whole_table())
+        assert self.work is not None and self.work.rows is not None  # a dense plan has them
+        return self.work.rows
 
     def attend_dense(self, layer: int, source_k: mx.array, source_v: mx.array,
                      new_k: mx.array | None = None, new_v: mx.array | None = None,
                      rows: mx.array | None = None) -> tuple[mx.array, mx.array]:
         """LAYER's keys/values (B, H, L, D) from the dense decode cache, this step's token in:
-        NEW_K/V, or the SOURCE rows ROWS (``kv_dense.apply_dense``)."""
+        NEW_K/V, or (None) the SOURCE rows ROWS (``kv_dense.apply_dense``)."""
         assert self.dense is not None and self.dense_cache is not None
         return apply_dense(self.dense_cache, layer, self.dense, source_k, source_v, new_k, new_v,
                            rows)
@@ -246,10 +244,10 @@ class PagedView:
                 values if n == 1 else flat_v, b.dtype)
             if b.dense is not None:  # the new rows as the tail holds them (no gather)
                 k_tail, v_tail = b.store.k_tail[self.layer], b.store.v_tail[self.layer]
-                if held is None:  # written centered in one node each: copy them from the tail
-                    dk, dv = b.attend_dense(self.layer, k_tail, v_tail, rows=b.work.tail_rows)
-                else:
-                    dk, dv = b.attend_dense(self.layer, k_tail, v_tail, *held)
+                # held None: written centered in one node each, copied from the tail's rows
+                new_k, new_v = held if held is not None else (None, None)
+                dk, dv = b.attend_dense(self.layer, k_tail, v_tail, new_k, new_v,
+                                        rows=b.work.tail_rows)
                 kv = LayerKV(b, self.layer, dense=True, keys=dk, values=dv)
                 return kv, kv
             kv = LayerKV(b, self.layer, *window) if window else LayerKV(b, self.layer, dense=True)
