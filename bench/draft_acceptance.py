@@ -17,10 +17,10 @@ from typing import Any
 
 from mlx_lm import load
 
+from bench.prompts import demo_eval_prompts
 from protocol.messages import SamplingParams
 from worker.attention import install
 from worker.blas import apply_blas_policy
-from worker.demo_model.evaluate import cases
 from worker.embedded import embedded_model_path
 from worker.engine import Engine, model_dtype
 from worker.kv_setup import plan_kv
@@ -57,8 +57,7 @@ def main() -> None:
     loaded: Any = load(str(embedded_model_path()))
     model, tok = loaded[:2]
     apply_blas_policy(model)  # the worker's OpenBLAS threads (one here)
-    prompts = [tok.apply_chat_template(c.messages, tools=c.tools, add_generation_prompt=True,
-                                       enable_thinking=c.enable_thinking) for c in cases()]
+    prompts = demo_eval_prompts(tok)
     params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0)
     drafter = draft_drafter(args.draft, tok, max_batch=8, context_length=1024, memory="64MiB")
     plain_e = engine(model, tok, args.kv, None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from bench.plan import Plan
 
@@ -104,3 +105,11 @@ def edit_messages(model_path: Path, tag: str, n: int, target_tokens: int,
     seed0 = sum(map(ord, tag)) * 1000
     return [[{"role": "user", "content": f"{instruction} {tag}-{i}. "
               f"{edit_paragraph(count, target_tokens, seed0 + i)}"}] for i in range(n)]
+
+
+def demo_eval_prompts(tok: Any) -> list[Any]:
+    """The demo model's 33 evaluation cases as chat-templated prompts (what its draft was trained for)."""
+    from worker.demo_model.evaluate import cases
+
+    return [tok.apply_chat_template(c.messages, tools=c.tools, add_generation_prompt=True,
+                                    enable_thinking=c.enable_thinking) for c in cases()]

@@ -28,11 +28,11 @@ import mlx.core as mx
 from mlx_lm import load
 
 from bench.graph_nodes import nodes
+from bench.prompts import demo_eval_prompts
 from bench.spec_interleaved import engine
 from protocol.messages import SamplingParams
 from worker.attention import install
 from worker.blas import apply_blas_policy
-from worker.demo_model.evaluate import cases
 from worker.embedded import embedded_model_path
 from worker.spec.controller import Speculator
 from worker.spec.draft_load import draft_drafter
@@ -70,8 +70,7 @@ def main() -> None:
     loaded: Any = load(str(embedded_model_path()))
     model, tok = loaded[:2]
     apply_blas_policy(model)
-    prompts = [tok.apply_chat_template(c.messages, tools=c.tools, add_generation_prompt=True,
-                                       enable_thinking=c.enable_thinking) for c in cases()]
+    prompts = demo_eval_prompts(tok)
     drafter = draft_drafter("demo-draft", tok, max_batch=8, context_length=1024, memory="64MiB")
     k = args.num_draft_tokens
     spec = engine(model, tok, args.kv, Speculator(drafter, k, pause=False))

@@ -27,12 +27,17 @@ from typing import Any
 
 from mlx_lm import load
 
-from bench.prompts import EDIT_INSTRUCTION, REPEAT_INSTRUCTION, edit_messages, user_messages
+from bench.prompts import (
+    EDIT_INSTRUCTION,
+    REPEAT_INSTRUCTION,
+    demo_eval_prompts,
+    edit_messages,
+    user_messages,
+)
 from bench.servers import ROOT
 from protocol.messages import SamplingParams
 from worker.attention import install
 from worker.blas import apply_blas_policy
-from worker.demo_model.evaluate import cases
 from worker.embedded import embedded_model_path
 from worker.engine import Engine, model_dtype
 from worker.kv_setup import plan_kv
@@ -99,8 +104,7 @@ def main() -> None:
     model, tok = loaded[:2]
     apply_blas_policy(model)  # the worker's OpenBLAS threads (one here): a second one busy-waits
     if args.prompts == "eval":
-        prompts = [tok.apply_chat_template(c.messages, tools=c.tools, add_generation_prompt=True,
-                                           enable_thinking=c.enable_thinking) for c in cases()]
+        prompts = demo_eval_prompts(tok)
     elif args.prompts == "edit":  # the serving bench's edit workload for the demo model
         prompts = [tok.apply_chat_template(c, add_generation_prompt=True) for c in edit_messages(
             path, "e", 16, EDIT_TOKENS,
