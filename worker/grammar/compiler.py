@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import logging
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
+
+import numpy as np
 
 from protocol.messages import GrammarSpec
 from worker.grammar.backend import GrammarError, compile_matcher, make_tokenizer
 from worker.grammar.cache import GrammarCache, spec_key
 from worker.grammar.matcher import Constraint
+from worker.grammar.runaway import GUARDED_KINDS, NumberGuard, numeric_tokens
 from worker.grammar.toolcalls import Literals, added_tokens, tool_calls_lark
 
 log = logging.getLogger("rapid_mlx.worker")
@@ -31,6 +35,8 @@ class GrammarCompiler:
         self.think = think_tokens(tokenizer)
         self.literals = Literals(added_tokens(tokenizer))
         self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="grammar")
+        self._numeric: np.ndarray | None = None  # built by the first JSON compile
+        self._numeric_lock = threading.Lock()
 
     def submit(self, spec: GrammarSpec) -> Future[Constraint | None]:
         """Start compiling SPEC (or take it from the cache); the future holds a fresh Constraint."""
@@ -48,7 +54,19 @@ class GrammarCompiler:
                 return None
             matcher = compile_matcher(self._tok, lark)
             self.cache.put(key, matcher)
-        return Constraint(matcher, self.think if spec.after_think else None)
+        guard = self.number_guard() if spec.kind in GUARDED_KINDS else None
+        return Constraint(matcher, self.think if spec.after_think else None, guard)
+
+    def number_guard(self) -> NumberGuard:
+        """A fresh guard over this vocabulary's number-only tokens (built once, ~50 ms)."""
+        with self._numeric_lock:
+            if self._numeric is None:
+                self._numeric = numeric_tokens(self.token_bytes, self.n_vocab)
+        return NumberGuard(self._numeric, self.token_bytes)
+
+    def token_bytes(self, token: int) -> bytes:
+        """TOKEN's text as the grammar sees it."""
+        return bytes(self._tok.decode_bytes([token]))
 
     def close(self) -> None:
         """Stop taking work; a compile in progress finishes on its own."""

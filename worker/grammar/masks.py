@@ -25,13 +25,16 @@ def executor() -> llguidance.LLExecutor:
 
 def fill(rows: Sequence[Constraint | None], vocab: int) -> np.ndarray:
     """An int32 bitmask [rows, ceil(vocab/32)]: a set bit is an allowed token; free or finished
-    rows allow everything."""
+    rows allow everything; a JSON number at its cap may only end."""
     bits = np.full((len(rows), (vocab + 31) // 32), -1, dtype=np.int32)
-    todo = [(c.matcher, b) for b, c in enumerate(rows)
+    todo = [(c, b) for b, c in enumerate(rows)
             if c is not None and not c.free and not c.finished and c.error is None]
     if todo:
-        fill_next_token_bitmask_par(executor(), todo, bits)
+        fill_next_token_bitmask_par(executor(), [(c.matcher, b) for c, b in todo], bits)
     words = bits.view(np.uint32)
+    for con, row in todo:
+        if con.guard is not None and con.guard.capped:
+            con.guard.trim(words[row])
     for b, c in enumerate(rows):
         if c is not None and c.think is not None and c.state == "may_think":
             words[b, c.think[0] // 32] |= np.uint32(1 << (c.think[0] % 32))  # may open thinking

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from worker.grammar.runaway import NumberGuard
+
 
 class GrammarRefused(RuntimeError):
     """A constrained request's matcher failed mid-answer (a resource limit, a refused token)."""
@@ -14,11 +16,13 @@ class Constraint:
 
     With THINK = (open, close) token ids, a reasoning section may come first and is free: the
     first token may be ``open`` (or the prompt opened it: ``begin(True)``), and the grammar
-    starts after ``close``.
+    starts after ``close``. GUARD, for JSON output, keeps numbers from running on forever.
     """
 
-    def __init__(self, matcher: Any, think: tuple[int, int] | None = None) -> None:
+    def __init__(self, matcher: Any, think: tuple[int, int] | None = None,
+                 guard: NumberGuard | None = None) -> None:
         self.matcher = matcher
+        self.guard = guard
         self.consumed = 0  # tokens advanced so far
         self.think = think
         self.state = "may_think" if think else "grammar"  # or "thinking"
@@ -62,10 +66,6 @@ class Constraint:
             return True  # the end token after a complete match: nothing left to check
         ok = bool(self.matcher.consume_token(token))
         self.consumed += ok
-        return ok
-
-    def rollback(self, n: int) -> bool:
-        """Undo the last N advanced tokens."""
-        ok = bool(self.matcher.rollback(n))
-        self.consumed -= n if ok else 0
+        if ok and self.guard is not None:
+            self.guard.feed(token)
         return ok
