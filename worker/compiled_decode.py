@@ -6,7 +6,9 @@ masks, RoPE offsets) is an input too, and so is every array of a K8V4 batch's wo
 (``DecodePlan``: tail rows, float tables); their shapes and the batch's Python values (the
 shared-prefix width) pick the compiled function. A K8V4 step's page loads (``load_work``) run
 before the function and its page completions (``requantize``) after it, so the function only
-writes the new token's tail rows and its shape set stays small. A batch reading the dense
+writes the new token's tail rows and its shape set stays small. Its row writes are the store's
+(``PagedKVStore.put_rows``: the native write in place, a K8V4 tail's centering in the same
+node, and the dense cache's copies from the tail in one node each). A batch reading the dense
 decode cache (worker/kv_dense.py) passes its dense arrays in and out the same way; its rows are
 moved and refilled before the function, which only appends the new token. After the call the
 store holds the new page arrays and nothing else refers to the old ones, so MLX still writes in
@@ -21,7 +23,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from cache.paged_kv import PagedKVStore, scatter_rows
+from cache.paged_kv import PagedKVStore
 from worker.kv_dense import prepare_dense
 from worker.kv_working import DecodePlan
 from worker.paged_batch import PagedBatch
@@ -155,8 +157,7 @@ class CompiledDecode:
         plan: DecodePlan | None = template.work
 
         def step(tokens: mx.array, arrays: list[mx.array], pool: list[Any]) -> Any:
-            proxy = copy.copy(store)
-            proxy.put_rows = scatter_rows  # MLX's own scatter inside the traced function
+            proxy = copy.copy(store)  # its row writes too: the native one is a node here also
             proxy.k = [list(a) for a in pool[0]]
             proxy.v = [list(a) for a in pool[1]]
             proxy.k_tail, proxy.v_tail = list(pool[2]), list(pool[3])
@@ -177,7 +178,6 @@ class CompiledDecode:
             cache = None
             if template.dense is not None and template.dense_cache is not None:
                 cache = copy.copy(template.dense_cache)
-                cache.put_rows = scatter_rows
                 cache.k, cache.v = list(pool[DENSE_AT]), list(pool[DENSE_AT + 1])
                 batch.dense_cache = cache
                 batch.dense = template.dense._replace(write=arrays[-1])

@@ -169,23 +169,26 @@ def test_other_shapes_fall_back_to_mlx_scatter() -> None:
     assert kv_rows.writer() is scatter_rows
 
 
+@pytest.mark.parametrize("compile_decode", ["off", "on"])
 @pytest.mark.parametrize("kind", ["k8v4", "none"])
-def test_engine_steps_write_in_place_with_the_same_tokens(kind: str,
+def test_engine_steps_write_in_place_with_the_same_tokens(kind: str, compile_decode: str,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """Rows joining and leaving a decode batch (plain steps; a compiled step's writes are MLX's
-    scatters inside its function): the steps write the page arrays in place (K8V4: the tail's
-    rows centered in the same node), and every step's logits and the greedy tokens are those of
-    MLX's scatter (and subtraction), bit for bit."""
+    """Rows joining and leaving a decode batch, plain steps and compiled ones (the native write
+    is a node of the compiled function too): the steps write the page arrays in place (K8V4:
+    the tail's rows centered in the same node), and every step's logits and the greedy tokens
+    are those of MLX's scatter (and subtraction), bit for bit."""
     # head dim 8 cannot take K8V4 pages (group size 32): its head-dim-32 twin does
     mdl, tok = load(str(shared_model("stories260K-hd32" if kind == "k8v4" else "stories260K")))[:2]
     results = {}
     for enabled in (False, True):
         kv_rows.ENABLED = enabled
-        engine = make_engine(mdl, tok, kind=kind, prefix_cache=False, compile_decode="off")
+        engine = make_engine(mdl, tok, kind=kind, prefix_cache=False,
+                             compile_decode=compile_decode)
         assert (engine.kv.store.put_rows is kv_rows.write_rows) is enabled
         assert engine.kv.store.fmt.kind == kind
         before = _counts()
         results[enabled] = _run(engine, _prompts(tok, 8, False), 2, monkeypatch)
+        assert compile_decode == "off" or any(engine.compiled.fns.values())
         in_place, copied = (a - b for a, b in zip(_counts(), before, strict=True))
         if enabled:  # copies: the first write of each array (a broadcast of zeros)
             assert in_place > 100 and copied <= 3 * 2 * engine.kv.store.fmt.num_layers
