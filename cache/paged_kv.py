@@ -129,6 +129,7 @@ class PagedKVStore:
                 self.v.append(self._quantized_arrays(slots, VALUE_BITS))
                 self.k_tail.append(mx.zeros((tail_rows, d), dtype=fmt.dtype))
                 self.v_tail.append(mx.zeros((tail_rows, d), dtype=fmt.dtype))
+        self.query_heads = 0  # the value centers' last query heads (``centers``)
         self._center_rows()
         mx.eval(self.k, self.v, self.k_tail, self.v_tail)
 
@@ -149,6 +150,8 @@ class PagedKVStore:
         self.v_center_heads: list[mx.array] = []
         # None: made in the graph (a compiled step's trace, whose centers are its inputs)
         self.center_cache: dict[tuple[str, int, int, int], mx.array] | None = {}
+        # a compiled step's trace: its value_addend inputs by (layer, rows, heads)
+        self.addend_inputs: dict[tuple[int, int, int], mx.array] = {}
         mx.eval(self.k_center_rows, self.v_center_rows)
 
     def centers(self, kind: str, layer: int, rows: int, heads: int) -> mx.array:
@@ -158,6 +161,8 @@ class PagedKVStore:
         attention: query head i reads KV head i // (HEADS / kv_heads))."""
         base = (self.k_center_rows if kind == "k" else self.v_center_rows)[layer]
         rep = heads // self.fmt.num_kv_heads
+        if kind == "v":
+            self.query_heads = heads
         key = (kind, layer, rows, heads)
         cache = self.center_cache
         if cache is not None and key in cache:
@@ -169,6 +174,37 @@ class PagedKVStore:
         cache[key] = mx.contiguous(mx.broadcast_to(heads_base, (rows, heads, 1, base.shape[-1])))
         mx.eval(cache[key])
         return cache[key]
+
+    def value_addend(self, layer: int, rows: int, heads: int) -> mx.array:
+        """LAYER's value center as the addend of the native attention's last product for ROWS
+        one-query rows of HEADS query heads: (rows, kv_heads, heads / kv_heads, 1, D) (the
+        grouped heads' layout), or (rows, heads, 1, D) when HEADS are the KV heads. A compiled
+        step gets it as an input (``addend_inputs``); outside a trace it is made once per shape
+        like ``centers``; else (a trace not given it, a full cache) broadcast in the graph."""
+        h, d = self.fmt.num_kv_heads, self.v_center[layer].shape[-1]
+        key = ("addend", layer, rows, heads)
+        if key[1:] in self.addend_inputs:
+            return self.addend_inputs[key[1:]]
+        cache = self.center_cache
+        if cache is not None and key in cache:
+            return cache[key]
+        rep = heads // h
+        base = self.v_center_rows[layer]  # (kv_heads, 1, D)
+        made = (mx.broadcast_to(base[:, None], (rows, h, rep, 1, d)) if rep > 1
+                else mx.broadcast_to(base, (rows, h, 1, d)))
+        size = rows * heads * d * base.itemsize
+        if cache is None or sum(a.nbytes for a in cache.values()) + size > CENTER_CACHE_BYTES:
+            return made
+        cache[key] = mx.contiguous(made)
+        mx.eval(cache[key])
+        return cache[key]
+
+    def value_addends(self, rows: int) -> list[mx.array]:
+        """``value_addend`` of every layer for ROWS at the query heads the value centers were
+        last asked for (``centers``; none before): a compiled step's inputs."""
+        heads = self.query_heads
+        return [self.value_addend(layer, rows, heads)
+                for layer in range(self.fmt.num_layers)] if heads else []
 
     @property
     def value_heads(self) -> int:
