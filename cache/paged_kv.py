@@ -35,8 +35,8 @@ CENTER_CACHE_BYTES = 16 << 20  # K8V4 centers kept at decode batches' shapes (``
 # how the store writes rows: (array (N, C), rows (R,), values (R, C)) -> the written array
 PutRows = Callable[[mx.array, mx.array, mx.array], mx.array]
 # K8V4 page completions in one step (worker/kv_pages.py): (k_tail, v_tail, tail rows, keys'
-# (packed, scales, biases), values', pool rows, copy rows, group size) -> the eight arrays
-# written (keys', values', k_tail, v_tail), or None (the store's own ops then)
+# (packed, scales, biases), values', pool rows, copy rows or None, group size) -> the arrays
+# written (keys', values', then with copy rows k_tail, v_tail), or None (the store's own ops)
 CompletePages = Callable[..., "list[mx.array] | None"]
 
 
@@ -293,13 +293,14 @@ class PagedKVStore:
         With WORK_ROWS (R,), also put their float copies there (what ``load_work`` would give
         for ROWS, from the quantize outputs: no gather).
         """
-        if work_rows is not None and self.complete is not None:
+        if self.complete is not None:
             done = self.complete(self.k_tail[layer], self.v_tail[layer], tail_rows,
                                  self.k[layer], self.v[layer], rows, work_rows,
                                  self.fmt.group_size)
             if done is not None:
                 self.k[layer][:], self.v[layer][:] = done[:3], done[3:6]
-                self.k_tail[layer], self.v_tail[layer] = done[6], done[7]
+                if work_rows is not None:
+                    self.k_tail[layer], self.v_tail[layer] = done[6], done[7]
                 return
         keys, values = self.k_tail[layer][tail_rows], self.v_tail[layer][tail_rows]
         if work_rows is None:

@@ -5,7 +5,10 @@ rows into the pool and writes their read-back floats into the working set: in ML
 nodes per layer (gathers, quantizes, casts, dequantize chains, eight row writes), and at 8-32
 rows some row fills a page on most steps; each node costs the worker's main thread (building,
 encoding) and MLX's stream thread a few microseconds. worker/native/pages.cpp does the same in
-one node, with MLX's CPU quantize algorithm, writing the eight arrays in place. ``completer``
+one node, with MLX's CPU quantize algorithm, writing the eight arrays in place. A compiled
+decode step's completions (after the step: the tail arrays are its outputs, and the next step
+loads the filled pages' copies) quantize into the pool only, one node per layer too (was 14 MLX
+ops: gathers, quantizes, casts, six row writes). ``completer``
 gives the store that function when the extension loads, MLX runs on the CPU and a bit-comparison
 with MLX's own ops passes (at first use); else None, and the store keeps MLX's ops.
 """
@@ -41,10 +44,11 @@ def completer() -> CompletePages | None:
 
 def complete_pages(k_tail: mx.array, v_tail: mx.array, tail_rows: mx.array,
                    keys: list[mx.array], values: list[mx.array], pool_rows: mx.array,
-                   copy_rows: mx.array, group_size: int) -> list[mx.array] | None:
+                   copy_rows: mx.array | None, group_size: int) -> list[mx.array] | None:
     """(kw, ks, kb, vw, vs, vb, k_tail, v_tail) after quantizing the tail rows TAIL_ROWS into
-    the pool rows POOL_ROWS and writing their read-back floats at COPY_ROWS; None when these
-    arrays are not the extension's case (float32 tails), for MLX's ops."""
+    the pool rows POOL_ROWS and writing their read-back floats at COPY_ROWS (without COPY_ROWS
+    the six pool arrays: the tails only read); None when these arrays are not the extension's
+    case (float32 tails), for MLX's ops."""
     module = native()
     if module is None or k_tail.dtype != mx.float32 or v_tail.dtype != mx.float32:
         return None
@@ -94,8 +98,12 @@ def check(module: Any, seed: int = 0) -> bool:
             want.append(w)
         mx.eval(want)
         got = module.complete_pages(tail_k, tail_v, src, arrays[0], arrays[1], dst, copy, group)
-        mx.eval(got)
+        pool_only = module.complete_pages(tail_k, tail_v, src, arrays[0], arrays[1], dst, None,
+                                          group)
+        mx.eval(got, pool_only)
         if not all(mx.array_equal(g, w).item() for g, w in zip(got, want, strict=True)):
+            return False
+        if not all(mx.array_equal(g, w).item() for g, w in zip(pool_only, want[:6], strict=True)):
             return False
     return True
 
