@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import mlx.core as mx
 
@@ -34,10 +34,21 @@ VALUE_BITS = 4
 CENTER_CACHE_BYTES = 16 << 20  # K8V4 centers kept at decode batches' shapes (``centers``)
 # how the store writes rows: (array (N, C), rows (R,), values (R, C)) -> the written array
 PutRows = Callable[[mx.array, mx.array, mx.array], mx.array]
-# K8V4 page completions in one step (worker/kv_pages.py): (k_tail, v_tail, tail rows, keys'
-# (packed, scales, biases), values', pool rows, copy rows or None, group size) -> the arrays
-# written (keys', values', then with copy rows k_tail, v_tail), or None (the store's own ops)
-CompletePages = Callable[..., "list[mx.array] | None"]
+
+
+class CompletePages(Protocol):
+    """K8V4 page completions and working-set loads in one node each (worker/kv_pages.py)."""
+
+    def __call__(self, k_tail: mx.array, v_tail: mx.array, tail_rows: mx.array,
+                 keys: list[mx.array], values: list[mx.array], pool_rows: mx.array,
+                 copy_rows: mx.array | None, group_size: int) -> list[mx.array] | None:
+        """The arrays written (keys' (packed, scales, biases), values', then with COPY_ROWS
+        k_tail, v_tail), or None (the store's own ops then)."""
+
+    def load(self, k_tail: mx.array, v_tail: mx.array, keys: list[mx.array],
+             values: list[mx.array], pool_rows: mx.array, copy_rows: mx.array,
+             group_size: int) -> list[mx.array] | None:
+        """(k_tail, v_tail) with POOL_ROWS' float copies at COPY_ROWS, or None."""
 
 
 def scatter_rows(dst: mx.array, rows: mx.array, values: mx.array) -> mx.array:
@@ -320,6 +331,12 @@ class PagedKVStore:
         The floats are exactly what ``gather`` + ``mx.dequantize`` give for these rows.
         """
         dtype, g = self.fmt.dtype, self.fmt.group_size
+        if self.complete is not None:
+            done = self.complete.load(self.k_tail[layer], self.v_tail[layer], self.k[layer],
+                                      self.v[layer], rows, work_rows, g)
+            if done is not None:
+                self.k_tail[layer], self.v_tail[layer] = done
+                return
         for arrays, out, bits in ((self.k[layer], self.k_tail, KEY_BITS),
                                   (self.v[layer], self.v_tail, VALUE_BITS)):
             w, s, b = (a[rows] for a in arrays)

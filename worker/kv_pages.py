@@ -20,7 +20,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from cache.paged_kv import CompletePages, requantized
+from cache.paged_kv import CompletePages, dequantize, requantized
 from worker.native import load_checked
 
 ENABLED = True  # tests and benches compare against MLX's ops with this off
@@ -35,11 +35,28 @@ def native() -> Any | None:
     return _loaded["module"]
 
 
+class NativePages:
+    """The store's ``CompletePages``: ``complete_pages`` and ``load_pages``."""
+
+    def __call__(self, k_tail: mx.array, v_tail: mx.array, tail_rows: mx.array,
+                 keys: list[mx.array], values: list[mx.array], pool_rows: mx.array,
+                 copy_rows: mx.array | None, group_size: int) -> list[mx.array] | None:
+        """``complete_pages``."""
+        return complete_pages(k_tail, v_tail, tail_rows, keys, values, pool_rows, copy_rows,
+                              group_size)
+
+    def load(self, k_tail: mx.array, v_tail: mx.array, keys: list[mx.array],
+             values: list[mx.array], pool_rows: mx.array, copy_rows: mx.array,
+             group_size: int) -> list[mx.array] | None:
+        """``load_pages``."""
+        return load_pages(k_tail, v_tail, keys, values, pool_rows, copy_rows, group_size)
+
+
 def completer() -> CompletePages | None:
-    """``complete_pages`` for the store on the CPU with the extension usable, else None."""
+    """The native page ops for the store on the CPU with the extension usable, else None."""
     if not ENABLED or mx.default_device() != mx.cpu or native() is None:
         return None
-    return complete_pages
+    return NativePages()
 
 
 def complete_pages(k_tail: mx.array, v_tail: mx.array, tail_rows: mx.array,
@@ -54,6 +71,19 @@ def complete_pages(k_tail: mx.array, v_tail: mx.array, tail_rows: mx.array,
         return None
     out: list[mx.array] = module.complete_pages(k_tail, v_tail, tail_rows, keys, values,
                                                 pool_rows, copy_rows, group_size)
+    return out
+
+
+def load_pages(k_tail: mx.array, v_tail: mx.array, keys: list[mx.array],
+               values: list[mx.array], pool_rows: mx.array, copy_rows: mx.array,
+               group_size: int) -> list[mx.array] | None:
+    """(k_tail, v_tail) with the float copies of the pool rows POOL_ROWS (what ``dequantize``
+    gives) at COPY_ROWS, in one node; None when not the extension's case (float32 tails)."""
+    module = native()
+    if module is None or k_tail.dtype != mx.float32 or v_tail.dtype != mx.float32:
+        return None
+    out: list[mx.array] = module.load_pages(k_tail, v_tail, keys, values, pool_rows, copy_rows,
+                                            group_size)
     return out
 
 
@@ -105,5 +135,16 @@ def check(module: Any, seed: int = 0) -> bool:
             return False
         if not all(mx.array_equal(g, w).item() for g, w in zip(pool_only, want[:6], strict=True)):
             return False
+        # loads: the pool rows written read back as ``dequantize`` reads them, at other tail rows
+        again = mx.array(rows + np.arange(rows)[::-1])
+        loaded = module.load_pages(tail_k, tail_v, want[:3], want[3:6], dst, again, group)
+        mx.eval(loaded)
+        for part, bits in ((0, 8), (1, 4)):
+            w, s, b = (a[dst] for a in want[3 * part: 3 * part + 3])
+            read = dequantize(w, s.astype(mx.float32), b.astype(mx.float32), group, bits)
+            tail = (tail_k, tail_v)[part]
+            if not (mx.array_equal(loaded[part][again], read).item()
+                    and mx.array_equal(loaded[part][:rows], tail[:rows]).item()):
+                return False
     return True
 

@@ -13,7 +13,7 @@ import pytest
 from mlx_lm import load
 
 import worker.kv_pages as kv_pages
-from cache.paged_kv import requantized
+from cache.paged_kv import dequantize, requantized
 from tests.worker.test_engine import make_engine
 from tests.worker.test_kv_dense import _prompts, _run
 from worker.embedded import embedded_model_path
@@ -105,6 +105,33 @@ def test_without_copy_rows_only_the_pool_is_written_in_place() -> None:
     assert [np.asarray(a).__array_interface__["data"][0] for a in got] == address
     assert _counts()[0] - before[0] == 6 and _counts()[1] == before[1]
     assert np.array_equal(np.array(k_tail), tails[0]) and np.array_equal(np.array(v_tail), tails[1])
+
+
+def _loaded(tail: mx.array, arrays: list[mx.array], bits: int, src: mx.array, dst: mx.array
+            ) -> mx.array:
+    """A copy of TAIL with the pool rows SRC of ARRAYS dequantized at DST (MLX's ops)."""
+    w, s, b = (a[src] for a in arrays)
+    copy = mx.array(tail)
+    copy[dst] = dequantize(w, s.astype(mx.float32), b.astype(mx.float32), G, bits)
+    mx.eval(copy)
+    return copy
+
+
+def test_loads_are_the_stores_dequantized_rows_in_place() -> None:
+    """``load_pages``: pool rows' floats (``PagedKVStore.load_work``'s MLX ops) at tail rows,
+    in the tails' own buffers; other rows untouched."""
+    k_tail, v_tail, keys, values = _arrays()
+    src, dst = mx.array([11, 2, 7]), mx.array([9, 15, 12])
+    want = [_loaded(k_tail, keys, 8, src, dst), _loaded(v_tail, values, 4, src, dst)]
+    address = [np.asarray(a).__array_interface__["data"][0] for a in (k_tail, v_tail)]
+    before = _counts()
+    got = kv_pages.load_pages(k_tail, v_tail, keys, values, src, dst, G)
+    del k_tail, v_tail  # nothing else holds the old tails
+    assert got is not None and len(got) == 2
+    mx.eval(got)
+    assert all(mx.array_equal(g, w).item() for g, w in zip(got, want, strict=True))
+    assert [np.asarray(a).__array_interface__["data"][0] for a in got] == address
+    assert _counts()[0] - before[0] == 2 and _counts()[1] == before[1]
 
 
 def test_unheld_arrays_are_written_in_place() -> None:

@@ -207,6 +207,90 @@ class CompletePages : public mx::Primitive {
   }
 };
 
+// The float copies of pool rows (what cache.paged_kv.dequantize gives: q * scale + bias with the
+// float16 scale and bias, two roundings) written into tail rows: the working set's page loads.
+class LoadPages : public mx::Primitive {
+ public:
+  LoadPages(mx::Stream stream, int group) : mx::Primitive(stream), group_(group) {}
+
+  // inputs: k_tail, v_tail, kw, ks, kb, vw, vs, vb, pool_rows, copy_rows
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    const long ours = static_cast<long>(outputs.size());
+    bool own[2];
+    for (int i = 0; i < 2; i++) {
+      const mx::array& dst = inputs[i];
+      own[i] = dst.flags().row_contiguous && dst.data_size() == dst.size() &&
+               page_desc_owners(dst) == ours;
+      (own[i] ? in_place : copied)++;
+      if (own[i]) {
+        outputs[i].copy_shared_buffer(dst);
+      } else {
+        outputs[i].set_data(mx::allocator::malloc(outputs[i].nbytes()));
+      }
+    }
+    auto& encoder = mx::cpu::get_command_encoder(stream());
+    for (const auto& in : inputs) encoder.set_input_array(in);
+    for (auto& out : outputs) encoder.set_output_array(out);
+    std::vector<mx::array> ins, outs;
+    for (const auto& in : inputs) ins.push_back(mx::array::unsafe_weak_copy(in));
+    for (const auto& out : outputs) outs.push_back(mx::array::unsafe_weak_copy(out));
+    const bool owned0 = own[0], owned1 = own[1];
+    encoder.dispatch([ins = std::move(ins), outs = std::move(outs), owned0, owned1,
+                      group = group_]() mutable {
+      if (!owned0) std::memcpy(outs[0].data<char>(), ins[0].data<char>(), outs[0].nbytes());
+      if (!owned1) std::memcpy(outs[1].data<char>(), ins[1].data<char>(), outs[1].nbytes());
+      run(ins, outs, group);
+    });
+  }
+
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    throw std::runtime_error("[LoadPages] CPU only");
+  }
+
+  const char* name() const override { return "LoadPages"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return group_ == static_cast<const LoadPages&>(other).group_;
+  }
+
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
+    return {inputs[0].shape(), inputs[1].shape()};
+  }
+
+ private:
+  int group_;
+
+  static void run(std::vector<mx::array>& ins, std::vector<mx::array>& outs, int group) {
+    const int64_t d = ins[0].shape(1);
+    const int64_t tail_n = ins[0].shape(0), pool_n = ins[2].shape(0);
+    const int64_t count = static_cast<int64_t>(ins[8].size());
+    const int64_t groups = d / group;
+    for (int64_t r = 0; r < count; r++) {
+      const int64_t src = index_at(ins[8], r), dst = index_at(ins[9], r);
+      if (src < 0 || src >= pool_n || dst < 0 || dst >= tail_n) {
+        continue;  // never stray (the planner never sends such rows)
+      }
+      for (int part = 0; part < 2; part++) {  // keys 8-bit, values 4-bit
+        const int bits = part == 0 ? 8 : 4;
+        const int64_t words = d * bits / 32;
+        const uint32_t* packed = ins[2 + 3 * part].data<uint32_t>() + src * words;
+        const mx::float16_t* scales = ins[3 + 3 * part].data<mx::float16_t>() + src * groups;
+        const mx::float16_t* biases = ins[4 + 3 * part].data<mx::float16_t>() + src * groups;
+        float* out = outs[part].data<float>() + dst * d;
+        const int per_word = 32 / bits;
+        const uint32_t field = (1u << bits) - 1;
+        for (int64_t j = 0; j < d; j++) {
+          const uint32_t word = packed[j / per_word];
+          const float q = static_cast<float>((word >> ((j % per_word) * bits)) & field);
+          const float sc = static_cast<float>(scales[j / group]);
+          const float scaled = q * sc;  // two roundings, as MLX's ops
+          out[j] = scaled + static_cast<float>(biases[j / group]);
+        }
+      }
+    }
+  }
+};
+
 bool is_index(mx::Dtype t) {
   return t == mx::int32 || t == mx::uint32 || t == mx::int64 || t == mx::uint64;
 }
@@ -257,6 +341,41 @@ std::vector<mx::array> complete_pages(const mx::array& k_tail, const mx::array& 
       std::make_shared<CompletePages>(stream, group, copy_rows.has_value()), inputs);
 }
 
+// (k_tail, v_tail) with the pool rows POOL_ROWS' float copies written at the tail rows COPY_ROWS
+std::vector<mx::array> load_pages(const mx::array& k_tail, const mx::array& v_tail,
+                                  const std::vector<mx::array>& keys,
+                                  const std::vector<mx::array>& values,
+                                  const mx::array& pool_rows, const mx::array& copy_rows,
+                                  int group) {
+  mx::StreamOrDevice s = {};
+  mx::Stream stream = mx::to_stream(s);
+  if (stream.device != mx::Device::cpu) throw std::invalid_argument("load_pages: CPU only");
+  if (keys.size() != 3 || values.size() != 3) {
+    throw std::invalid_argument("load_pages: (packed, scales, biases) of keys and values");
+  }
+  const int64_t d = k_tail.ndim() == 2 ? k_tail.shape(1) : 0;
+  bool ok = k_tail.dtype() == mx::float32 && v_tail.dtype() == mx::float32 &&
+            v_tail.shape() == k_tail.shape() && (group == 32 || group == 64 || group == 128) &&
+            d > 0 && d % group == 0;
+  const int bits[2] = {8, 4};
+  const std::vector<mx::array>* parts[2] = {&keys, &values};
+  for (int p = 0; ok && p < 2; p++) {
+    const auto& q = *parts[p];
+    ok = q[0].dtype() == mx::uint32 && q[0].ndim() == 2 && q[0].shape(1) == d * bits[p] / 32 &&
+         q[1].dtype() == mx::float16 && q[2].dtype() == mx::float16 && q[1].ndim() == 2 &&
+         q[1].shape(1) == d / group && q[2].shape() == q[1].shape() &&
+         q[1].shape(0) == q[0].shape(0) && q[0].shape(0) == keys[0].shape(0);
+  }
+  for (const mx::array* r : {&pool_rows, &copy_rows}) {
+    ok = ok && r->ndim() == 1 && is_index(r->dtype()) && r->size() == pool_rows.size();
+  }
+  if (!ok) throw std::invalid_argument("load_pages: unsupported shapes or dtypes");
+  std::vector<mx::array> inputs = {k_tail, v_tail, keys[0], keys[1], keys[2],
+                                   values[0], values[1], values[2], pool_rows, copy_rows};
+  return mx::array::make_arrays({k_tail.shape(), v_tail.shape()}, {k_tail.dtype(), v_tail.dtype()},
+                                std::make_shared<LoadPages>(stream, group), inputs);
+}
+
 }  // namespace
 
 #ifndef BUILT_FOR_MLX
@@ -267,13 +386,17 @@ const char* const kBuiltFor = "rapid-mlx built for mlx " BUILT_FOR_MLX;
 NB_MODULE(_pages, m) {
   m.attr("built_for") = BUILT_FOR_MLX;
   m.attr("_tag") = kBuiltFor;
-  m.doc() = "K8V4 page completions in one node (the paged KV store's pool and working set)";
+  m.doc() = "K8V4 page completions and loads in one node (the paged KV store's pool and working set)";
   m.def("complete_pages", &complete_pages, nb::arg("k_tail"), nb::arg("v_tail"),
         nb::arg("tail_rows"), nb::arg("keys"), nb::arg("values"), nb::arg("pool_rows"),
         nb::arg("copy_rows").none(), nb::arg("group"),
         "(kw, ks, kb, vw, vs, vb, k_tail, v_tail) with the tail rows quantized into the pool "
         "rows and their read-back floats in the copy rows (CPU, float32 tails); with no copy "
         "rows, the six pool arrays");
+  m.def("load_pages", &load_pages, nb::arg("k_tail"), nb::arg("v_tail"), nb::arg("keys"),
+        nb::arg("values"), nb::arg("pool_rows"), nb::arg("copy_rows"), nb::arg("group"),
+        "(k_tail, v_tail) with the pool rows' float copies (dequantized) at the copy rows "
+        "(CPU, float32 tails)");
   m.def("counts", []() { return nb::make_tuple(in_place, copied); },
         "(outputs written in place, outputs into a copy) so far");
 }
