@@ -139,12 +139,12 @@ def check(module: Any, seed: int = 0) -> bool:
         again = mx.array(rows + np.arange(rows)[::-1])
         loaded = module.load_pages(tail_k, tail_v, want[:3], want[3:6], dst, again, group)
         mx.eval(loaded)
-        for part, bits in ((0, 8), (1, 4)):
-            w, s, b = (a[dst] for a in want[3 * part: 3 * part + 3])
-            read = dequantize(w, s.astype(mx.float32), b.astype(mx.float32), group, bits)
-            tail = (tail_k, tail_v)[part]
-            if not (mx.array_equal(loaded[part][again], read).item()
-                    and mx.array_equal(loaded[part][:rows], tail[:rows]).item()):
+        for side, width in ((0, 8), (1, 4)):
+            pw, ps, pb = (a[dst] for a in want[3 * side: 3 * side + 3])
+            read = dequantize(pw, ps.astype(mx.float32), pb.astype(mx.float32), group, width)
+            tail = (tail_k, tail_v)[side]
+            if not (mx.array_equal(loaded[side][again], read).item()
+                    and mx.array_equal(loaded[side][:rows], tail[:rows]).item()):
                 return False
     return True
 
