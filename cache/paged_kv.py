@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import mlx.core as mx
 
@@ -34,10 +34,21 @@ VALUE_BITS = 4
 CENTER_CACHE_BYTES = 16 << 20  # K8V4 centers kept at decode batches' shapes (``centers``)
 # how the store writes rows: (array (N, C), rows (R,), values (R, C)) -> the written array
 PutRows = Callable[[mx.array, mx.array, mx.array], mx.array]
-# K8V4 page completions in one step (worker/kv_pages.py): (k_tail, v_tail, tail rows, keys'
-# (packed, scales, biases), values', pool rows, copy rows, group size) -> the eight arrays
-# written (keys', values', k_tail, v_tail), or None (the store's own ops then)
-CompletePages = Callable[..., "list[mx.array] | None"]
+
+
+class CompletePages(Protocol):
+    """K8V4 page completions and working-set loads in one node each (worker/kv_pages.py)."""
+
+    def __call__(self, k_tail: mx.array, v_tail: mx.array, tail_rows: mx.array,
+                 keys: list[mx.array], values: list[mx.array], pool_rows: mx.array,
+                 copy_rows: mx.array | None, group_size: int) -> list[mx.array] | None:
+        """The arrays written (keys' (packed, scales, biases), values', then with COPY_ROWS
+        k_tail, v_tail), or None (the store's own ops then)."""
+
+    def load(self, k_tail: mx.array, v_tail: mx.array, keys: list[mx.array],
+             values: list[mx.array], pool_rows: mx.array, copy_rows: mx.array,
+             group_size: int) -> list[mx.array] | None:
+        """(k_tail, v_tail) with POOL_ROWS' float copies at COPY_ROWS, or None."""
 
 
 def scatter_rows(dst: mx.array, rows: mx.array, values: mx.array) -> mx.array:
@@ -129,6 +140,7 @@ class PagedKVStore:
                 self.v.append(self._quantized_arrays(slots, VALUE_BITS))
                 self.k_tail.append(mx.zeros((tail_rows, d), dtype=fmt.dtype))
                 self.v_tail.append(mx.zeros((tail_rows, d), dtype=fmt.dtype))
+        self.query_heads = 0  # the value centers' last query heads (``centers``)
         self._center_rows()
         mx.eval(self.k, self.v, self.k_tail, self.v_tail)
 
@@ -149,6 +161,8 @@ class PagedKVStore:
         self.v_center_heads: list[mx.array] = []
         # None: made in the graph (a compiled step's trace, whose centers are its inputs)
         self.center_cache: dict[tuple[str, int, int, int], mx.array] | None = {}
+        # a compiled step's trace: its value_addend inputs by (layer, rows, heads)
+        self.addend_inputs: dict[tuple[int, int, int], mx.array] = {}
         mx.eval(self.k_center_rows, self.v_center_rows)
 
     def centers(self, kind: str, layer: int, rows: int, heads: int) -> mx.array:
@@ -158,6 +172,8 @@ class PagedKVStore:
         attention: query head i reads KV head i // (HEADS / kv_heads))."""
         base = (self.k_center_rows if kind == "k" else self.v_center_rows)[layer]
         rep = heads // self.fmt.num_kv_heads
+        if kind == "v":
+            self.query_heads = heads
         key = (kind, layer, rows, heads)
         cache = self.center_cache
         if cache is not None and key in cache:
@@ -169,6 +185,37 @@ class PagedKVStore:
         cache[key] = mx.contiguous(mx.broadcast_to(heads_base, (rows, heads, 1, base.shape[-1])))
         mx.eval(cache[key])
         return cache[key]
+
+    def value_addend(self, layer: int, rows: int, heads: int) -> mx.array:
+        """LAYER's value center as the addend of the native attention's last product for ROWS
+        one-query rows of HEADS query heads: (rows, kv_heads, heads / kv_heads, 1, D) (the
+        grouped heads' layout), or (rows, heads, 1, D) when HEADS are the KV heads. A compiled
+        step gets it as an input (``addend_inputs``); outside a trace it is made once per shape
+        like ``centers``; else (a trace not given it, a full cache) broadcast in the graph."""
+        h, d = self.fmt.num_kv_heads, self.v_center[layer].shape[-1]
+        key = ("addend", layer, rows, heads)
+        if key[1:] in self.addend_inputs:
+            return self.addend_inputs[key[1:]]
+        cache = self.center_cache
+        if cache is not None and key in cache:
+            return cache[key]
+        rep = heads // h
+        base = self.v_center_rows[layer]  # (kv_heads, 1, D)
+        made = (mx.broadcast_to(base[:, None], (rows, h, rep, 1, d)) if rep > 1
+                else mx.broadcast_to(base, (rows, h, 1, d)))
+        size = rows * heads * d * base.itemsize
+        if cache is None or sum(a.nbytes for a in cache.values()) + size > CENTER_CACHE_BYTES:
+            return made
+        cache[key] = mx.contiguous(made)
+        mx.eval(cache[key])
+        return cache[key]
+
+    def value_addends(self, rows: int) -> list[mx.array]:
+        """``value_addend`` of every layer for ROWS at the query heads the value centers were
+        last asked for (``centers``; none before): a compiled step's inputs."""
+        heads = self.query_heads
+        return [self.value_addend(layer, rows, heads)
+                for layer in range(self.fmt.num_layers)] if heads else []
 
     @property
     def value_heads(self) -> int:
@@ -257,13 +304,14 @@ class PagedKVStore:
         With WORK_ROWS (R,), also put their float copies there (what ``load_work`` would give
         for ROWS, from the quantize outputs: no gather).
         """
-        if work_rows is not None and self.complete is not None:
+        if self.complete is not None:
             done = self.complete(self.k_tail[layer], self.v_tail[layer], tail_rows,
                                  self.k[layer], self.v[layer], rows, work_rows,
                                  self.fmt.group_size)
             if done is not None:
                 self.k[layer][:], self.v[layer][:] = done[:3], done[3:6]
-                self.k_tail[layer], self.v_tail[layer] = done[6], done[7]
+                if work_rows is not None:
+                    self.k_tail[layer], self.v_tail[layer] = done[6], done[7]
                 return
         keys, values = self.k_tail[layer][tail_rows], self.v_tail[layer][tail_rows]
         if work_rows is None:
@@ -283,6 +331,12 @@ class PagedKVStore:
         The floats are exactly what ``gather`` + ``mx.dequantize`` give for these rows.
         """
         dtype, g = self.fmt.dtype, self.fmt.group_size
+        if self.complete is not None:
+            done = self.complete.load(self.k_tail[layer], self.v_tail[layer], self.k[layer],
+                                      self.v[layer], rows, work_rows, g)
+            if done is not None:
+                self.k_tail[layer], self.v_tail[layer] = done
+                return
         for arrays, out, bits in ((self.k[layer], self.k_tail, KEY_BITS),
                                   (self.v[layer], self.v_tail, VALUE_BITS)):
             w, s, b = (a[rows] for a in arrays)

@@ -7,7 +7,9 @@ pages, and (K8V4) the row's current page in full precision. Segments are combine
 their log-sum-exp. K8V4 pages are read with ``mx.quantized_matmul`` when there are few queries
 and dequantized once for many (on CPU a dequantized GEMM is about 4x faster then). K8V4 decode
 batches whose pages fit in the working set read float copies instead (``_working_set``, or the
-dense decode cache), attended through the fused kernel like full-precision pages.
+dense decode cache), attended through the fused kernel like full-precision pages; on the CPU
+their one-query rows get the value center back inside the kernel's last product (an addend
+summed onto by it, ``PagedKVStore.value_addend``), one graph node per layer fewer.
 
 Softmax runs in base 2 (scores scaled by log2(e), weights from ``mx.power(2, x)``, or numpy's
 ``exp2`` for large arrays on CPU): on MLX's CPU backend ``mx.exp`` is about 3x slower than
@@ -131,6 +133,10 @@ def _float_rows(queries: mx.array, kv: LayerKV, keys: mx.array, values: mx.array
     else:  # plain float keys: the fused kernel (on the CPU, one native softmax op)
         if keys.dtype != b.dtype:
             keys, values = keys.astype(b.dtype), values.astype(b.dtype)
+        if store.quantized and queries.shape[2] == 1 and cpu_softmax.fits(
+                queries, keys, values, mask):  # the center summed onto by the last product
+            addend = store.value_addend(kv.layer, queries.shape[0], queries.shape[1])
+            return cpu_softmax.sdpa(queries, keys, values, scale, mask, addend)
         out = _fused(queries, keys, values, scale, mask)
     return _add_value_center(out, store, kv.layer) if store.quantized else out
 

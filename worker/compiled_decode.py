@@ -38,18 +38,18 @@ class WritesPages(Exception):
     """Raised while tracing when the step would write quantized pages (not deferred writes)."""
 
 
-def _pool(store: PagedKVStore) -> list[Any]:
-    """The store's arrays a step reads: pages (none for K8V4: a compiled K8V4 step reads and
-    writes the float tail arrays only), tails, and the centers in each shape a step uses
-    (shaped here, not in the step's graph)."""
+def _pool(store: PagedKVStore, rows: int) -> list[Any]:
+    """The store's arrays a step of ROWS reads: pages (none for K8V4: a compiled K8V4 step
+    reads and writes the float tail arrays only), tails, and the centers in each shape a step
+    uses (shaped here, not in the step's graph)."""
     centers = [store.k_center, store.v_center, store.k_center_rows, store.v_center_rows,
-               store.v_center_heads]
+               store.v_center_heads, store.value_addends(rows) if store.quantized else []]
     if store.quantized:
         return [[], [], store.k_tail, store.v_tail, *centers]
     return [store.k, store.v, store.k_tail, store.v_tail, *centers]
 
 
-DENSE_AT = 9  # the dense cache's arrays follow the store's in a step's inputs
+DENSE_AT = 10  # the dense cache's arrays follow the store's in a step's inputs
 
 
 class CompiledDecode:
@@ -93,8 +93,10 @@ class CompiledDecode:
             arrays.append(batch.dense.write)
             dense = [list(cache.k), list(cache.v)]
         # key[2][0]: the rows (tests and the warm-up read it)
+        # key[-1]: the dense arrays' shapes (tests read it); the query heads shape the addends
         key = (names, tuple(a.shape for a in arrays), tokens.shape, batch.shared,
-               tuple(k for k, _ in work), tuple(a.shape for a in dense[0]))
+               store.query_heads if store.quantized else 0, tuple(k for k, _ in work),
+               tuple(a.shape for a in dense[0]))
         if key in self.fns and self.fns[key] is None:
             batch.work = plan
             return None
@@ -137,7 +139,7 @@ class CompiledDecode:
         # MLX picks a write's output buffer when it encodes the step: a page array the step
         # before is still writing would be copied whole, so wait for those writes first
         mx.eval(self.store.arrays(), dense)
-        return fn(tokens, arrays, _pool(self.store) + dense)
+        return fn(tokens, arrays, _pool(self.store, tokens.shape[0]) + dense)
 
     def _write_back(self, k: list[Any], v: list[Any], k_tail: list[mx.array],
                     v_tail: list[mx.array]) -> None:
@@ -165,6 +167,8 @@ class CompiledDecode:
             proxy.k_center_rows, proxy.v_center_rows = list(pool[6]), list(pool[7])
             proxy.v_center_heads = list(pool[8])  # empty until made outside a trace
             proxy.center_cache = None  # nothing is evaluated in a trace
+            rows, heads = tokens.shape[0], store.query_heads
+            proxy.addend_inputs = {(layer, rows, heads): a for layer, a in enumerate(pool[9])}
             if store.quantized:
                 proxy.write_quantized = _refuse  # type: ignore[method-assign,assignment]
             batch = copy.copy(template)

@@ -88,10 +88,12 @@ def fits(queries: mx.array, keys: mx.array, values: mx.array, mask: object) -> b
     return native() is not None
 
 
-def sdpa(queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask: Any
-         ) -> mx.array:
-    """``mx.fast.scaled_dot_product_attention`` on CPU (``fits``), bit for bit."""
+def sdpa(queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask: Any,
+         addend: mx.array | None = None) -> mx.array:
+    """``mx.fast.scaled_dot_product_attention`` on CPU (``fits``), bit for bit; plus ADDEND
+    (the last product's shape: ``PagedKVStore.value_addend``) summed onto by that product (the
+    output plus ADDEND's bits while OpenBLAS sums the keys in one block: fma_softmax.cpp)."""
     module = native()
     assert module is not None
-    out: mx.array = module.sdpa(queries, keys, values, scale, mask)
+    out: mx.array = module.sdpa(queries, keys, values, scale, mask, addend)
     return out

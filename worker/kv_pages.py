@@ -5,7 +5,10 @@ rows into the pool and writes their read-back floats into the working set: in ML
 nodes per layer (gathers, quantizes, casts, dequantize chains, eight row writes), and at 8-32
 rows some row fills a page on most steps; each node costs the worker's main thread (building,
 encoding) and MLX's stream thread a few microseconds. worker/native/pages.cpp does the same in
-one node, with MLX's CPU quantize algorithm, writing the eight arrays in place. ``completer``
+one node, with MLX's CPU quantize algorithm, writing the eight arrays in place. A compiled
+decode step's completions (after the step: the tail arrays are its outputs, and the next step
+loads the filled pages' copies) quantize into the pool only, one node per layer too (was 14 MLX
+ops: gathers, quantizes, casts, six row writes). ``completer``
 gives the store that function when the extension loads, MLX runs on the CPU and a bit-comparison
 with MLX's own ops passes (at first use); else None, and the store keeps MLX's ops.
 """
@@ -17,7 +20,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from cache.paged_kv import CompletePages, requantized
+from cache.paged_kv import CompletePages, dequantize, requantized
 from worker.native import load_checked
 
 ENABLED = True  # tests and benches compare against MLX's ops with this off
@@ -32,24 +35,55 @@ def native() -> Any | None:
     return _loaded["module"]
 
 
+class NativePages:
+    """The store's ``CompletePages``: ``complete_pages`` and ``load_pages``."""
+
+    def __call__(self, k_tail: mx.array, v_tail: mx.array, tail_rows: mx.array,
+                 keys: list[mx.array], values: list[mx.array], pool_rows: mx.array,
+                 copy_rows: mx.array | None, group_size: int) -> list[mx.array] | None:
+        """``complete_pages``."""
+        return complete_pages(k_tail, v_tail, tail_rows, keys, values, pool_rows, copy_rows,
+                              group_size)
+
+    def load(self, k_tail: mx.array, v_tail: mx.array, keys: list[mx.array],
+             values: list[mx.array], pool_rows: mx.array, copy_rows: mx.array,
+             group_size: int) -> list[mx.array] | None:
+        """``load_pages``."""
+        return load_pages(k_tail, v_tail, keys, values, pool_rows, copy_rows, group_size)
+
+
 def completer() -> CompletePages | None:
-    """``complete_pages`` for the store on the CPU with the extension usable, else None."""
+    """The native page ops for the store on the CPU with the extension usable, else None."""
     if not ENABLED or mx.default_device() != mx.cpu or native() is None:
         return None
-    return complete_pages
+    return NativePages()
 
 
 def complete_pages(k_tail: mx.array, v_tail: mx.array, tail_rows: mx.array,
                    keys: list[mx.array], values: list[mx.array], pool_rows: mx.array,
-                   copy_rows: mx.array, group_size: int) -> list[mx.array] | None:
+                   copy_rows: mx.array | None, group_size: int) -> list[mx.array] | None:
     """(kw, ks, kb, vw, vs, vb, k_tail, v_tail) after quantizing the tail rows TAIL_ROWS into
-    the pool rows POOL_ROWS and writing their read-back floats at COPY_ROWS; None when these
-    arrays are not the extension's case (float32 tails), for MLX's ops."""
+    the pool rows POOL_ROWS and writing their read-back floats at COPY_ROWS (without COPY_ROWS
+    the six pool arrays: the tails only read); None when these arrays are not the extension's
+    case (float32 tails), for MLX's ops."""
     module = native()
     if module is None or k_tail.dtype != mx.float32 or v_tail.dtype != mx.float32:
         return None
     out: list[mx.array] = module.complete_pages(k_tail, v_tail, tail_rows, keys, values,
                                                 pool_rows, copy_rows, group_size)
+    return out
+
+
+def load_pages(k_tail: mx.array, v_tail: mx.array, keys: list[mx.array],
+               values: list[mx.array], pool_rows: mx.array, copy_rows: mx.array,
+               group_size: int) -> list[mx.array] | None:
+    """(k_tail, v_tail) with the float copies of the pool rows POOL_ROWS (what ``dequantize``
+    gives) at COPY_ROWS, in one node; None when not the extension's case (float32 tails)."""
+    module = native()
+    if module is None or k_tail.dtype != mx.float32 or v_tail.dtype != mx.float32:
+        return None
+    out: list[mx.array] = module.load_pages(k_tail, v_tail, keys, values, pool_rows, copy_rows,
+                                            group_size)
     return out
 
 
@@ -94,8 +128,23 @@ def check(module: Any, seed: int = 0) -> bool:
             want.append(w)
         mx.eval(want)
         got = module.complete_pages(tail_k, tail_v, src, arrays[0], arrays[1], dst, copy, group)
-        mx.eval(got)
+        pool_only = module.complete_pages(tail_k, tail_v, src, arrays[0], arrays[1], dst, None,
+                                          group)
+        mx.eval(got, pool_only)
         if not all(mx.array_equal(g, w).item() for g, w in zip(got, want, strict=True)):
             return False
+        if not all(mx.array_equal(g, w).item() for g, w in zip(pool_only, want[:6], strict=True)):
+            return False
+        # loads: the pool rows written read back as ``dequantize`` reads them, at other tail rows
+        again = mx.array(rows + np.arange(rows)[::-1])
+        loaded = module.load_pages(tail_k, tail_v, want[:3], want[3:6], dst, again, group)
+        mx.eval(loaded)
+        for side, width in ((0, 8), (1, 4)):
+            pw, ps, pb = (a[dst] for a in want[3 * side: 3 * side + 3])
+            read = dequantize(pw, ps.astype(mx.float32), pb.astype(mx.float32), group, width)
+            tail = (tail_k, tail_v)[side]
+            if not (mx.array_equal(loaded[side][again], read).item()
+                    and mx.array_equal(loaded[side][:rows], tail[:rows]).item()):
+                return False
     return True
 

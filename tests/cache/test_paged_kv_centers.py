@@ -66,3 +66,24 @@ def test_value_centers_at_the_query_heads_are_kept_for_compiled_steps() -> None:
     assert store.centers("v", 1, 4, 2 * H).shape == (2 * H, 1, D)  # other heads: in the graph
     store.set_centers(store.k_center, store.v_center)  # new centers drop them
     assert store.v_center_heads == []
+
+
+@pytest.mark.parametrize("rep", [1, 3])
+def test_value_addends_are_the_centers_in_the_grouped_output_layout(rep: int) -> None:
+    """The native attention's addend: (rows, kv_heads, rep, 1, D) (or (rows, H, 1, D)) holding
+    the value center of the KV head each query head reads; made once per shape; a trace reads
+    its inputs; none before the query heads are known."""
+    store = _store()
+    assert store.value_addends(4) == []
+    store.centers("v", 0, 4, rep * H)
+    got = store.value_addends(4)
+    for layer, a in enumerate(got):
+        want = store.centers("v", layer, 4, rep * H)
+        assert a.shape == ((4, H, rep, 1, D) if rep > 1 else (4, H, 1, D))
+        assert mx.array_equal(a.reshape(4, rep * H, 1, D), want).item()
+        assert store.value_addend(layer, 4, rep * H) is a  # made once
+    store.center_cache = None  # as in a compiled step's trace
+    given = mx.zeros_like(got[1])
+    store.addend_inputs = {(1, 4, rep * H): given}
+    assert store.value_addend(1, 4, rep * H) is given
+    assert mx.array_equal(store.value_addend(0, 4, rep * H), got[0]).item()  # in the graph

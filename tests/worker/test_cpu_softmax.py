@@ -104,6 +104,35 @@ def test_sdpa_gives_the_fused_calls_bits(native: Any, shape: tuple[int, ...], re
             assert np.array_equal(bits(traced(q, k, v)), bits(want))
 
 
+@pytest.mark.parametrize(("bsz", "hkv", "rep", "length", "d"), [
+    (1, 4, 2, 300, 64), (6, 2, 1, 200, 32), (3, 2, 4, 320, 128), (2, 8, 2, 3000, 128)])
+def test_sdpa_with_an_addend_is_the_fused_call_plus_it(native: Any, bsz: int, hkv: int, rep: int,
+                                                      length: int, d: int) -> None:
+    """One query per row (decode): the addend (the last product's shape) summed onto by that
+    product gives the fused call's output plus it, traced or not: the same bits while OpenBLAS
+    sums the product over the keys in one block (up to its GEMM_Q, 320 or 448 keys, or in its
+    small-matrix kernel), else within float rounding (the addend joins the first block)."""
+    rng = np.random.default_rng(3)
+    q = mx.array(rng.standard_normal((bsz, hkv * rep, 1, d)).astype(np.float32) * 3)
+    k = mx.array(rng.standard_normal((bsz, hkv, length, d)).astype(np.float32))
+    v = mx.array(rng.standard_normal((bsz, hkv, length, d)).astype(np.float32))
+    mask = mx.array(np.arange(length)[None, None, None, :] < rng.integers(
+        1, length + 1, (bsz, 1, 1, 1)))
+    center = mx.array(rng.standard_normal((hkv, 1, d)).astype(np.float32))
+    addend = mx.contiguous(mx.broadcast_to(center[:, None], (bsz, hkv, rep, 1, d)) if rep > 1
+                           else mx.broadcast_to(center, (bsz, hkv, 1, d)))
+    heads = mx.repeat(center, rep, axis=0)
+    assert cpu_softmax.fits(q, k, v, mask)
+    want = mx.fast.scaled_dot_product_attention(q, k, v, scale=d ** -0.5, mask=mask) + heads
+    got = cpu_softmax.sdpa(q, k, v, d ** -0.5, mask, addend)
+    traced = mx.compile(lambda q, k, v, a: cpu_softmax.sdpa(q, k, v, d ** -0.5, mask, a))
+    assert np.array_equal(bits(traced(q, k, v, addend)), bits(got))
+    if length <= 320:
+        assert np.array_equal(bits(got), bits(want))
+    else:
+        assert np.allclose(np.array(got), np.array(want), rtol=1e-5, atol=1e-5)
+
+
 def test_fits_only_cpu_float32_boolean_masks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cpu_softmax, "MIN_SCORES", 0)
     q, k = mx.zeros((1, 2, 1, 8)), mx.zeros((1, 2, 4, 8))

@@ -13,7 +13,7 @@ import pytest
 from mlx_lm import load
 
 import worker.kv_pages as kv_pages
-from cache.paged_kv import requantized
+from cache.paged_kv import dequantize, requantized
 from tests.worker.test_engine import make_engine
 from tests.worker.test_kv_dense import _prompts, _run
 from worker.embedded import embedded_model_path
@@ -74,6 +74,66 @@ def test_the_outputs_are_mlx_ops(index: mx.Dtype) -> None:
     assert all(mx.array_equal(g, w).item() for g, w in zip(got, want, strict=True))
 
 
+def _written(keys: list[mx.array], values: list[mx.array], k: mx.array, v: mx.array,
+             dst: mx.array) -> list[mx.array]:
+    """The pool arrays after MLX's ``write_quantized`` of K and V at DST (into copies)."""
+    want = []
+    for arrays, x, bits in ((keys, k, 8), (values, v, 4)):
+        w, s, b = mx.quantize(x, group_size=G, bits=bits)
+        for a, part in zip(arrays, (w, s.astype(mx.float16), b.astype(mx.float16)), strict=True):
+            copy = mx.array(a)
+            copy[dst] = part
+            want.append(copy)
+    mx.eval(want)
+    return want
+
+
+def test_without_copy_rows_only_the_pool_is_written_in_place() -> None:
+    """A compiled step's completions: the tails are read, the six pool arrays written (MLX's
+    ``write_quantized``: quantize, float16 casts, row writes), in their own buffers."""
+    k_tail, v_tail, keys, values = _arrays()
+    src, dst = mx.array([5, 0, 3]), mx.array([11, 2, 7])
+    want = _written(keys, values, k_tail[src], v_tail[src], dst)
+    address = [np.asarray(a).__array_interface__["data"][0] for a in (*keys, *values)]
+    tails = np.array(k_tail), np.array(v_tail)
+    before = _counts()
+    got = kv_pages.complete_pages(k_tail, v_tail, src, keys, values, dst, None, G)
+    del keys, values  # nothing else holds the old pool arrays
+    assert got is not None and len(got) == 6
+    mx.eval(got)
+    assert all(mx.array_equal(g, w).item() for g, w in zip(got, want, strict=True))
+    assert [np.asarray(a).__array_interface__["data"][0] for a in got] == address
+    assert _counts()[0] - before[0] == 6 and _counts()[1] == before[1]
+    assert np.array_equal(np.array(k_tail), tails[0]) and np.array_equal(np.array(v_tail), tails[1])
+
+
+def _loaded(tail: mx.array, arrays: list[mx.array], bits: int, src: mx.array, dst: mx.array
+            ) -> mx.array:
+    """A copy of TAIL with the pool rows SRC of ARRAYS dequantized at DST (MLX's ops)."""
+    w, s, b = (a[src] for a in arrays)
+    copy = mx.array(tail)
+    copy[dst] = dequantize(w, s.astype(mx.float32), b.astype(mx.float32), G, bits)
+    mx.eval(copy)
+    return copy
+
+
+def test_loads_are_the_stores_dequantized_rows_in_place() -> None:
+    """``load_pages``: pool rows' floats (``PagedKVStore.load_work``'s MLX ops) at tail rows,
+    in the tails' own buffers; other rows untouched."""
+    k_tail, v_tail, keys, values = _arrays()
+    src, dst = mx.array([11, 2, 7]), mx.array([9, 15, 12])
+    want = [_loaded(k_tail, keys, 8, src, dst), _loaded(v_tail, values, 4, src, dst)]
+    address = [np.asarray(a).__array_interface__["data"][0] for a in (k_tail, v_tail)]
+    before = _counts()
+    got = kv_pages.load_pages(k_tail, v_tail, keys, values, src, dst, G)
+    del k_tail, v_tail  # nothing else holds the old tails
+    assert got is not None and len(got) == 2
+    mx.eval(got)
+    assert all(mx.array_equal(g, w).item() for g, w in zip(got, want, strict=True))
+    assert [np.asarray(a).__array_interface__["data"][0] for a in got] == address
+    assert _counts()[0] - before[0] == 2 and _counts()[1] == before[1]
+
+
 def test_unheld_arrays_are_written_in_place() -> None:
     k_tail, v_tail, keys, values = _arrays()
     address = [np.asarray(a).__array_interface__["data"][0] for a in (*keys, *values, k_tail,
@@ -109,16 +169,17 @@ def test_other_dtypes_fall_back() -> None:
                                    keys, values, rows, rows, G) is None
 
 
+@pytest.mark.parametrize("compiled", ["off", "auto"])
 def test_engine_steps_complete_pages_in_place_with_the_same_tokens(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """K8V4 rows joining and leaving a decode batch (plain steps): pages fill on many steps, each
-    completed by one node in place, and every step's logits and the greedy tokens are those of
-    MLX's ops, bit for bit."""
+        compiled: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """K8V4 rows joining and leaving a decode batch (plain steps, or compiled ones, whose
+    completions write the pool only): pages fill on many steps, each completed by one node in
+    place, and every step's logits and the greedy tokens are those of MLX's ops, bit for bit."""
     mdl, tok = load(str(embedded_model_path()))[:2]
     results = {}
     for enabled in (False, True):
         kv_pages.ENABLED = enabled
-        engine = make_engine(mdl, tok, kind="k8v4", prefix_cache=False, compile_decode="off",
+        engine = make_engine(mdl, tok, kind="k8v4", prefix_cache=False, compile_decode=compiled,
                              page_size=8)
         assert engine.kv.store.fmt.kind == "k8v4"
         assert (engine.kv.store.complete is not None) is enabled
@@ -127,6 +188,8 @@ def test_engine_steps_complete_pages_in_place_with_the_same_tokens(
         in_place, copied = (a - b for a, b in zip(_counts(), before, strict=True))
         assert (in_place > 8 * 8 and copied == 0) if enabled else in_place == copied == 0
         assert engine.kv.store.work.loads > 0
+        if compiled == "auto":  # compiled steps ran (and completed pages after them)
+            assert engine.compiled is not None and any(engine.compiled.fns.values())
     (tokens, logits), (want_tokens, want_logits) = results[True], results[False]
     assert tokens == want_tokens
     assert len(logits) == len(want_logits)

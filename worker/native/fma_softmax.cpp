@@ -349,16 +349,26 @@ mx::array fma_exp(const mx::array& x) {
 
 // mx.fast.scaled_dot_product_attention's CPU fallback (mlx/fast.cpp), op for op, with the
 // Select and the Softmax as one FmaSoftmax. For float32 4-D inputs and a boolean mask or none.
+// ADDEND (K8V4's value center), when given, is added to the output by the last product itself
+// (AddMM: sgemm with beta 1 sums onto it), one node instead of a product and an add; it has
+// that product's shape, (B, Hkv, rep, 1, D) with grouped query heads, else (B, H, 1, D), so it
+// needs no broadcast node. The bits are the product's plus the addend while OpenBLAS sums over
+// the keys in one block (up to GEMM_Q keys, or its small-matrix kernel); past that the addend
+// joins the first block's sum (float rounding apart).
 mx::array fma_sdpa(const mx::array& queries, const mx::array& keys, const mx::array& values,
-                   float scale, std::optional<mx::array> mask) {
+                   float scale, std::optional<mx::array> mask, std::optional<mx::array> addend) {
   mx::StreamOrDevice s = {};
-  if (!usable(queries, mx::to_stream(s))) {
-    return mx::fast::scaled_dot_product_attention(queries, keys, values, scale,
-                                                  mask ? "array" : "", mask, {}, false, s);
-  }
   const int hq = queries.shape(1);
   const int hkv = keys.shape(1);
   const int rep = hq / hkv;
+  if (!usable(queries, mx::to_stream(s))) {
+    mx::array out = mx::fast::scaled_dot_product_attention(queries, keys, values, scale,
+                                                           mask ? "array" : "", mask, {}, false, s);
+    if (!addend) {
+      return out;
+    }
+    return mx::add(out, rep > 1 && addend->ndim() == 5 ? mx::flatten(*addend, 1, 2, s) : *addend, s);
+  }
   mx::array q = mx::multiply(mx::array(scale, queries.dtype()), queries, s);
   mx::array k = keys;
   mx::array v = values;
@@ -377,7 +387,8 @@ mx::array fma_sdpa(const mx::array& queries, const mx::array& keys, const mx::ar
       m = m->shape(-3) == 1 ? mx::expand_dims(*m, -3, s) : mx::unflatten(*m, -3, {hkv, rep}, s);
     }
   }
-  mx::array out = mx::matmul(fma_softmax(scores, m), v, s);
+  mx::array probs = fma_softmax(scores, m);
+  mx::array out = addend ? mx::addmm(*addend, probs, v, 1.0f, 1.0f, s) : mx::matmul(probs, v, s);
   return rep > 1 ? mx::flatten(out, 1, 2, s) : out;
 }
 
@@ -397,8 +408,9 @@ NB_MODULE(_fma_softmax, m) {
   m.def("softmax", &fma_softmax, nb::arg("x"), nb::arg("mask") = nb::none(),
         "softmax(where(mask, x, finfo.min), -1, precise=True) with MLX's CPU bits");
   m.def("sdpa", &fma_sdpa, nb::arg("queries"), nb::arg("keys"), nb::arg("values"),
-        nb::arg("scale"), nb::arg("mask") = nb::none(),
-        "mx.fast.scaled_dot_product_attention's CPU fallback with FmaSoftmax: the same bits");
+        nb::arg("scale"), nb::arg("mask") = nb::none(), nb::arg("addend") = nb::none(),
+        "mx.fast.scaled_dot_product_attention's CPU fallback with FmaSoftmax: the same bits "
+        "(plus ADDEND, summed onto by the last product)");
   m.def("exp", &fma_exp, nb::arg("x"),
         "mx.exp with MLX's CPU bits");
   m.def("fma_cpu", []() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); },

@@ -16,17 +16,21 @@
 // Outputs are the eight arrays written (pool keys' packed/scales/biases, values' same, the key
 // and value tail arrays), each in its input's buffer when no other array refers to that version
 // (as rows.cpp's WriteRows decides; MLX gives every output of a node its own copy of the
-// inputs, so here eight owners mean none besides this node), else into a copy.
+// inputs, so here eight owners mean none besides this node), else into a copy. Without copy
+// rows (quantize_pages: a compiled decode step's completions, whose tail arrays are the step's
+// outputs, read here but not written) the outputs are the six pool arrays.
 // Build: worker/native/build.py.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/vector.h>
 
 #include "mlx/allocator.h"
@@ -106,16 +110,18 @@ void quantize_group(const float* w, int group, int bits, uint32_t* packed, mx::f
 
 class CompletePages : public mx::Primitive {
  public:
-  CompletePages(mx::Stream stream, int group) : mx::Primitive(stream), group_(group) {}
+  CompletePages(mx::Stream stream, int group, bool copies)
+      : mx::Primitive(stream), group_(group), copies_(copies) {}
 
-  // inputs: k_tail, v_tail, tail_rows, kw, ks, kb, vw, vs, vb, pool_rows, copy_rows
+  // inputs: k_tail, v_tail, tail_rows, kw, ks, kb, vw, vs, vb, pool_rows[, copy_rows]
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
     static const int kDst[8] = {3, 4, 5, 6, 7, 8, 0, 1};  // the input each output rewrites
-    // each of the eight outputs keeps its own copy of the inputs until this node is encoded:
-    // eight owners of an input's descriptor are this node's, a ninth is another reader's
+    // each of the outputs keeps its own copy of the inputs until this node is encoded: as many
+    // owners of an input's descriptor as outputs are this node's, one more is another reader's
     const long ours = static_cast<long>(outputs.size());
+    const int n = static_cast<int>(outputs.size());
     bool own[8];
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < n; i++) {
       const mx::array& dst = inputs[kDst[i]];
       own[i] = dst.flags().row_contiguous && dst.data_size() == dst.size() &&
                page_desc_owners(dst) == ours;
@@ -132,10 +138,10 @@ class CompletePages : public mx::Primitive {
     std::vector<mx::array> ins, outs;
     for (const auto& in : inputs) ins.push_back(mx::array::unsafe_weak_copy(in));
     for (const auto& out : outputs) outs.push_back(mx::array::unsafe_weak_copy(out));
-    std::vector<bool> owned(own, own + 8);
-    encoder.dispatch([ins = std::move(ins), outs = std::move(outs), owned,
+    std::vector<bool> owned(own, own + n);
+    encoder.dispatch([ins = std::move(ins), outs = std::move(outs), owned, n,
                       group = group_]() mutable {
-      for (int i = 0; i < 8; i++) {
+      for (int i = 0; i < n; i++) {
         if (!owned[i]) std::memcpy(outs[i].data<char>(), ins[kDst[i]].data<char>(),
                                    outs[i].nbytes());
       }
@@ -150,12 +156,105 @@ class CompletePages : public mx::Primitive {
   const char* name() const override { return "CompletePages"; }
 
   bool is_equivalent(const mx::Primitive& other) const override {
-    return group_ == static_cast<const CompletePages&>(other).group_;
+    const auto& o = static_cast<const CompletePages&>(other);
+    return group_ == o.group_ && copies_ == o.copies_;
   }
 
   std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
-    return {inputs[3].shape(), inputs[4].shape(), inputs[5].shape(), inputs[6].shape(),
-            inputs[7].shape(), inputs[8].shape(), inputs[0].shape(), inputs[1].shape()};
+    std::vector<mx::Shape> shapes = {inputs[3].shape(), inputs[4].shape(), inputs[5].shape(),
+                                     inputs[6].shape(), inputs[7].shape(), inputs[8].shape()};
+    if (copies_) {
+      shapes.push_back(inputs[0].shape());
+      shapes.push_back(inputs[1].shape());
+    }
+    return shapes;
+  }
+
+ private:
+  int group_;
+  bool copies_;
+
+  static void run(std::vector<mx::array>& ins, std::vector<mx::array>& outs, int group) {
+    const int64_t d = ins[0].shape(1);
+    const int64_t tail_n = ins[0].shape(0), pool_n = ins[3].shape(0);
+    const int64_t count = static_cast<int64_t>(ins[2].size());
+    const int64_t groups = d / group;
+    const bool copies = outs.size() == 8;  // else the tails are only read: no copy rows
+    float* k_tail = copies ? outs[6].data<float>() : nullptr;
+    float* v_tail = copies ? outs[7].data<float>() : nullptr;
+    std::vector<float> row(static_cast<size_t>(d)), scratch(static_cast<size_t>(d));
+    for (int64_t r = 0; r < count; r++) {
+      const int64_t src = index_at(ins[2], r), dst = index_at(ins[9], r),
+                    copy = copies ? index_at(ins[10], r) : 0;
+      if (src < 0 || src >= tail_n || dst < 0 || dst >= pool_n || copy < 0 || copy >= tail_n) {
+        continue;  // never stray (the planner never sends such rows)
+      }
+      for (int part = 0; part < 2; part++) {  // keys 8-bit, values 4-bit
+        const int bits = part == 0 ? 8 : 4;
+        const float* source = copies ? (part == 0 ? k_tail : v_tail) : ins[part].data<float>();
+        float* copied_to = copies ? (part == 0 ? k_tail : v_tail) + copy * d : scratch.data();
+        std::memcpy(row.data(), source + src * d, static_cast<size_t>(d) * sizeof(float));
+        const int64_t words = d * bits / 32;
+        uint32_t* packed = outs[3 * part].data<uint32_t>() + dst * words;
+        mx::float16_t* scales = outs[3 * part + 1].data<mx::float16_t>() + dst * groups;
+        mx::float16_t* biases = outs[3 * part + 2].data<mx::float16_t>() + dst * groups;
+        for (int64_t g = 0; g < groups; g++) {
+          quantize_group(row.data() + g * group, group, bits, packed + g * group * bits / 32,
+                         scales + g, biases + g, copied_to + g * group);
+        }
+      }
+    }
+  }
+};
+
+// The float copies of pool rows (what cache.paged_kv.dequantize gives: q * scale + bias with the
+// float16 scale and bias, two roundings) written into tail rows: the working set's page loads.
+class LoadPages : public mx::Primitive {
+ public:
+  LoadPages(mx::Stream stream, int group) : mx::Primitive(stream), group_(group) {}
+
+  // inputs: k_tail, v_tail, kw, ks, kb, vw, vs, vb, pool_rows, copy_rows
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    const long ours = static_cast<long>(outputs.size());
+    bool own[2];
+    for (int i = 0; i < 2; i++) {
+      const mx::array& dst = inputs[i];
+      own[i] = dst.flags().row_contiguous && dst.data_size() == dst.size() &&
+               page_desc_owners(dst) == ours;
+      (own[i] ? in_place : copied)++;
+      if (own[i]) {
+        outputs[i].copy_shared_buffer(dst);
+      } else {
+        outputs[i].set_data(mx::allocator::malloc(outputs[i].nbytes()));
+      }
+    }
+    auto& encoder = mx::cpu::get_command_encoder(stream());
+    for (const auto& in : inputs) encoder.set_input_array(in);
+    for (auto& out : outputs) encoder.set_output_array(out);
+    std::vector<mx::array> ins, outs;
+    for (const auto& in : inputs) ins.push_back(mx::array::unsafe_weak_copy(in));
+    for (const auto& out : outputs) outs.push_back(mx::array::unsafe_weak_copy(out));
+    const bool owned0 = own[0], owned1 = own[1];
+    encoder.dispatch([ins = std::move(ins), outs = std::move(outs), owned0, owned1,
+                      group = group_]() mutable {
+      if (!owned0) std::memcpy(outs[0].data<char>(), ins[0].data<char>(), outs[0].nbytes());
+      if (!owned1) std::memcpy(outs[1].data<char>(), ins[1].data<char>(), outs[1].nbytes());
+      run(ins, outs, group);
+    });
+  }
+
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    throw std::runtime_error("[LoadPages] CPU only");
+  }
+
+  const char* name() const override { return "LoadPages"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return group_ == static_cast<const LoadPages&>(other).group_;
+  }
+
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
+    return {inputs[0].shape(), inputs[1].shape()};
   }
 
  private:
@@ -163,29 +262,29 @@ class CompletePages : public mx::Primitive {
 
   static void run(std::vector<mx::array>& ins, std::vector<mx::array>& outs, int group) {
     const int64_t d = ins[0].shape(1);
-    const int64_t tail_n = ins[0].shape(0), pool_n = ins[3].shape(0);
-    const int64_t count = static_cast<int64_t>(ins[2].size());
+    const int64_t tail_n = ins[0].shape(0), pool_n = ins[2].shape(0);
+    const int64_t count = static_cast<int64_t>(ins[8].size());
     const int64_t groups = d / group;
-    float* k_tail = outs[6].data<float>();
-    float* v_tail = outs[7].data<float>();
-    std::vector<float> row(static_cast<size_t>(d));
     for (int64_t r = 0; r < count; r++) {
-      const int64_t src = index_at(ins[2], r), dst = index_at(ins[9], r),
-                    copy = index_at(ins[10], r);
-      if (src < 0 || src >= tail_n || dst < 0 || dst >= pool_n || copy < 0 || copy >= tail_n) {
+      const int64_t src = index_at(ins[8], r), dst = index_at(ins[9], r);
+      if (src < 0 || src >= pool_n || dst < 0 || dst >= tail_n) {
         continue;  // never stray (the planner never sends such rows)
       }
       for (int part = 0; part < 2; part++) {  // keys 8-bit, values 4-bit
         const int bits = part == 0 ? 8 : 4;
-        float* tail = part == 0 ? k_tail : v_tail;
-        std::memcpy(row.data(), tail + src * d, static_cast<size_t>(d) * sizeof(float));
         const int64_t words = d * bits / 32;
-        uint32_t* packed = outs[3 * part].data<uint32_t>() + dst * words;
-        mx::float16_t* scales = outs[3 * part + 1].data<mx::float16_t>() + dst * groups;
-        mx::float16_t* biases = outs[3 * part + 2].data<mx::float16_t>() + dst * groups;
-        for (int64_t g = 0; g < groups; g++) {
-          quantize_group(row.data() + g * group, group, bits, packed + g * group * bits / 32,
-                         scales + g, biases + g, tail + copy * d + g * group);
+        const uint32_t* packed = ins[2 + 3 * part].data<uint32_t>() + src * words;
+        const mx::float16_t* scales = ins[3 + 3 * part].data<mx::float16_t>() + src * groups;
+        const mx::float16_t* biases = ins[4 + 3 * part].data<mx::float16_t>() + src * groups;
+        float* out = outs[part].data<float>() + dst * d;
+        const int per_word = 32 / bits;
+        const uint32_t field = (1u << bits) - 1;
+        for (int64_t j = 0; j < d; j++) {
+          const uint32_t word = packed[j / per_word];
+          const float q = static_cast<float>((word >> ((j % per_word) * bits)) & field);
+          const float sc = static_cast<float>(scales[j / group]);
+          const float scaled = q * sc;  // two roundings, as MLX's ops
+          out[j] = scaled + static_cast<float>(biases[j / group]);
         }
       }
     }
@@ -196,13 +295,14 @@ bool is_index(mx::Dtype t) {
   return t == mx::int32 || t == mx::uint32 || t == mx::int64 || t == mx::uint64;
 }
 
-// the eight arrays (kw, ks, kb, vw, vs, vb, k_tail, v_tail) with the pages completed
+// the eight arrays (kw, ks, kb, vw, vs, vb, k_tail, v_tail) with the pages completed; without
+// COPY_ROWS the six pool arrays (the tails only read)
 std::vector<mx::array> complete_pages(const mx::array& k_tail, const mx::array& v_tail,
                                       const mx::array& tail_rows,
                                       const std::vector<mx::array>& keys,
                                       const std::vector<mx::array>& values,
-                                      const mx::array& pool_rows, const mx::array& copy_rows,
-                                      int group) {
+                                      const mx::array& pool_rows,
+                                      const std::optional<mx::array>& copy_rows, int group) {
   mx::StreamOrDevice s = {};
   mx::Stream stream = mx::to_stream(s);
   if (stream.device != mx::Device::cpu) throw std::invalid_argument("complete_pages: CPU only");
@@ -222,20 +322,58 @@ std::vector<mx::array> complete_pages(const mx::array& k_tail, const mx::array& 
          q[1].shape(1) == d / group && q[2].shape() == q[1].shape() &&
          q[1].shape(0) == q[0].shape(0) && q[0].shape(0) == keys[0].shape(0);
   }
-  for (const mx::array* r : {&tail_rows, &pool_rows, &copy_rows}) {
+  for (const mx::array* r : {&tail_rows, &pool_rows, copy_rows ? &*copy_rows : &tail_rows}) {
     ok = ok && r->ndim() == 1 && is_index(r->dtype()) && r->size() == tail_rows.size();
   }
   if (!ok) throw std::invalid_argument("complete_pages: unsupported shapes or dtypes");
   std::vector<mx::array> inputs = {k_tail, v_tail, tail_rows, keys[0], keys[1], keys[2],
-                                   values[0], values[1], values[2], pool_rows, copy_rows};
+                                   values[0], values[1], values[2], pool_rows};
+  if (copy_rows) inputs.push_back(*copy_rows);
   std::vector<mx::Shape> shapes;
   std::vector<mx::Dtype> dtypes;
   for (int i : {3, 4, 5, 6, 7, 8, 0, 1}) {
+    if (i < 2 && !copy_rows) break;
     shapes.push_back(inputs[i].shape());
     dtypes.push_back(inputs[i].dtype());
   }
-  return mx::array::make_arrays(std::move(shapes), dtypes,
-                                std::make_shared<CompletePages>(stream, group), inputs);
+  return mx::array::make_arrays(
+      std::move(shapes), dtypes,
+      std::make_shared<CompletePages>(stream, group, copy_rows.has_value()), inputs);
+}
+
+// (k_tail, v_tail) with the pool rows POOL_ROWS' float copies written at the tail rows COPY_ROWS
+std::vector<mx::array> load_pages(const mx::array& k_tail, const mx::array& v_tail,
+                                  const std::vector<mx::array>& keys,
+                                  const std::vector<mx::array>& values,
+                                  const mx::array& pool_rows, const mx::array& copy_rows,
+                                  int group) {
+  mx::StreamOrDevice s = {};
+  mx::Stream stream = mx::to_stream(s);
+  if (stream.device != mx::Device::cpu) throw std::invalid_argument("load_pages: CPU only");
+  if (keys.size() != 3 || values.size() != 3) {
+    throw std::invalid_argument("load_pages: (packed, scales, biases) of keys and values");
+  }
+  const int64_t d = k_tail.ndim() == 2 ? k_tail.shape(1) : 0;
+  bool ok = k_tail.dtype() == mx::float32 && v_tail.dtype() == mx::float32 &&
+            v_tail.shape() == k_tail.shape() && (group == 32 || group == 64 || group == 128) &&
+            d > 0 && d % group == 0;
+  const int bits[2] = {8, 4};
+  const std::vector<mx::array>* parts[2] = {&keys, &values};
+  for (int p = 0; ok && p < 2; p++) {
+    const auto& q = *parts[p];
+    ok = q[0].dtype() == mx::uint32 && q[0].ndim() == 2 && q[0].shape(1) == d * bits[p] / 32 &&
+         q[1].dtype() == mx::float16 && q[2].dtype() == mx::float16 && q[1].ndim() == 2 &&
+         q[1].shape(1) == d / group && q[2].shape() == q[1].shape() &&
+         q[1].shape(0) == q[0].shape(0) && q[0].shape(0) == keys[0].shape(0);
+  }
+  for (const mx::array* r : {&pool_rows, &copy_rows}) {
+    ok = ok && r->ndim() == 1 && is_index(r->dtype()) && r->size() == pool_rows.size();
+  }
+  if (!ok) throw std::invalid_argument("load_pages: unsupported shapes or dtypes");
+  std::vector<mx::array> inputs = {k_tail, v_tail, keys[0], keys[1], keys[2],
+                                   values[0], values[1], values[2], pool_rows, copy_rows};
+  return mx::array::make_arrays({k_tail.shape(), v_tail.shape()}, {k_tail.dtype(), v_tail.dtype()},
+                                std::make_shared<LoadPages>(stream, group), inputs);
 }
 
 }  // namespace
@@ -248,12 +386,17 @@ const char* const kBuiltFor = "rapid-mlx built for mlx " BUILT_FOR_MLX;
 NB_MODULE(_pages, m) {
   m.attr("built_for") = BUILT_FOR_MLX;
   m.attr("_tag") = kBuiltFor;
-  m.doc() = "K8V4 page completions in one node (the paged KV store's pool and working set)";
+  m.doc() = "K8V4 page completions and loads in one node (the paged KV store's pool and working set)";
   m.def("complete_pages", &complete_pages, nb::arg("k_tail"), nb::arg("v_tail"),
         nb::arg("tail_rows"), nb::arg("keys"), nb::arg("values"), nb::arg("pool_rows"),
-        nb::arg("copy_rows"), nb::arg("group"),
+        nb::arg("copy_rows").none(), nb::arg("group"),
         "(kw, ks, kb, vw, vs, vb, k_tail, v_tail) with the tail rows quantized into the pool "
-        "rows and their read-back floats in the copy rows (CPU, float32 tails)");
+        "rows and their read-back floats in the copy rows (CPU, float32 tails); with no copy "
+        "rows, the six pool arrays");
+  m.def("load_pages", &load_pages, nb::arg("k_tail"), nb::arg("v_tail"), nb::arg("keys"),
+        nb::arg("values"), nb::arg("pool_rows"), nb::arg("copy_rows"), nb::arg("group"),
+        "(k_tail, v_tail) with the pool rows' float copies (dequantized) at the copy rows "
+        "(CPU, float32 tails)");
   m.def("counts", []() { return nb::make_tuple(in_place, copied); },
         "(outputs written in place, outputs into a copy) so far");
 }
