@@ -84,7 +84,8 @@ def paged_attention(queries: mx.array, kv: LayerKV, scale: float, mask: Any) -> 
         else:
             pages = _segment(store.gather(layer, b.table, b.dtype), rows_mask)
         segments = [pages] + ([window] if window else [])
-        if queries.shape[2] > 1 and mx.default_device() == mx.gpu:
+        if queries.shape[2] > 1 and (mx.default_device() == mx.gpu or _fused_fits(
+                queries, segments, b.dtype)):
             keys, values, both = _concat(segments)
             out = _fused(queries, keys, values, scale, both)
         else:
@@ -151,6 +152,16 @@ def _fused(queries: mx.array, keys: mx.array, values: mx.array, scale: float, ma
     if cpu_softmax.fits(queries, keys, values, mask):
         return cpu_softmax.sdpa(queries, keys, values, scale, mask)
     return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask)
+
+
+def _fused_fits(queries: mx.array, segments: list[Segment], dtype: mx.Dtype) -> bool:
+    """True when a CPU prompt's attention over SEGMENTS, concatenated, runs the native fused
+    kernel (worker/cpu_softmax.py: float32, enough scores), faster than the segments' base-2
+    softmax with its host exponentials."""
+    if dtype != mx.float32 or queries.dtype != mx.float32 or cpu_softmax.native() is None:
+        return False
+    length = sum(s.mask.shape[-1] for s in segments if s.mask is not None)
+    return queries.size // queries.shape[-1] * length >= cpu_softmax.MIN_SCORES
 
 
 def _concat(segments: list[Segment]) -> tuple[mx.array, mx.array, mx.array]:
