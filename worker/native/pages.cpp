@@ -24,8 +24,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <optional>
+#include <string>
 #include <stdexcept>
 #include <vector>
 
@@ -108,6 +110,20 @@ void quantize_group(const float* w, int group, int bits, uint32_t* packed, mx::f
   }
 }
 
+// OUT gets DST's buffer when nothing but this node's OURS outputs refers to DST's version
+// (true: written in place), else a buffer of its own (the caller copies DST into it first)
+bool place_output(const mx::array& dst, mx::array& out, long ours) {
+  const bool own = dst.flags().row_contiguous && dst.data_size() == dst.size() &&
+                   page_desc_owners(dst) == ours;
+  (own ? in_place : copied)++;
+  if (own) {
+    out.copy_shared_buffer(dst);
+  } else {
+    out.set_data(mx::allocator::malloc(out.nbytes()));
+  }
+  return own;
+}
+
 class CompletePages : public mx::Primitive {
  public:
   CompletePages(mx::Stream stream, int group, bool copies)
@@ -121,17 +137,7 @@ class CompletePages : public mx::Primitive {
     const long ours = static_cast<long>(outputs.size());
     const int n = static_cast<int>(outputs.size());
     bool own[8];
-    for (int i = 0; i < n; i++) {
-      const mx::array& dst = inputs[kDst[i]];
-      own[i] = dst.flags().row_contiguous && dst.data_size() == dst.size() &&
-               page_desc_owners(dst) == ours;
-      (own[i] ? in_place : copied)++;
-      if (own[i]) {
-        outputs[i].copy_shared_buffer(dst);
-      } else {
-        outputs[i].set_data(mx::allocator::malloc(outputs[i].nbytes()));
-      }
-    }
+    for (int i = 0; i < n; i++) own[i] = place_output(inputs[kDst[i]], outputs[i], ours);
     auto& encoder = mx::cpu::get_command_encoder(stream());
     for (const auto& in : inputs) encoder.set_input_array(in);
     for (auto& out : outputs) encoder.set_output_array(out);
@@ -217,17 +223,7 @@ class LoadPages : public mx::Primitive {
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
     const long ours = static_cast<long>(outputs.size());
     bool own[2];
-    for (int i = 0; i < 2; i++) {
-      const mx::array& dst = inputs[i];
-      own[i] = dst.flags().row_contiguous && dst.data_size() == dst.size() &&
-               page_desc_owners(dst) == ours;
-      (own[i] ? in_place : copied)++;
-      if (own[i]) {
-        outputs[i].copy_shared_buffer(dst);
-      } else {
-        outputs[i].set_data(mx::allocator::malloc(outputs[i].nbytes()));
-      }
-    }
+    for (int i = 0; i < 2; i++) own[i] = place_output(inputs[i], outputs[i], ours);
     auto& encoder = mx::cpu::get_command_encoder(stream());
     for (const auto& in : inputs) encoder.set_input_array(in);
     for (auto& out : outputs) encoder.set_output_array(out);
@@ -295,19 +291,18 @@ bool is_index(mx::Dtype t) {
   return t == mx::int32 || t == mx::uint32 || t == mx::int64 || t == mx::uint64;
 }
 
-// the eight arrays (kw, ks, kb, vw, vs, vb, k_tail, v_tail) with the pages completed; without
-// COPY_ROWS the six pool arrays (the tails only read)
-std::vector<mx::array> complete_pages(const mx::array& k_tail, const mx::array& v_tail,
-                                      const mx::array& tail_rows,
-                                      const std::vector<mx::array>& keys,
-                                      const std::vector<mx::array>& values,
-                                      const mx::array& pool_rows,
-                                      const std::optional<mx::array>& copy_rows, int group) {
+// The CPU stream, after checking the float32 tails, the K8V4 pool arrays (packed, scales,
+// biases of keys and values) and the 1-D index ROWS of equal length; else invalid_argument
+mx::Stream checked_stream(const char* who, const mx::array& k_tail, const mx::array& v_tail,
+                          const std::vector<mx::array>& keys,
+                          const std::vector<mx::array>& values,
+                          std::initializer_list<const mx::array*> rows, int group) {
   mx::StreamOrDevice s = {};
   mx::Stream stream = mx::to_stream(s);
-  if (stream.device != mx::Device::cpu) throw std::invalid_argument("complete_pages: CPU only");
+  const std::string name(who);
+  if (stream.device != mx::Device::cpu) throw std::invalid_argument(name + ": CPU only");
   if (keys.size() != 3 || values.size() != 3) {
-    throw std::invalid_argument("complete_pages: (packed, scales, biases) of keys and values");
+    throw std::invalid_argument(name + ": (packed, scales, biases) of keys and values");
   }
   const int64_t d = k_tail.ndim() == 2 ? k_tail.shape(1) : 0;
   bool ok = k_tail.dtype() == mx::float32 && v_tail.dtype() == mx::float32 &&
@@ -322,10 +317,26 @@ std::vector<mx::array> complete_pages(const mx::array& k_tail, const mx::array& 
          q[1].shape(1) == d / group && q[2].shape() == q[1].shape() &&
          q[1].shape(0) == q[0].shape(0) && q[0].shape(0) == keys[0].shape(0);
   }
-  for (const mx::array* r : {&tail_rows, &pool_rows, copy_rows ? &*copy_rows : &tail_rows}) {
-    ok = ok && r->ndim() == 1 && is_index(r->dtype()) && r->size() == tail_rows.size();
+  const size_t count = (*rows.begin())->size();
+  for (const mx::array* r : rows) {
+    ok = ok && r->ndim() == 1 && is_index(r->dtype()) && r->size() == count;
   }
-  if (!ok) throw std::invalid_argument("complete_pages: unsupported shapes or dtypes");
+  if (!ok) throw std::invalid_argument(name + ": unsupported shapes or dtypes");
+  return stream;
+}
+
+// the eight arrays (kw, ks, kb, vw, vs, vb, k_tail, v_tail) with the pages completed; without
+// COPY_ROWS the six pool arrays (the tails only read)
+std::vector<mx::array> complete_pages(const mx::array& k_tail, const mx::array& v_tail,
+                                      const mx::array& tail_rows,
+                                      const std::vector<mx::array>& keys,
+                                      const std::vector<mx::array>& values,
+                                      const mx::array& pool_rows,
+                                      const std::optional<mx::array>& copy_rows, int group) {
+  const mx::Stream stream = checked_stream("complete_pages", k_tail, v_tail, keys, values,
+                                           {&tail_rows, &pool_rows,
+                                            copy_rows ? &*copy_rows : &tail_rows},
+                                           group);
   std::vector<mx::array> inputs = {k_tail, v_tail, tail_rows, keys[0], keys[1], keys[2],
                                    values[0], values[1], values[2], pool_rows};
   if (copy_rows) inputs.push_back(*copy_rows);
@@ -347,29 +358,8 @@ std::vector<mx::array> load_pages(const mx::array& k_tail, const mx::array& v_ta
                                   const std::vector<mx::array>& values,
                                   const mx::array& pool_rows, const mx::array& copy_rows,
                                   int group) {
-  mx::StreamOrDevice s = {};
-  mx::Stream stream = mx::to_stream(s);
-  if (stream.device != mx::Device::cpu) throw std::invalid_argument("load_pages: CPU only");
-  if (keys.size() != 3 || values.size() != 3) {
-    throw std::invalid_argument("load_pages: (packed, scales, biases) of keys and values");
-  }
-  const int64_t d = k_tail.ndim() == 2 ? k_tail.shape(1) : 0;
-  bool ok = k_tail.dtype() == mx::float32 && v_tail.dtype() == mx::float32 &&
-            v_tail.shape() == k_tail.shape() && (group == 32 || group == 64 || group == 128) &&
-            d > 0 && d % group == 0;
-  const int bits[2] = {8, 4};
-  const std::vector<mx::array>* parts[2] = {&keys, &values};
-  for (int p = 0; ok && p < 2; p++) {
-    const auto& q = *parts[p];
-    ok = q[0].dtype() == mx::uint32 && q[0].ndim() == 2 && q[0].shape(1) == d * bits[p] / 32 &&
-         q[1].dtype() == mx::float16 && q[2].dtype() == mx::float16 && q[1].ndim() == 2 &&
-         q[1].shape(1) == d / group && q[2].shape() == q[1].shape() &&
-         q[1].shape(0) == q[0].shape(0) && q[0].shape(0) == keys[0].shape(0);
-  }
-  for (const mx::array* r : {&pool_rows, &copy_rows}) {
-    ok = ok && r->ndim() == 1 && is_index(r->dtype()) && r->size() == pool_rows.size();
-  }
-  if (!ok) throw std::invalid_argument("load_pages: unsupported shapes or dtypes");
+  const mx::Stream stream = checked_stream("load_pages", k_tail, v_tail, keys, values,
+                                           {&pool_rows, &copy_rows}, group);
   std::vector<mx::array> inputs = {k_tail, v_tail, keys[0], keys[1], keys[2],
                                    values[0], values[1], values[2], pool_rows, copy_rows};
   return mx::array::make_arrays({k_tail.shape(), v_tail.shape()}, {k_tail.dtype(), v_tail.dtype()},
