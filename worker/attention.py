@@ -158,10 +158,11 @@ def _fused_fits(queries: mx.array, segments: list[Segment], dtype: mx.Dtype) -> 
     """True when a CPU prompt's attention over SEGMENTS, concatenated, runs the native fused
     kernel (worker/cpu_softmax.py: float32, enough scores), faster than the segments' base-2
     softmax with its host exponentials."""
+    masks = [s.mask for s in segments if s.mask is not None]
     if (dtype != mx.float32 or queries.dtype != mx.float32 or cpu_softmax.native() is None
-            or any(s.mask is None for s in segments)):  # ``_concat`` needs every mask
+            or len(masks) < len(segments)):  # ``_concat`` needs every mask
         return False
-    length = sum(s.mask.shape[-1] for s in segments if s.mask is not None)
+    length = sum(m.shape[-1] for m in masks)
     return queries.size // queries.shape[-1] * length >= cpu_softmax.MIN_SCORES
 
 

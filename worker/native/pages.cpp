@@ -17,8 +17,9 @@
 // and value tail arrays), each in its input's buffer when no other array refers to that version
 // (as rows.cpp's WriteRows decides; MLX gives every output of a node its own copy of the
 // inputs, so here eight owners mean none besides this node), else into a copy. Without copy
-// rows (quantize_pages: a compiled decode step's completions, whose tail arrays are the step's
-// outputs, read here but not written) the outputs are the six pool arrays.
+// rows (a compiled decode step's completions, whose tail arrays are the step's outputs: read
+// here, not written) the outputs are the six pool arrays. LoadPages writes pool rows' float
+// copies into tail rows the same way (the working set's page loads).
 // Build: worker/native/build.py.
 #include <algorithm>
 #include <cmath>
@@ -124,6 +125,35 @@ bool place_output(const mx::array& dst, mx::array& out, long ours) {
   return own;
 }
 
+// Encodes a node writing OUTPUTS: output i in the buffer of input FROM[i] (place_output: each
+// output keeps its own copy of the inputs until the node is encoded, so as many descriptor
+// owners as outputs are the node's and one more is another reader's), else in a copy of it
+// made first; then RUN(ins, outs) on the stream
+template <typename Run>
+void encode_writes(const mx::Stream& stream, const std::vector<mx::array>& inputs,
+                   std::vector<mx::array>& outputs, const int* from, Run run) {
+  const long ours = static_cast<long>(outputs.size());
+  std::vector<bool> owned;
+  for (size_t i = 0; i < outputs.size(); i++) {
+    owned.push_back(place_output(inputs[from[i]], outputs[i], ours));
+  }
+  auto& encoder = mx::cpu::get_command_encoder(stream);
+  for (const auto& in : inputs) encoder.set_input_array(in);
+  for (auto& out : outputs) encoder.set_output_array(out);
+  std::vector<mx::array> ins, outs;
+  for (const auto& in : inputs) ins.push_back(mx::array::unsafe_weak_copy(in));
+  for (const auto& out : outputs) outs.push_back(mx::array::unsafe_weak_copy(out));
+  std::vector<int> sources(from, from + outputs.size());
+  encoder.dispatch([ins = std::move(ins), outs = std::move(outs), owned = std::move(owned),
+                    sources = std::move(sources), run]() mutable {
+    for (size_t i = 0; i < outs.size(); i++) {
+      if (!owned[i]) std::memcpy(outs[i].data<char>(), ins[sources[i]].data<char>(),
+                                 outs[i].nbytes());
+    }
+    run(ins, outs);
+  });
+}
+
 class CompletePages : public mx::Primitive {
  public:
   CompletePages(mx::Stream stream, int group, bool copies)
@@ -132,27 +162,10 @@ class CompletePages : public mx::Primitive {
   // inputs: k_tail, v_tail, tail_rows, kw, ks, kb, vw, vs, vb, pool_rows[, copy_rows]
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
     static const int kDst[8] = {3, 4, 5, 6, 7, 8, 0, 1};  // the input each output rewrites
-    // each of the outputs keeps its own copy of the inputs until this node is encoded: as many
-    // owners of an input's descriptor as outputs are this node's, one more is another reader's
-    const long ours = static_cast<long>(outputs.size());
-    const int n = static_cast<int>(outputs.size());
-    bool own[8];
-    for (int i = 0; i < n; i++) own[i] = place_output(inputs[kDst[i]], outputs[i], ours);
-    auto& encoder = mx::cpu::get_command_encoder(stream());
-    for (const auto& in : inputs) encoder.set_input_array(in);
-    for (auto& out : outputs) encoder.set_output_array(out);
-    std::vector<mx::array> ins, outs;
-    for (const auto& in : inputs) ins.push_back(mx::array::unsafe_weak_copy(in));
-    for (const auto& out : outputs) outs.push_back(mx::array::unsafe_weak_copy(out));
-    std::vector<bool> owned(own, own + n);
-    encoder.dispatch([ins = std::move(ins), outs = std::move(outs), owned, n,
-                      group = group_]() mutable {
-      for (int i = 0; i < n; i++) {
-        if (!owned[i]) std::memcpy(outs[i].data<char>(), ins[kDst[i]].data<char>(),
-                                   outs[i].nbytes());
-      }
-      run(ins, outs, group);
-    });
+    encode_writes(stream(), inputs, outputs, kDst,
+                  [group = group_](std::vector<mx::array>& ins, std::vector<mx::array>& outs) {
+                    run(ins, outs, group);
+                  });
   }
 
   void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
@@ -221,22 +234,11 @@ class LoadPages : public mx::Primitive {
 
   // inputs: k_tail, v_tail, kw, ks, kb, vw, vs, vb, pool_rows, copy_rows
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
-    const long ours = static_cast<long>(outputs.size());
-    bool own[2];
-    for (int i = 0; i < 2; i++) own[i] = place_output(inputs[i], outputs[i], ours);
-    auto& encoder = mx::cpu::get_command_encoder(stream());
-    for (const auto& in : inputs) encoder.set_input_array(in);
-    for (auto& out : outputs) encoder.set_output_array(out);
-    std::vector<mx::array> ins, outs;
-    for (const auto& in : inputs) ins.push_back(mx::array::unsafe_weak_copy(in));
-    for (const auto& out : outputs) outs.push_back(mx::array::unsafe_weak_copy(out));
-    const bool owned0 = own[0], owned1 = own[1];
-    encoder.dispatch([ins = std::move(ins), outs = std::move(outs), owned0, owned1,
-                      group = group_]() mutable {
-      if (!owned0) std::memcpy(outs[0].data<char>(), ins[0].data<char>(), outs[0].nbytes());
-      if (!owned1) std::memcpy(outs[1].data<char>(), ins[1].data<char>(), outs[1].nbytes());
-      run(ins, outs, group);
-    });
+    static const int kDst[2] = {0, 1};  // the tails
+    encode_writes(stream(), inputs, outputs, kDst,
+                  [group = group_](std::vector<mx::array>& ins, std::vector<mx::array>& outs) {
+                    run(ins, outs, group);
+                  });
   }
 
   void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
