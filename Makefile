@@ -21,19 +21,19 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) native
 
-# worker/native's MLX extensions (an FMA softmax and few-row products in OpenBLAS's order, for
+# worker/cpu/native's MLX extensions (an FMA softmax and few-row products in OpenBLAS's order, for
 # MLX's CPU build); skipped with one line where they cannot be built (then MLX's own ops run).
 # Up-to-date builds are skipped.
 native: $(STAMP)
-	$(BIN)/python -m worker.native.build
+	$(BIN)/python -m worker.cpu.native.build
 
 serve: $(STAMP) native
 	$(BIN)/rapid-mlx serve $(ARGS)
 
-# The test process runs MLX too: preload the same optimized BLAS the workers use (worker/blas.py).
+# The test process runs MLX too: preload the same optimized BLAS the workers use (worker/cpu/blas.py).
 test: $(STAMP) native
 	sh deploy/ensure-agent-clis.sh $(VENV)/agent-clis
-	LD_PRELOAD="$$($(BIN)/python -m worker.blas)" $(BIN)/python -m pytest -q -ra --durations=25
+	LD_PRELOAD="$$($(BIN)/python -m worker.cpu.blas)" $(BIN)/python -m pytest -q -ra --durations=25
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,6 +1,6 @@
 """What a compiled decode step's new shape key costs: its first call against repeat calls.
 
-    LD_PRELOAD="$(.venv/bin/python -m worker.blas)" .venv/bin/python -m bench.compile_cost \\
+    LD_PRELOAD="$(.venv/bin/python -m worker.cpu.blas)" .venv/bin/python -m bench.compile_cost \\
         [--models stories260K,demo,qwen3] [--rows 1,8] [--tokens 96]
 
 ROWS requests (full-precision pages) decode greedily to TOKENS tokens with the compiled step on
@@ -22,14 +22,14 @@ import numpy as np
 
 def measure(name: str, rows: int, tokens: int, mode: str) -> dict[str, list[float]]:
     """ms of each decode call while ROWS requests decode TOKENS tokens under MODE."""
-    import worker.compiled_decode as cd
+    import worker.engine.compiled_decode as cd
     from bench.profile_decode import load
     from protocol.messages import SamplingParams
-    from worker.attention import install
-    from worker.embedded import embedded_model_path
-    from worker.engine import Engine, model_dtype
-    from worker.forward import Forward
-    from worker.kv_setup import plan_kv
+    from worker.engine.attention import install
+    from worker.engine.core import Engine, model_dtype
+    from worker.engine.forward import Forward
+    from worker.kv.setup import plan_kv
+    from worker.model.embedded import embedded_model_path
 
     model, tok = load(str(embedded_model_path()) if name == "demo" else name)
     install()

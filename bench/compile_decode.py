@@ -1,6 +1,6 @@
 """Decode step with and without the compiled forward (RAPID_MLX_COMPILE_DECODE), same run.
 
-    LD_PRELOAD="$(.venv/bin/python -m worker.blas)" .venv/bin/python -m bench.compile_decode \\
+    LD_PRELOAD="$(.venv/bin/python -m worker.cpu.blas)" .venv/bin/python -m bench.compile_decode \\
         [--models stories260K,qwen3] [--rows 1,8,32] [--kv none,k8v4] [--steps 32] [--repeats 3]
 
 Each cell runs bench.profile_decode's Engine.step loop with the plain and the compiled step (and

@@ -1,6 +1,6 @@
-"""Decode steps with the dense decode cache (worker/kv_dense.py) against the page gather, in turns.
+"""Decode steps with the dense decode cache (worker/kv/dense.py) against the page gather, in turns.
 
-    LD_PRELOAD="$(.venv/bin/python -m worker.blas)" .venv/bin/python -m bench.dense_decode \\
+    LD_PRELOAD="$(.venv/bin/python -m worker.cpu.blas)" .venv/bin/python -m bench.dense_decode \\
         [--models stories260K,qwen3] [--rows 1,8,32] [--kv k8v4] [--steps 48] [--repeats 3]
 
 One process, one model at a time; per round, in turns: ``gather`` (the dense cache off: the
@@ -25,9 +25,9 @@ from bench.profile_decode import load, ours, theirs
 
 def _variant(name: str) -> Callable[[], None]:
     """Set the dense cache up for variant NAME; returns the undo."""
-    import worker.compile_mode as cm
-    import worker.kv_dense as kd
-    import worker.paged_batch as pb
+    import worker.engine.compile_mode as cm
+    import worker.kv.dense as kd
+    import worker.kv.paged_batch as pb
 
     planner = pb.plan_dense  # type: ignore[attr-defined]
     saved = (kd.ENABLED, planner, os.environ.get(cm.ROWS_ENV), kd.MIN_ROWS)
@@ -63,10 +63,10 @@ def churn(model: Any, tok: Any, rows: int, kind: str, tokens: int) -> dict[str, 
 
     import numpy as np
 
-    import worker.engine as eng
+    import worker.engine.core as eng
     from protocol.messages import SamplingParams
-    from worker.attention import install
-    from worker.kv_setup import plan_kv
+    from worker.engine.attention import install
+    from worker.kv.setup import plan_kv
 
     install()
     plan = plan_kv(model, eng.model_dtype(model), kind=kind, memory="512MiB", page_size=16,

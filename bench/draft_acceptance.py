@@ -1,8 +1,8 @@
 """Acceptance rate and in-engine speed of a draft model on the demo model's own prompts.
 
-    LD_PRELOAD="$(python -m worker.blas)" python -m bench.draft_acceptance --draft demo-draft -k 4
+    LD_PRELOAD="$(python -m worker.cpu.blas)" python -m bench.draft_acceptance --draft demo-draft -k 4
 
-Runs the 33 greedy evaluation cases of worker/demo_model/evaluate.py (chat, tool calls, tool
+Runs the 33 greedy evaluation cases of tools/demo_model/evaluate.py (chat, tool calls, tool
 results, thinking) one at a time through the engine, plain and speculating with the draft, checks
 the outputs are token-identical, and prints drafted/accepted tokens, tokens per target forward
 and the single-stream tokens/s ratio (median over rounds, same process, same prompts).
@@ -19,11 +19,11 @@ from mlx_lm import load
 
 from bench.prompts import demo_eval_prompts
 from protocol.messages import SamplingParams
-from worker.attention import install
-from worker.blas import apply_blas_policy
-from worker.embedded import embedded_model_path
-from worker.engine import Engine, model_dtype
-from worker.kv_setup import plan_kv
+from worker.cpu.blas import apply_blas_policy
+from worker.engine.attention import install
+from worker.engine.core import Engine, model_dtype
+from worker.kv.setup import plan_kv
+from worker.model.embedded import embedded_model_path
 from worker.spec.controller import Speculator
 from worker.spec.draft_load import draft_drafter
 

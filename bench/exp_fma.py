@@ -1,4 +1,4 @@
-"""Compare worker/native's FMA exp with mx.exp on all 2^32 float32 bit patterns.
+"""Compare worker/cpu/native's FMA exp with mx.exp on all 2^32 float32 bit patterns.
 
 Usage: python -m bench.exp_fma [--chunk-bits 24]. Prints the count of differing inputs (NaN
 payloads included: both return the input NaN) and the time each side took.
@@ -11,7 +11,7 @@ import time
 
 import mlx.core as mx
 
-from worker import cpu_softmax
+from worker.cpu import softmax as cpu_softmax
 
 
 def main() -> None:
@@ -21,7 +21,7 @@ def main() -> None:
     args = parser.parse_args()
     native = cpu_softmax.native()
     if native is None:
-        raise SystemExit("worker/native is not built (make install)")
+        raise SystemExit("worker/cpu/native is not built (make install)")
     chunk = 1 << args.chunk_bits
     base = mx.arange(chunk, dtype=mx.uint32)
     differ, t_mlx, t_fma, t0 = 0, 0.0, 0.0, time.perf_counter()

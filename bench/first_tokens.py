@@ -1,6 +1,6 @@
 """In-engine timeline of one request's first tokens: arrival, prefill, tokens 1, 2, 3, ...
 
-    LD_PRELOAD="$(python -m worker.blas)" python -m bench.first_tokens [--rounds 7]
+    LD_PRELOAD="$(python -m worker.cpu.blas)" python -m bench.first_tokens [--rounds 7]
         [--kv k8v4|none] [--tokens 6] [--compile-decode auto|off] [--steps] [--at-return]
     ... python -m bench.first_tokens --prefill [--rounds 25]
     ... python -m bench.first_tokens --read-back [--rounds 40]
@@ -31,13 +31,13 @@ from typing import Any
 
 from bench.prompts import user_messages
 from protocol.messages import SamplingParams
-from worker.attention import install
-from worker.blas import apply_blas_policy
-from worker.embedded import embedded_model_path
-from worker.engine import Engine, model_dtype
-from worker.kv_setup import plan_kv
-from worker.loader import load_model
-from worker.warmup import warm_up
+from worker.cpu.blas import apply_blas_policy
+from worker.engine.attention import install
+from worker.engine.core import Engine, model_dtype
+from worker.kv.setup import plan_kv
+from worker.model.embedded import embedded_model_path
+from worker.model.load import load_model
+from worker.serve.warmup import warm_up
 
 
 def build(kv: str, compile_decode: str) -> tuple[Engine, Any]:
@@ -122,9 +122,9 @@ def read_back(rounds: int, tokens: int = 3) -> None:
     """Requests alternating between this checkout's K8V4 first tokens and session 8's."""
     import mlx.core as mx
 
-    import cache.paged_kv as pk
-    import worker.attention as att
-    import worker.kv_fresh as kf
+    import worker.engine.attention as att
+    import worker.kv.fresh as kf
+    import worker.kv.paged_kv as pk
 
     targets = [(kf, "starts_rows"), (att, "dequantize"), (pk, "dequantize"),
                (att, "_exp2_normalizers")]

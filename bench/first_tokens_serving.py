@@ -1,6 +1,6 @@
 """Time to the first visible text at one stream, through the server: ours, another checkout, peer.
 
-    LD_PRELOAD="$(python -m worker.blas)" python -m bench.first_tokens_serving [--rounds 40]
+    LD_PRELOAD="$(python -m worker.cpu.blas)" python -m bench.first_tokens_serving [--rounds 40]
         [--baseline DIR] [--no-peer] [--max-tokens 8] [--ours-flags "..."]
 
 Starts ours (this checkout), optionally ours from another checkout (``--baseline``, e.g. a clone

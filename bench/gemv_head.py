@@ -1,7 +1,7 @@
 """What a gemv kernel would give a one-row decode step: mlx-lm's model with its LM head in MLX
 (sgemm) or straight in OpenBLAS's cblas_sgemv on the host, same process, in turns.
 
-    LD_PRELOAD="$(.venv/bin/python -m worker.blas)" .venv/bin/python -m bench.gemv_head \\
+    LD_PRELOAD="$(.venv/bin/python -m worker.cpu.blas)" .venv/bin/python -m bench.gemv_head \\
         [--model qwen3] [--steps 48] [--repeats 5]
 
 One row, plain mlx-lm KVCache, greedy from a 64-token random prompt, 8 warm-up steps; prints
@@ -28,7 +28,7 @@ def decode(model: Any, head: str, steps: int) -> tuple[float, float, list[int]]:
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache
 
-    from worker.blas import find_openblas
+    from worker.cpu.blas import find_openblas
 
     lib = ctypes.CDLL(find_openblas() or None)
     embed = model.model.embed_tokens
@@ -64,7 +64,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=48)
     p.add_argument("--repeats", type=int, default=5)
     args = p.parse_args()
-    from worker.blas import apply_blas_policy
+    from worker.cpu.blas import apply_blas_policy
 
     model, _ = load(args.model)
     apply_blas_policy(model)

@@ -1,7 +1,7 @@
-"""worker/native's gemv primitive against MLX's matmul (cblas_sgemm) on the Qwen3 bench model's
+"""worker/cpu/native's gemv primitive against MLX's matmul (cblas_sgemm) on the Qwen3 bench model's
 weight shapes, one OpenBLAS thread, in turns in one process.
 
-    LD_PRELOAD="$(.venv/bin/python -m worker.blas)" .venv/bin/python -m bench.gemv_kernel \\
+    LD_PRELOAD="$(.venv/bin/python -m worker.cpu.blas)" .venv/bin/python -m bench.gemv_kernel \\
         [--repeats 7] [--rows 1,2,3,4] [--per-row] [--shapes 32000x512,1536x512]
 
 Prints ms per product (each evaluated alone: MLX's per-op overhead included) as medians and
@@ -40,12 +40,12 @@ def main() -> None:
     p.add_argument("--shapes", default=",".join(f"{n}x{k}" for n, k in SHAPES))
     args = p.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
-    from worker.blas import set_blas_threads
-    from worker.cpu_gemv import GemvState, detect, native
+    from worker.cpu.blas import set_blas_threads
+    from worker.cpu.gemv import GemvState, detect, native
 
     set_blas_threads(1)
     module = native()
-    assert module is not None, "worker/native/_gemv is not built (make install)"
+    assert module is not None, "worker/cpu/native/_gemv is not built (make install)"
     order = detect(module)
     assert order is not None, "the kernel knows no order that matches this OpenBLAS"
     print(f"OpenBLAS order: {order.name} (GEMM_Q {order.q})", flush=True)

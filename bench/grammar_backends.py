@@ -84,7 +84,7 @@ def vocabularies(kinds: str = "demo,stories,stand-in,real") -> dict[str, tuple[s
 
 def _json_vocabularies(kinds: str) -> dict[str, tuple[str, int]]:
     out = {}
-    demo = ROOT / "worker" / "demo_model" / "weights" / "tokenizer.json"
+    demo = ROOT / "worker" / "model" / "demo" / "weights" / "tokenizer.json"
     if "demo" in kinds:
         out["demo (4k)"] = (demo.read_text(), _added_id(demo, "<|im_end|>"))
     stories = ROOT.parent / "shared" / "models" / "stories260K" / "tokenizer.json"

@@ -19,10 +19,10 @@ from typing import Any
 from mlx_lm import load
 
 from protocol.messages import GrammarSpec, SamplingParams
-from worker.embedded import embedded_model_path
-from worker.engine import Engine, model_dtype
+from worker.engine.core import Engine, model_dtype
 from worker.grammar.compiler import GrammarCompiler
-from worker.kv_setup import plan_kv
+from worker.kv.setup import plan_kv
+from worker.model.embedded import embedded_model_path
 
 SCHEMA = {"type": "array", "minItems": 20, "maxItems": 40, "items": {
     "type": "object", "additionalProperties": False, "required": ["id", "tag", "ok"],
@@ -58,7 +58,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     model, tok = load(args.model)[:2]
-    from worker.attention import install
+    from worker.engine.attention import install
 
     install()
     best: dict[str, tuple[float, Engine]] = {}

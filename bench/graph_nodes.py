@@ -1,7 +1,7 @@
 """MLX graph nodes per decode step, by primitive: what the worker's main thread builds and
 encodes, and MLX's stream thread runs, one by one (each costs a few microseconds on the CPU).
 
-    LD_PRELOAD="$(.venv/bin/python -m worker.blas)" .venv/bin/python -m bench.graph_nodes \\
+    LD_PRELOAD="$(.venv/bin/python -m worker.cpu.blas)" .venv/bin/python -m bench.graph_nodes \\
         [--model qwen3|stories260K] [--rows 8] [--kv k8v4,none] [--steps 32]
 
 ROWS requests with prompts of 40..55 tokens (so rows fill pages on different steps, as served
@@ -38,10 +38,10 @@ def count(model: Any, tok: Any, rows: int, kind: str, steps: int) -> dict[str, f
     """Nodes per overlapped decode step by primitive, KIND pages."""
     import mlx.core as mx
 
-    import worker.engine as eng
+    import worker.engine.core as eng
     from protocol.messages import SamplingParams
-    from worker.attention import install
-    from worker.kv_setup import plan_kv
+    from worker.engine.attention import install
+    from worker.kv.setup import plan_kv
 
     install()
     plan = plan_kv(model, eng.model_dtype(model), kind=kind, memory="1536MiB", page_size=16,

@@ -1,12 +1,12 @@
 """Where a decode step's time goes: our Engine.step against mlx-lm's generate loop, in-process.
 
-    LD_PRELOAD="$(.venv/bin/python -m worker.blas)" .venv/bin/python -m bench.profile_decode \\
+    LD_PRELOAD="$(.venv/bin/python -m worker.cpu.blas)" .venv/bin/python -m bench.profile_decode \\
         [--models stories260K,qwen3] [--rows 1,8,32] [--kv none,k8v4] [--steps 48] [--repeats 3]
     ... --threads 1,2,default   # one child process per OPENBLAS_NUM_THREADS value, wall only
     ... --against ../base       # the same in a checkout of the code before (copy these files in)
     ... --stagger               # prompts of 48..63 tokens: rows fill pages on different steps
 
-OpenBLAS gets the worker's thread count (`worker.blas` policy: one thread for these models)
+OpenBLAS gets the worker's thread count (`worker.cpu.blas` policy: one thread for these models)
 unless OPENBLAS_NUM_THREADS is set. Both sides decode greedily, ignoring EOS, from distinct 64-token random prompts, after warm-up
 (every row decoding). "wall" is ms per step of the real loop (ours overlapped, mlx-lm's
 BatchGenerator with its async_eval pipelining), median over the repeats, taken in turns; its
@@ -62,12 +62,12 @@ def ours(model: Any, tok: Any, rows: int, kind: str, steps: int, split: bool) ->
     """ms/step of Engine.step while ROWS requests decode (split: per category)."""
     import mlx.core as mx
 
-    import worker.engine as eng
+    import worker.engine.core as eng
     from protocol.messages import SamplingParams
-    from worker.attention import install
-    from worker.forward import Forward
-    from worker.kv_setup import plan_kv
-    from worker.paged_batch import PagedBatch, PagedView
+    from worker.engine.attention import install
+    from worker.engine.forward import Forward
+    from worker.kv.paged_batch import PagedBatch, PagedView
+    from worker.kv.setup import plan_kv
 
     install()
     plan = plan_kv(model, eng.model_dtype(model), kind=kind.removesuffix("-quantized"),
@@ -82,7 +82,7 @@ def ours(model: Any, tok: Any, rows: int, kind: str, steps: int, split: bool) ->
     for _ in range(WARM):
         engine.step()
     spans = Spans()
-    module: Any = eng  # its sample (imported from worker.sampling) is patched where it is called
+    module: Any = eng  # its sample (imported from worker.engine.sampling) is patched where it is called
     originals = (eng.Engine.step, Forward._build, PagedBatch.__init__, module.sample,
                  eng.Engine._deliver)
 
@@ -171,7 +171,7 @@ def _timed(spans: Spans, step: Any, steps: int) -> dict[str, float]:
 
 def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Every (model, kv, rows) cell: wall medians in turns, then one split run per side."""
-    from worker.blas import apply_blas_policy
+    from worker.cpu.blas import apply_blas_policy
 
     results = []
     for name in args.models.split(","):
@@ -222,7 +222,7 @@ def table(results: list[dict[str, Any]]) -> str:
 
 def variants(args: argparse.Namespace) -> None:
     """Wall and CPU ms/step of child runs, one per variant, in turns (--threads or --against)."""
-    from worker.blas import find_openblas
+    from worker.cpu.blas import find_openblas
 
     base = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     base["LD_PRELOAD"] = find_openblas() or ""

@@ -81,7 +81,7 @@ EDIT_SENTENCES = [
     "Life in the vilage went back to normal, but nobody forgot the festival.",
 ]
 EDIT_INSTRUCTION = "Rewrite the following text, fixing only the spelling:"
-REPEAT_INSTRUCTION = "Repeat after me:"  # the demo model's own copy task (worker/demo_model/data.py)
+REPEAT_INSTRUCTION = "Repeat after me:"  # the demo model's own copy task (tools/demo_model/data.py)
 
 
 def edit_paragraph(count: Callable[[str], int], target_tokens: int, seed: int) -> str:
@@ -109,7 +109,7 @@ def edit_messages(model_path: Path, tag: str, n: int, target_tokens: int,
 
 def demo_eval_prompts(tok: Any) -> list[Any]:
     """The demo model's 33 evaluation cases as chat-templated prompts (what its draft was trained for)."""
-    from worker.demo_model.evaluate import cases
+    from tools.demo_model.evaluate import cases
 
     return [tok.apply_chat_template(c.messages, tools=c.tools, add_generation_prompt=True,
                                     enable_thinking=c.enable_thinking) for c in cases()]

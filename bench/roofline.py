@@ -1,9 +1,9 @@
 """The floor of one decode step on this machine, against our Engine.step and mlx-lm's step.
 
-    LD_PRELOAD="$(.venv/bin/python -m worker.blas)" .venv/bin/python -m bench.roofline \\
+    LD_PRELOAD="$(.venv/bin/python -m worker.cpu.blas)" .venv/bin/python -m bench.roofline \\
         [--models stories260K,qwen3] [--rows 1,8,32] [--steps 32] [--repeats 3] [--json]
 
-Per (model, rows), in turns in one process with one OpenBLAS thread (worker/blas.py's policy),
+Per (model, rows), in turns in one process with one OpenBLAS thread (worker/cpu/blas.py's policy),
 medians over the repeats, ms per decode step:
 - ``matmuls``: the model's own weight matrices (every Linear, the LM head) applied to ROWS
   random rows, built and evaluated once per step: the products every server must do;
@@ -120,7 +120,7 @@ def blas_floor(model: Any, rows: int) -> Any:
     W @ x^T (the faster orientation for these shapes). float32 models only."""
     import ctypes
 
-    from worker.blas import find_openblas
+    from worker.cpu.blas import find_openblas
 
     lib = ctypes.CDLL(find_openblas() or None)
     mats = [np.array(m.weight) for m in weight_matrices(model)]
@@ -231,7 +231,7 @@ def run_side(side: str, model: Any, tok: Any, rows: int, context: int, steps: in
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Every (model, rows) cell: the floors and the three real steps, in turns, medians."""
-    from worker.blas import apply_blas_policy, get_blas_threads
+    from worker.cpu.blas import apply_blas_policy, get_blas_threads
 
     context = PROMPT + WARM + args.steps // 2  # the decode loops' mean context length
     cells = []

@@ -68,7 +68,7 @@ from bench.serving import BatchResult, run_batch
 
 RESULTS = ROOT / "bench" / "results"
 STORIES = (ROOT / ".." / "shared" / "models" / "stories260K").resolve()
-DEMO = ROOT / "worker" / "demo_model" / "weights"
+DEMO = ROOT / "worker" / "model" / "demo" / "weights"
 MLX_LM_FLAGS = ["--decode-concurrency", "32", "--prompt-concurrency", "8"]
 REF_FLAGS: list[str] = []  # its defaults: --max-num-seqs 256, --completion-batch-size 32, prefill 8
 
@@ -382,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
                 # ~20x faster than the Qwen3 model: 4x the requests so batches last seconds
                 runs.append(run_model("stories260K", STORIES, plan, k8v4_flag, opts, scale=4))
             elif m == "demo":
-                runs.append(run_model("demo model (worker/demo_model, trained)", DEMO, plan, k8v4_flag,
+                runs.append(run_model("demo model (tools/demo_model, trained)", DEMO, plan, k8v4_flag,
                                       opts, scale=2))
             else:
                 from bench.build_qwen3_model import build

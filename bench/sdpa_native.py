@@ -1,7 +1,7 @@
-"""Isolated timing: the fused attention call vs worker/native's sdpa, MLX's select+softmax vs
+"""Isolated timing: the fused attention call vs worker/cpu/native's sdpa, MLX's select+softmax vs
 the native one, at stories260K's decode shapes (8 query / 4 KV heads, head_dim 8, 1 query).
 
-    LD_PRELOAD="$(.venv/bin/python -m worker.blas)" .venv/bin/python -m bench.sdpa_native \\
+    LD_PRELOAD="$(.venv/bin/python -m worker.cpu.blas)" .venv/bin/python -m bench.sdpa_native \\
         [--cells 1x136,8x136,32x136,32x300] [--calls 300]
 
 Prints per cell (rows x keys) the median (and p20) microseconds of one evaluated call.
@@ -17,7 +17,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from worker import cpu_softmax
+from worker.cpu import softmax as cpu_softmax
 
 
 def _timed(fn: Callable[[], mx.array], calls: int) -> tuple[float, float]:
@@ -59,7 +59,7 @@ def main() -> None:
     args = p.parse_args()
     native = cpu_softmax.native()
     if native is None:
-        raise SystemExit("worker/native is not built (make install)")
+        raise SystemExit("worker/cpu/native is not built (make install)")
     rng = np.random.default_rng(0)
     for cell in args.cells.split(","):
         rows, keys = map(int, cell.split("x"))

@@ -56,9 +56,9 @@ def free_port() -> int:
 
 
 def openblas_path() -> str | None:
-    """The OpenBLAS our workers preload (worker.blas.find_openblas)."""
+    """The OpenBLAS our workers preload (worker.cpu.blas.find_openblas)."""
     sys.path.insert(0, str(ROOT))
-    from worker.blas import find_openblas
+    from worker.cpu.blas import find_openblas
 
     return find_openblas()
 
@@ -158,7 +158,7 @@ class Server:
 
     def peer_blas_threads(self, env: dict[str, str]) -> int | None:
         """The OpenBLAS threads a peer gets: the count our worker's policy picks for this model."""
-        from worker.blas import blas_threads
+        from worker.cpu.blas import blas_threads
 
         if not self.is_peer:
             return None

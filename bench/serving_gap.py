@@ -1,6 +1,6 @@
 """Where serving wall time goes at N streams: our server's steps against the in-engine step.
 
-    LD_PRELOAD="$(.venv/bin/python -m worker.blas)" .venv/bin/python -m bench.serving_gap \\
+    LD_PRELOAD="$(.venv/bin/python -m worker.cpu.blas)" .venv/bin/python -m bench.serving_gap \\
         [--models qwen3] [--concurrency 8,32] [--rounds 3] [--baseline ../checkout]
 
 Keeps our server up (and a baseline checkout's, with ``--baseline``) and, per round and

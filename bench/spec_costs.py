@@ -1,6 +1,6 @@
 """What a draft-model speculative step costs against plain decoding, and what 1.5x would need.
 
-    LD_PRELOAD="$(.venv/bin/python -m worker.blas)" .venv/bin/python -m bench.spec_costs \\
+    LD_PRELOAD="$(.venv/bin/python -m worker.cpu.blas)" .venv/bin/python -m bench.spec_costs \\
         [--kv k8v4|none] [-k 4] [--passes 2] [--max-tokens 128] [--target 1.5]
 
 The demo model and its trained draft (``demo-draft``) on the demo's 33 evaluation prompts, one
@@ -31,9 +31,9 @@ from bench.graph_nodes import nodes
 from bench.prompts import demo_eval_prompts
 from bench.spec_interleaved import engine
 from protocol.messages import SamplingParams
-from worker.attention import install
-from worker.blas import apply_blas_policy
-from worker.embedded import embedded_model_path
+from worker.cpu.blas import apply_blas_policy
+from worker.engine.attention import install
+from worker.model.embedded import embedded_model_path
 from worker.spec.controller import Speculator
 from worker.spec.draft_load import draft_drafter
 

@@ -1,6 +1,6 @@
 """Speculative vs plain decoding in one process, interleaved prompt by prompt (noise-robust).
 
-    LD_PRELOAD="$(python -m worker.blas)" python -m bench.spec_interleaved [--drafter draft|ngram]
+    LD_PRELOAD="$(python -m worker.cpu.blas)" python -m bench.spec_interleaved [--drafter draft|ngram]
         [--model demo|qwen3] [--prompts eval|stories|edit] [-k 4[,8]] [--kv k8v4|none] [--passes 3] [--max-tokens 80]
         [--clock decode|request] [--spec-engines new,old,nofuse,new-nopause] [--no-pause]
 
@@ -36,11 +36,11 @@ from bench.prompts import (
 )
 from bench.servers import ROOT
 from protocol.messages import SamplingParams
-from worker.attention import install
-from worker.blas import apply_blas_policy
-from worker.embedded import embedded_model_path
-from worker.engine import Engine, model_dtype
-from worker.kv_setup import plan_kv
+from worker.cpu.blas import apply_blas_policy
+from worker.engine.attention import install
+from worker.engine.core import Engine, model_dtype
+from worker.kv.setup import plan_kv
+from worker.model.embedded import embedded_model_path
 from worker.spec.controller import Speculator
 from worker.spec.draft_load import draft_drafter
 from worker.spec.ngram import NgramDrafter

@@ -1,8 +1,8 @@
 """A drafter through the real server at one stream: plain vs speculating servers of ours, in turns.
 
-    LD_PRELOAD="$(python -m worker.blas)" python -m bench.spec_serving [--model demo]
+    LD_PRELOAD="$(python -m worker.cpu.blas)" python -m bench.spec_serving [--model demo]
         [--prompts chat|eval|stories] [--rounds 3] [--requests 8] [--max-tokens 128]
-        [--variant draft="--speculative draft --draft-model worker/demo_model/draft"] ...
+        [--variant draft="--speculative draft --draft-model worker/model/demo/draft"] ...
 
 Starts our plain server and one server per variant side by side and sends the same streamed,
 greedy chat requests to each in turn, one at a time (order alternating per request, so a burst
@@ -41,7 +41,7 @@ def one(server: Server, conv: Conv, max_tokens: int) -> dict[str, Any]:
 
 def eval_convs() -> list[Conv]:
     """The demo model's evaluation prompts as chat requests (with their tools and thinking)."""
-    from worker.demo_model.evaluate import cases
+    from tools.demo_model.evaluate import cases
 
     return [(list(c.messages), {**({"tools": c.tools} if c.tools else {}),
                                 "chat_template_kwargs": {"enable_thinking": c.enable_thinking}})

@@ -1,6 +1,6 @@
 """Single-stream decode speed with speculative decoding vs plain, on the engine (in process).
 
-    LD_PRELOAD="$(python -m worker.blas)" python -m bench.speculative [--model demo|stories260K|PATH]
+    LD_PRELOAD="$(python -m worker.cpu.blas)" python -m bench.speculative [--model demo|stories260K|PATH]
         [--drafter ngram|draft] [--draft-model PATH] [--k 4] [--rounds 3] [--tokens 128]
 
 Workload "edit this text": each request asks the model to repeat a paragraph, so most of the
@@ -20,10 +20,10 @@ from typing import Any
 from mlx_lm import load
 
 from protocol.messages import SamplingParams
-from worker.attention import install
-from worker.blas import apply_blas_policy
-from worker.engine import Engine, model_dtype
-from worker.kv_setup import plan_kv
+from worker.cpu.blas import apply_blas_policy
+from worker.engine.attention import install
+from worker.engine.core import Engine, model_dtype
+from worker.kv.setup import plan_kv
 from worker.spec.registry import build_speculator
 
 TEXTS = [
@@ -37,7 +37,7 @@ TEXTS = [
 def model_path(name: str) -> str:
     """A model folder for NAME (demo, stories260K, or a path)."""
     if name == "demo":
-        from worker.embedded import embedded_model_path
+        from worker.model.embedded import embedded_model_path
 
         return str(embedded_model_path())
     if name == "stories260K":

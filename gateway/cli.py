@@ -315,7 +315,7 @@ def worker(args: tuple[str, ...]) -> None:
 def convert_embeddings(args: tuple[str, ...]) -> None:
     """Convert a sentence-transformers checkpoint for serving: SRC DST (try --help)."""
     # the converter imports mlx (through mlx-embeddings), which the gateway never does
-    os.execv(sys.executable, [sys.executable, "-m", "worker.embed.convert", *args])
+    os.execv(sys.executable, [sys.executable, "-m", "worker.kinds.embed.convert", *args])
 
 
 @main.command("convert-whisper")
@@ -327,7 +327,7 @@ def convert_whisper(src: str, dst: str, dtype: str) -> None:
     """Convert a faster-whisper (CTranslate2) Whisper folder SRC into an MLX folder DST."""
     import subprocess
 
-    cmd = [sys.executable, "-m", "worker.stt.convert_ct2", src, dst, "--dtype", dtype]
+    cmd = [sys.executable, "-m", "worker.kinds.stt.convert_ct2", src, dst, "--dtype", dtype]
     sys.exit(subprocess.run(cmd, check=False).returncode)
 
 
@@ -337,7 +337,7 @@ def convert_whisper(src: str, dst: str, dtype: str) -> None:
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def convert_kokoro(args: tuple[str, ...]) -> None:
     """Convert a Kokoro-82M ONNX export for serving: SRC DST [--voices] [--vocab] (try --help)."""
-    os.execv(sys.executable, [sys.executable, "-m", "worker.tts.convert", *args])
+    os.execv(sys.executable, [sys.executable, "-m", "worker.kinds.tts.convert", *args])
 
 
 _URL = click.option("--url", default="http://127.0.0.1:8000", show_default=True,
@@ -425,7 +425,7 @@ def pull(model: str, revision: str | None, aliases_file: str | None) -> None:
     problem = unknown_model(model, aliases)
     if problem:
         raise OneLineError(problem)
-    from worker.fetch import EMBEDDED_PREFIX, CannotLoad, download, local_folder
+    from worker.model.fetch import EMBEDDED_PREFIX, CannotLoad, download, local_folder
 
     repo = aliases[model].repo if model in aliases else model
     if repo.startswith(EMBEDDED_PREFIX):

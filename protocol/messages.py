@@ -163,7 +163,7 @@ class ModelFacts(msgspec.Struct, array_like=True, omit_defaults=True, kw_only=Tr
     think_opened_by_template: bool = False
     chat_template: str | None = None
     special_tokens: list[str] = []
-    revision: str = ""  # fingerprint of the weights (worker/fingerprint.py): replicas must agree
+    revision: str = ""  # fingerprint of the weights (worker/model/fingerprint.py): replicas must agree
     speculative: str = ""  # the drafter this worker speculates with ("": it does not)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.rlimit import import_mlx_lm
+from worker.model.rlimit import import_mlx_lm
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_MODELS = ROOT.parent / "shared" / "models"

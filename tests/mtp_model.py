@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.random_model import FILES
-from worker.embedded import embedded_model_path
+from worker.model.embedded import embedded_model_path
 
 CONFIG: dict[str, Any] = {
     "model_type": "glm4_moe", "architectures": ["Glm4MoeForCausalLM"], "vocab_size": 4096,

@@ -7,7 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from worker.embedded import embedded_model_path
+from worker.model.embedded import embedded_model_path
 
 FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
          "generation_config.json")

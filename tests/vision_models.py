@@ -1,7 +1,7 @@
 """Tiny random-weight multimodal models that mlx-vlm loads offline: Qwen2-VL and Gemma 3.
 
 Each folder gets a config, random weights (seeded), a tokenizer built from the demo model's BPE
-(worker/demo_model) plus the model family's image tokens, the family's chat template and an
+(tools/demo_model) plus the model family's image tokens, the family's chat template and an
 image-processor config sized so that an image becomes a handful of tokens. Nothing is
 downloaded. `python -m tests.vision_models DEST` builds both and runs mlx_vlm.generate on each
 with an image.
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from worker.embedded import embedded_model_path
+from worker.model.embedded import embedded_model_path
 
 DEMO_VOCAB = 4096  # the demo tokenizer's size; the image tokens come right after it
 VOCAB = 4160  # a multiple of 64 with room for them

@@ -11,8 +11,8 @@ import sys
 import uuid
 from typing import Any
 
-from worker.blas import apply_blas_policy, reexec_with_openblas
-from worker.rlimit import import_mlx_lm
+from worker.cpu.blas import apply_blas_policy, reexec_with_openblas
+from worker.model.rlimit import import_mlx_lm
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -112,9 +112,9 @@ def _serve(loop: Any, args: argparse.Namespace, sock: Any, boot_id: str, what: s
 
 def model_kind(model: str, revision: str | None) -> str:
     """The worker kind MODEL's folder needs (downloading it first when it is a repo id)."""
-    from worker.fetch import resolve
     from worker.kinds.detect import detect_kind
-    from worker.loader import read_config
+    from worker.model.fetch import resolve
+    from worker.model.load import read_config
 
     path = resolve(model, revision)
     return detect_kind(path, read_config(model, path))
@@ -123,10 +123,10 @@ def model_kind(model: str, revision: str | None) -> str:
 def serve_kind(kind: str, args: argparse.Namespace, sock: Any, boot_id: str, secret: str) -> int:
     """Load and serve an embedding, speech-to-text or text-to-speech model until shutdown."""
 
-    from worker.fetch import EXIT_CANNOT_LOAD, CannotLoad, resolve
     from worker.kinds.loop import KindLoop
     from worker.kinds.registry import load_runner
-    from worker.loader import read_config
+    from worker.model.fetch import EXIT_CANNOT_LOAD, CannotLoad, resolve
+    from worker.model.load import read_config
 
     try:
         path = resolve(args.model, args.revision)
@@ -138,7 +138,7 @@ def serve_kind(kind: str, args: argparse.Namespace, sock: Any, boot_id: str, sec
         return _give_up(sock, args.alias, boot_id, str(exc), EXIT_CANNOT_LOAD)
     except Exception as exc:  # maybe transient: the supervisor restarts us with backoff
         return _load_failed(exc, args, sock, boot_id)
-    from worker.fingerprint import fingerprint
+    from worker.model.fingerprint import fingerprint
 
     runner.facts.revision = fingerprint(path)
     loop = KindLoop(runner, sock, args.alias, boot_id, args.parent_pid, secret=secret,
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     who = f"{args.alias}" + (f" rank {link.rank}" if link is not None else "")
     logging.basicConfig(level=args.log_level.upper(),
                         format=f"%(asctime)s worker[{who}] %(levelname)s %(message)s")
-    from worker.lifetime import die_with_parent
+    from worker.serve.lifetime import die_with_parent
 
     die_with_parent(args.parent_pid)
     if link is not None and link.rank != 0:
@@ -172,20 +172,20 @@ def main(argv: list[str] | None = None) -> int:
     import zmq
 
     from protocol import messages as m
-    from worker.attention import install as install_paged_attention
-    from worker.compile_mode import mode_in_force
-    from worker.engine import Engine, model_dtype
-    from worker.fetch import EXIT_CANNOT_LOAD, CannotLoad
-    from worker.fingerprint import fingerprint
-    from worker.kv_setup import UnsupportedModel, plan_kv
-    from worker.loader import load_model
-    from worker.loop import WorkerLoop
+    from worker.engine.attention import install as install_paged_attention
+    from worker.engine.compile_mode import mode_in_force
+    from worker.engine.core import Engine, model_dtype
+    from worker.kv.setup import UnsupportedModel, plan_kv
+    from worker.model.fetch import EXIT_CANNOT_LOAD, CannotLoad
+    from worker.model.fingerprint import fingerprint
+    from worker.model.load import load_model
+    from worker.serve.loop import WorkerLoop
     from worker.spec.registry import build_speculator
 
     boot_id = args.boot_id or uuid.uuid4().hex
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
-    from worker.curve import configure_client, exit_when_refused, worker_secret
+    from worker.serve.curve import configure_client, exit_when_refused, worker_secret
 
     secret = worker_secret(args.worker_token_file)
     sock.setsockopt(zmq.ROUTING_ID, m.routing_id(args.alias, boot_id, secret))
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
                     spec=spec, compile_decode=args.compile_decode)
     engine.kv_note = plan.reason
     if link is None:  # a tensor-parallel group's ranks must run the same forwards
-        from worker.warmup import warm_up
+        from worker.serve.warmup import warm_up
 
         warm_up(engine)
     leader = None

@@ -98,7 +98,8 @@ def _patch_gateway() -> None:
 
 
 def _patch_worker() -> None:
-    from worker import engine, intake, loop
+    from worker.engine import core as engine
+    from worker.serve import intake, loop
 
     cls, eng = loop.WorkerLoop, engine.Engine
     admit, on_generate, send_outputs = cls._admit, cls._on_generate, cls._send_outputs
@@ -145,7 +146,7 @@ def _patch_worker() -> None:
 
 _GROUPS = {"gateway": ({"gateway.openai.chat", "gateway.plane.hub", "gateway.plane.events",
                         "gateway.edge.http_protocol"}, _patch_gateway),
-           "worker": ({"worker.loop", "worker.intake", "worker.engine"}, _patch_worker)}
+           "worker": ({"worker.serve.loop", "worker.serve.intake", "worker.engine.core"}, _patch_worker)}
 _loaded: set[str] = set()
 
 

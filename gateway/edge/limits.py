@@ -42,7 +42,7 @@ MAX_STOP_CHARS = 512  # characters per stop string (matching costs grow with its
 MAX_LOGIT_BIAS = 300  # entries of logit_bias (OpenAI's limit)
 LOGIT_BIAS_MAX = 100.0  # each bias lies in [-LOGIT_BIAS_MAX, LOGIT_BIAS_MAX]
 
-# Copy of worker/prompt.py ALLOWED_TEMPLATE_KWARGS (the gateway does not import worker/): keys a
+# Copy of worker/serve/prompt.py ALLOWED_TEMPLATE_KWARGS (the gateway does not import worker/): keys a
 # client may pass in chat_template_kwargs. Keep the two in sync; tests/gateway checks they match.
 ALLOWED_TEMPLATE_KWARGS = frozenset({"enable_thinking", "thinking", "reasoning_effort",
                                      "add_generation_prompt"})

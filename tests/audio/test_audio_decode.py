@@ -1,4 +1,4 @@
-"""worker/stt/audio_io.py: PyAV decoding of uploads, its errors and the duration limit."""
+"""worker/kinds/stt/audio_io.py: PyAV decoding of uploads, its errors and the duration limit."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.audio.media import ENCODINGS, encode
-from worker.stt.audio_io import SAMPLE_RATE, AudioDecoder, AudioError
+from worker.kinds.stt.audio_io import SAMPLE_RATE, AudioDecoder, AudioError
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from worker.stt.convert_ct2 import ConversionError, convert, dimensions, map_variables
-from worker.stt.ct2_reader import CT2FormatError, read_ct2, write_ct2
-from worker.stt.ct2_tokenizer import add_timestamp_tokens
+from worker.kinds.stt.convert_ct2 import ConversionError, convert, dimensions, map_variables
+from worker.kinds.stt.ct2_reader import CT2FormatError, read_ct2, write_ct2
+from worker.kinds.stt.ct2_tokenizer import add_timestamp_tokens
 
 D, H, MELS, VOCAB = 8, 2, 4, 60
 

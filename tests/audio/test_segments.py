@@ -1,8 +1,8 @@
-"""Whisper's timestamp-token rules in worker/stt/segments.py (pure: no model)."""
+"""Whisper's timestamp-token rules in worker/kinds/stt/segments.py (pure: no model)."""
 
 from __future__ import annotations
 
-from worker.stt.segments import split_window
+from worker.kinds.stt.segments import split_window
 
 TS = 1000  # timestamp_begin: token TS + k means k * 0.02 s
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-from worker.tts import fastconv
-from worker.tts.g2p import MAX_PHONEMES, Phonemizer
+from worker.kinds.tts import fastconv
+from worker.kinds.tts.g2p import MAX_PHONEMES, Phonemizer
 
 
 @pytest.mark.parametrize("t,c,o,k,dilation,padding", [

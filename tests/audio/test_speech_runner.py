@@ -13,7 +13,7 @@ import pytest
 from protocol import messages as m
 from tests.audio.tts_setup import build_kokoro
 from worker.kinds.runner import QueueFull
-from worker.tts.runner import SpeechRunner, load_runner
+from worker.kinds.tts.runner import SpeechRunner, load_runner
 
 VOICE = "jm_kumo"
 
@@ -101,7 +101,7 @@ def test_steps_stay_short_while_a_piece_is_spoken(runner: SpeechRunner, monkeypa
     """Steps return, empty, while a piece is still being spoken: the worker's loop keeps beating
     (heartbeats, new jobs, aborts) however long a piece takes. By order, not by the clock: the
     piece is held until the steps are done (a step that waited for it would get its audio)."""
-    from worker.tts import runner as runner_module
+    from worker.kinds.tts import runner as runner_module
 
     real = runner.tts
     release, spoken = threading.Event(), threading.Event()

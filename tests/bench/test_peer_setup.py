@@ -15,7 +15,7 @@ from bench.run_all import build_servers
 from bench.servers import Server, mapped_openblas, maps_openblas
 from tests.bench.test_ratios import entry
 
-DEMO = Path(__file__).resolve().parents[2] / "worker" / "demo_model" / "weights"
+DEMO = Path(__file__).resolve().parents[2] / "worker" / "model" / "demo" / "weights"
 
 
 def test_build_servers_roles_with_both_peers_k8v4_and_a_variant() -> None:

@@ -39,10 +39,10 @@ def test_analyze_a_synthetic_trace(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 def test_hook_wraps_and_writes(tmp_path: Path) -> None:
-    code = ("import worker.loop, worker.intake, worker.engine, gateway.openai.chat, "
+    code = ("import worker.serve.loop, worker.serve.intake, worker.engine.core, gateway.openai.chat, "
             "gateway.plane.hub, gateway.plane.events, gateway.edge.http_protocol\n"
-            "names = [worker.loop.WorkerLoop._admit, worker.intake.prepare_job, "
-            "worker.engine.Engine.step, gateway.plane.hub.Hub.submit, "
+            "names = [worker.serve.loop.WorkerLoop._admit, worker.serve.intake.prepare_job, "
+            "worker.engine.core.Engine.step, gateway.plane.hub.Hub.submit, "
             "gateway.plane.events._on_step]\n"
             "print(all(f.__name__.startswith('t_') for f in names))\n"
             "import sitecustomize; sitecustomize._ev('X', 'k')\n")

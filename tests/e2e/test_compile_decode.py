@@ -13,7 +13,7 @@ import pytest
 
 from tests.e2e.harness import Server
 from tests.worker.spec_helpers import PROMPTS
-from worker.embedded import embedded_model_path
+from worker.model.embedded import embedded_model_path
 
 pytestmark = pytest.mark.slow
 FP = ("--kv-cache-turboquant", "none", "--max-batch", "8")
@@ -52,7 +52,7 @@ def test_the_setting_reaches_the_worker_and_changes_what_runs(servers: tuple[Ser
     off, auto = servers
     assert off.worker("default")["compiled_decode_functions"] == 0
     warmed = auto.worker("tinyc")["compiled_decode_functions"]
-    assert warmed >= 4  # the boot warm-up: one and two rows, one page and two (worker/warmup.py)
+    assert warmed >= 4  # the boot warm-up: one and two rows, one page and two (worker/serve/warmup.py)
     want = asyncio.run(_answers(off, "default"))
     assert asyncio.run(_answers(auto, "tinyc")) == want
     w_off, w_auto = off.worker("default"), auto.worker("tinyc")

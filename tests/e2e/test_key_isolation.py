@@ -154,10 +154,10 @@ def test_another_tenants_response_looks_missing(server: Server) -> None:
 
 def test_a_failed_models_reason_is_not_in_a_tenants_error(tmp_path: Path) -> None:
     arch = tmp_path / "arch-model"
-    shutil.copytree(ROOT / "worker" / "demo_model" / "weights", arch)
+    shutil.copytree(ROOT / "worker" / "model" / "demo" / "weights", arch)
     config = json.loads((arch / "config.json").read_text())
     (arch / "config.json").write_text(json.dumps({**config, "model_type": "no_such_arch"}))
-    demo = str(ROOT / "worker" / "demo_model" / "weights")  # all failed: the server exits
+    demo = str(ROOT / "worker" / "model" / "demo" / "weights")  # all failed: the server exits
     srv = Server(demo, str(arch), "--served-model-name", "good", "--served-model-name", "arch",
                  "--api-key", "key-one", "--admin-key", "adm-key").wait_ready(120)
     try:

@@ -111,7 +111,7 @@ def test_signal_leaves_no_process(sig: int) -> None:
 
 def test_not_ready_is_503_with_retry_after(tmp_path) -> None:  # type: ignore[no-untyped-def]
     model = tmp_path / "missing-model"  # unreadable weights: the load fails and is retried
-    shutil.copytree(ROOT / "worker" / "demo_model" / "weights", model)
+    shutil.copytree(ROOT / "worker" / "model" / "demo" / "weights", model)
     (model / "model.safetensors").write_bytes(b"not safetensors")
     srv = Server(str(model), "--swap-wait", "1")  # waits, then 503
     try:

@@ -134,6 +134,6 @@ def test_workers_show_the_k8v4_working_set(server: Server) -> None:
     live = server.worker("default")["live"]
     assert live["kv_format"] == "k8v4"
     assert live["kv_working_set_pages"] > 0 and live["kv_working_set_loads"] > 0
-    assert live["kv_row_writes_in_place"] > 0  # worker/kv_rows.py (built on Linux x86-64)
+    assert live["kv_row_writes_in_place"] > 0  # worker/kv/rows.py (built on Linux x86-64)
     assert live["kv_working_set_refused"] == 0
     assert live["kv_dense_cache_bytes"] == 0  # the demo model's dense decode cache: freed, idle

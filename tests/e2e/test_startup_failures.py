@@ -20,7 +20,7 @@ from tests.e2e.harness import ROOT, Server, free_port
 
 pytestmark = pytest.mark.slow
 
-DEMO = ROOT / "worker" / "demo_model" / "weights"
+DEMO = ROOT / "worker" / "model" / "demo" / "weights"
 OFFLINE = {"HF_HUB_OFFLINE": "1"}
 
 

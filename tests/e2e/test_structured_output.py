@@ -26,7 +26,7 @@ from tests.random_model import random_model
 
 pytestmark = pytest.mark.slow
 
-DEMO = str(ROOT / "worker" / "demo_model" / "weights")
+DEMO = str(ROOT / "worker" / "model" / "demo" / "weights")
 SAMPLES = int(os.environ.get("RAPID_MLX_GRAMMAR_SAMPLES", "30"))
 S = {"type": "string", "maxLength": 10}
 

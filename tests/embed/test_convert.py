@@ -14,8 +14,8 @@ import pytest
 
 from protocol import messages as m
 from tests.embed.refs import ROOT
-from worker.embed.convert import copy_st_files
-from worker.embed.runner import load_runner
+from worker.kinds.embed.convert import copy_st_files
+from worker.kinds.embed.runner import load_runner
 
 pytestmark = pytest.mark.slow
 

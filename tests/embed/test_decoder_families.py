@@ -16,8 +16,8 @@ import pytest
 from mlx.utils import tree_flatten
 
 from protocol import messages as m
-from worker.embed.runner import load_runner
 from worker.kinds.detect import detect_kind
+from worker.kinds.embed.runner import load_runner
 
 QWEN3 = {"model_type": "qwen3", "hidden_size": 64, "num_hidden_layers": 2,
          "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -41,7 +41,7 @@ def _build(tmp: Path, config: dict[str, Any], module: str) -> Path:
     folder.mkdir()
     mx.save_safetensors(str(folder / "model.safetensors"), weights)
     (folder / "config.json").write_text(json.dumps(config))
-    src = Path(__file__).resolve().parents[2] / "worker" / "demo_model" / "weights"
+    src = Path(__file__).resolve().parents[2] / "worker" / "model" / "demo" / "weights"
     for name in ("tokenizer.json", "tokenizer_config.json"):  # a small byte-level BPE
         if (src / name).exists():
             shutil.copy(src / name, folder / name)

@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 
 from protocol import messages as m
-from worker.embed.batching import Item, Pending, pick_batch
-from worker.embed.inputs import Encoder, InputError
-from worker.embed.model import truncate
-from worker.embed.pooling import normalize, pool
-from worker.embed.runner import EmbedRunner
-from worker.embed.st_config import BadFolder, pooling_mode, read_embed_config
-from worker.fetch import CannotLoad
 from worker.kinds import registry
+from worker.kinds.embed.batching import Item, Pending, pick_batch
+from worker.kinds.embed.inputs import Encoder, InputError
+from worker.kinds.embed.model import truncate
+from worker.kinds.embed.pooling import normalize, pool
+from worker.kinds.embed.runner import EmbedRunner
+from worker.kinds.embed.st_config import BadFolder, pooling_mode, read_embed_config
 from worker.kinds.runner import QueueFull
+from worker.model.fetch import CannotLoad
 
 
 class FakeTokenizer:
@@ -100,7 +100,7 @@ def test_batches_are_bounded_and_sorted_by_length() -> None:
 
 
 def test_token_budget_limits_rows(monkeypatch: pytest.MonkeyPatch) -> None:
-    import worker.embed.runner as mod
+    import worker.kinds.embed.runner as mod
 
     monkeypatch.setattr(mod, "TOKENS_MIN", 40)  # the timing-driven budget stays at 40 tokens
     monkeypatch.setattr(mod, "TOKENS_MAX", 40)
@@ -244,7 +244,7 @@ def test_fast_erf_and_gelu_match_the_exact_ones() -> None:
 
     import mlx.nn as nn
 
-    from worker.embed.fast_ops import FastGELU, erf, swap_gelu
+    from worker.kinds.embed.fast_ops import FastGELU, erf, swap_gelu
 
     xs = np.linspace(-6, 6, 20001, dtype=np.float32)
     ref = np.array([math.erf(float(v)) for v in xs])

@@ -72,7 +72,7 @@ def test_pull_of_a_local_folder_downloads_nothing(tmp_path: Path) -> None:
 
 
 def test_exit_code_is_shared_with_the_worker() -> None:
-    from worker.fetch import EXIT_CANNOT_LOAD as worker_code
+    from worker.model.fetch import EXIT_CANNOT_LOAD as worker_code
 
     assert worker_code == EXIT_CANNOT_LOAD == 78
 

@@ -22,7 +22,7 @@ from protocol.messages import (
     decode_job,
     encode,
 )
-from worker.prompt import ALLOWED_TEMPLATE_KWARGS as WORKER_ALLOWED
+from worker.serve.prompt import ALLOWED_TEMPLATE_KWARGS as WORKER_ALLOWED
 
 VOCAB, CTX = 4096, 2048
 

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.harness import ROOT, Server
 
-DEMO = str(ROOT / "worker" / "demo_model" / "weights")
+DEMO = str(ROOT / "worker" / "model" / "demo" / "weights")
 
 
 def pair(*extra: str) -> Server:

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.worker.loop_harness import LoopRig
-from worker.embedded import embedded_model_path
-from worker.loader import LoadedModel, load_model
+from worker.model.embedded import embedded_model_path
+from worker.model.load import LoadedModel, load_model
 
 
 @pytest.fixture(scope="module")

@@ -12,11 +12,11 @@ from typing import Any
 import zmq
 
 from protocol import messages as m
-from worker.attention import install
-from worker.engine import Engine, model_dtype
-from worker.kv_setup import plan_kv
-from worker.loader import LoadedModel
-from worker.loop import WorkerLoop
+from worker.engine.attention import install
+from worker.engine.core import Engine, model_dtype
+from worker.kv.setup import plan_kv
+from worker.model.load import LoadedModel
+from worker.serve.loop import WorkerLoop
 
 IDENTITY = b"worker"
 

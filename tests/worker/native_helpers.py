@@ -1,4 +1,4 @@
-"""What the tests of worker/native's extensions share: where they run, and bits to compare."""
+"""What the tests of worker/cpu/native's extensions share: where they run, and bits to compare."""
 
 from __future__ import annotations
 

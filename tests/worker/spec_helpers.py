@@ -7,7 +7,7 @@ from typing import Any
 
 from protocol.messages import RequestOutput, SamplingParams
 from tests.worker.test_engine import make_engine
-from worker.engine import Engine
+from worker.engine.core import Engine
 from worker.spec.controller import Speculator
 from worker.spec.ngram import NgramDrafter
 

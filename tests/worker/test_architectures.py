@@ -17,7 +17,7 @@ from mlx_lm.utils import load_tokenizer
 
 from protocol.messages import SamplingParams
 from tests.worker.test_engine import PROMPTS, _run, make_engine
-from worker.embedded import embedded_model_path
+from worker.model.embedded import embedded_model_path
 
 BASE = {"hidden_size": 64, "num_hidden_layers": 4, "intermediate_size": 128,
         "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-5,

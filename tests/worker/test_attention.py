@@ -7,9 +7,9 @@ from pathlib import Path
 import mlx.core as mx
 import pytest
 
-from cache.paged_kv import KVFormat, PagedKVStore
-from worker.attention import install, paged_attention
-from worker.paged_batch import LayerKV, PagedBatch
+from worker.engine.attention import install, paged_attention
+from worker.kv.paged_batch import LayerKV, PagedBatch
+from worker.kv.paged_kv import KVFormat, PagedKVStore
 
 P, H, HQ, D = 4, 2, 4, 32
 PREFIX = [1, 2, 3]  # pages every row shares (12 tokens)
@@ -92,7 +92,7 @@ def test_k8v4_reads_own_page_in_full_precision() -> None:
 
 def test_routes_attention_only_for_layers_using_mlx_lm_attention() -> None:
     from tests.worker.test_architectures import _build
-    from worker.attention import routes_attention
+    from worker.engine.attention import routes_attention
 
     assert routes_attention(_build("qwen3"))
 
@@ -110,7 +110,7 @@ def test_routes_attention_only_for_layers_using_mlx_lm_attention() -> None:
 
 def test_numpy_exponentials_match_mlx() -> None:
     """The CPU detour through numpy for large score arrays gives MLX's own numbers."""
-    from worker.attention import NUMPY_AT, _exp2_normalizers
+    from worker.engine.attention import NUMPY_AT, _exp2_normalizers
 
     mx.random.seed(3)
     scores = mx.random.normal((2, 4, NUMPY_AT // 8 + 1)) * 8.0
@@ -125,7 +125,7 @@ def test_numpy_exponentials_match_mlx() -> None:
 
 def test_skipping_masked_scores_gives_the_same_bits() -> None:
     """Several queries per row: far-below-max scores get 0 from a select instead of powf."""
-    from worker.attention import _exp2_normalizers
+    from worker.engine.attention import _exp2_normalizers
 
     mx.random.seed(5)
     scores = mx.random.normal((2, 3, 40, 64)) * 30.0  # some real scores fall 200 below the max
@@ -141,7 +141,7 @@ def test_skipping_masked_scores_gives_the_same_bits() -> None:
 
 def test_gpu_fused_path_equals_the_hand_written_softmax() -> None:
     """On a GPU, K8V4 prompt chunks concatenate pages and tail for the fused kernel."""
-    from worker.attention import Segment, _concat, _fused, _normalized
+    from worker.engine.attention import Segment, _concat, _fused, _normalized
 
     store = _store("k8v4")
     _prefill_history(store)

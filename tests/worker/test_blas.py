@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from worker.blas import SMALL_MODEL_BYTES, blas_threads, find_openblas, weight_bytes
+from worker.cpu.blas import SMALL_MODEL_BYTES, blas_threads, find_openblas, weight_bytes
 
 BIG = 4 * SMALL_MODEL_BYTES
 
@@ -42,7 +42,7 @@ def test_weight_bytes_counts_parameters() -> None:
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROBE = ("import mlx.nn as nn\n"
-         "from worker.blas import apply_blas_policy, get_blas_threads\n"
+         "from worker.cpu.blas import apply_blas_policy, get_blas_threads\n"
          "before = get_blas_threads()\n"
          "n = apply_blas_policy(nn.Linear(4, 4))\n"
          "print(before, n, get_blas_threads())\n")

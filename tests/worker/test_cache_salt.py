@@ -9,9 +9,9 @@ from mlx_lm import load
 
 from protocol.messages import SamplingParams
 from tests.worker.test_engine import PROMPTS, _reference, make_engine
-from worker.embedded import embedded_model_path
-from worker.failures import verify
-from worker.kv_manager import RequestPages
+from worker.engine.failures import verify
+from worker.kv.manager import RequestPages
+from worker.model.embedded import embedded_model_path
 
 GREEDY = SamplingParams(max_tokens=8, temperature=0.0)
 

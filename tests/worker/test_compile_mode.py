@@ -9,7 +9,7 @@ from mlx_lm import load
 
 from gateway.aliases import AliasEntry, spec_args
 from tests.worker.test_engine import make_engine
-from worker.compile_mode import (
+from worker.engine.compile_mode import (
     AUTO_LARGE_MAX_ROWS,
     AUTO_MAX_ROWS,
     MAX_WEIGHT_BYTES,
@@ -17,7 +17,7 @@ from worker.compile_mode import (
     mode_in_force,
     rows_for,
 )
-from worker.embedded import embedded_model_path
+from worker.model.embedded import embedded_model_path
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,7 @@ from mlx_lm import load
 from protocol.messages import SamplingParams
 from tests.conftest import shared_model
 from tests.worker.test_engine import PROMPTS, _run, make_engine
-from worker.embedded import embedded_model_path
+from worker.model.embedded import embedded_model_path
 
 GREEDY = SamplingParams(max_tokens=40, temperature=0.0)
 
@@ -54,8 +54,8 @@ def test_every_compiled_step_equals_the_plain_step(kind: str, monkeypatch: pytes
     array frozen into a trace makes later calls of that function read the first call's."""
     import copy
 
-    import worker.attention as attention
-    import worker.compiled_decode as cd
+    import worker.engine.attention as attention
+    import worker.engine.compiled_decode as cd
 
     # every score array takes numpy's exp2 where the host may evaluate: not in a compiled trace
     monkeypatch.setattr(attention, "NUMPY_AT", 1)

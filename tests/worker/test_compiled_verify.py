@@ -11,7 +11,7 @@ from mlx_lm import load
 
 from protocol.messages import SamplingParams
 from tests.worker.test_engine import PROMPTS, _run, make_engine
-from worker.embedded import embedded_model_path
+from worker.model.embedded import embedded_model_path
 from worker.spec import compiled_verify
 from worker.spec.compiled_verify import CompiledVerify
 from worker.spec.controller import Speculator
@@ -26,7 +26,7 @@ def test_every_compiled_verify_equals_the_plain_verify(kind: str, monkeypatch: p
     """The demo's draft drafts for 8 rows at once (the target's verify forwards and the draft's
     few-token catch-ups both go through CompiledVerify); every call's logits are the plain
     forward's on the same batch within float rounding, and greedy output equals plain decoding."""
-    import worker.attention as attention
+    import worker.engine.attention as attention
 
     monkeypatch.setattr(attention, "NUMPY_AT", 1)  # no numpy exp2 detour in a trace
     monkeypatch.setattr(compiled_verify, "MAX_VERIFY_ROWS", 8)  # served: 2 rows; exact at 8 too

@@ -1,4 +1,4 @@
-"""worker/native's gemv primitive (worker/cpu_gemv.py): OpenBLAS sgemm's bits for few rows, and
+"""worker/cpu/native's gemv primitive (worker/cpu/gemv.py): OpenBLAS sgemm's bits for few rows, and
 per-row products whose rows do not depend on the rows beside them."""
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 from mlx_lm import load
 
-import worker.cpu_gemv as cpu_gemv
+import worker.cpu.gemv as cpu_gemv
 from tests.conftest import shared_model
 from tests.worker.native_helpers import bits, fma_cpu
 from tests.worker.test_engine import make_engine
 from tests.worker.test_kv_dense import _prompts, _run
-from worker.blas import set_blas_threads
-from worker.compile_mode import ROWS_ENV
+from worker.cpu.blas import set_blas_threads
+from worker.engine.compile_mode import ROWS_ENV
 
 QWEN3 = Path(__file__).resolve().parents[2] / "bench" / ".models" / "qwen3-4l-512"
 
@@ -47,7 +47,7 @@ def one_blas_thread() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def native() -> Any:
     module = cpu_gemv.native()
-    assert module is not None, "worker/native/_gemv not built or not loadable (make install)"
+    assert module is not None, "worker/cpu/native/_gemv not built or not loadable (make install)"
     return module
 
 

@@ -1,4 +1,4 @@
-"""The native FMA softmax (worker/native, worker/cpu_softmax.py) gives MLX's CPU bits."""
+"""The native FMA softmax (worker/cpu/native, worker/cpu/softmax.py) gives MLX's CPU bits."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from mlx_lm import load
 
-import worker.cpu_softmax as cpu_softmax
+import worker.cpu.softmax as cpu_softmax
 from tests.conftest import shared_model
 from tests.worker.native_helpers import bits, fma_cpu
 from tests.worker.test_engine import make_engine
 from tests.worker.test_kv_dense import _prompts, _run
-from worker.compile_mode import ROWS_ENV
+from worker.engine.compile_mode import ROWS_ENV
 
 # make install/make test build the extension on Linux x86-64: there (with AVX2 and FMA) it must
 # load; a failed build fails these tests instead of silently testing MLX against itself
@@ -25,7 +25,7 @@ MIN = np.finfo(np.float32).min
 @pytest.fixture(scope="module")
 def native() -> Any:
     module = cpu_softmax.native()
-    assert module is not None, "worker/native not built or failed its check (make install)"
+    assert module is not None, "worker/cpu/native not built or failed its check (make install)"
     return module
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import mlx_lm
 import pytest
 
-from worker.demo_model.evaluate import WEATHER_TOOL
-from worker.embedded import embedded_model_path
+from tools.demo_model.evaluate import WEATHER_TOOL
+from worker.model.embedded import embedded_model_path
 
 _TOOL_RESULT_MESSAGES = [
     {"role": "user", "content": "What's the weather in Paris?"},
@@ -136,7 +136,7 @@ def test_thinking_block_then_tool_call(model_tok):
 
 
 def test_data_generator_is_deterministic():
-    from worker.demo_model import data
+    from tools.demo_model import data
 
     a = data.generate(7, 60)
     assert a == data.generate(7, 60)
@@ -149,7 +149,7 @@ def test_data_generator_is_deterministic():
 
 
 def test_template_rendering_matches_transformers(model_tok):
-    from worker.demo_model import data
+    from tools.demo_model import data
 
     _, tok = model_tok
     messages = [{"role": "system", "content": "You are a helpful assistant."},
@@ -161,7 +161,7 @@ def test_template_rendering_matches_transformers(model_tok):
 
 
 def test_tokenizer_build_is_deterministic_and_matches_committed():
-    from worker.demo_model import tokenizer_build
+    from tools.demo_model import tokenizer_build
 
     small_a = tokenizer_build.build_tokenizer(vocab_size=600, corpus_size=300).to_str()
     small_b = tokenizer_build.build_tokenizer(vocab_size=600, corpus_size=300).to_str()

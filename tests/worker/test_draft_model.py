@@ -12,14 +12,14 @@ from mlx_lm.generate import generate_step
 
 from protocol.messages import SamplingParams
 from tests.conftest import shared_model
-from worker.attention import install
-from worker.engine import model_dtype
-from worker.request import Request
-from worker.sampling import RowSampler
+from worker.engine.attention import install
+from worker.engine.core import model_dtype
+from worker.engine.request import Request
+from worker.engine.sampling import RowSampler
+from worker.engine.stops import StopMatcher
 from worker.spec.draft_load import DraftMismatch, check_tokenizers, draft_store, load_draft
 from worker.spec.draft_model import DraftModelDrafter
 from worker.spec.drafter import ProbDrafter
-from worker.stops import StopMatcher
 
 QUESTIONS = ["Hello!", "What is the weather in Paris?", "Who are you?", "Thanks!",
              "What time is it in Tokyo?", "Good morning!", "How are you?", "Add 12 and 30."]
@@ -28,7 +28,7 @@ QUESTIONS = ["Hello!", "What is the weather in Paris?", "Who are you?", "Thanks!
 @pytest.fixture(scope="module")
 def draft() -> Any:
     install()
-    return load_draft("demo-draft", load("worker/demo_model/weights")[1])
+    return load_draft("demo-draft", load("worker/model/demo/weights")[1])
 
 
 def prompts(tok: Any) -> list[list[int]]:
@@ -146,9 +146,9 @@ def test_sampled_proposals_are_drawn_from_their_q(draft: Any) -> None:
 
 
 def test_shipped_draft_is_the_draft_preset_on_the_demo_tokenizer(draft: Any) -> None:
-    """worker/demo_model/draft: train.py's --preset draft, a quarter of the demo's parameters."""
-    from worker.demo_model.train import DRAFT_ARCH, n_params
-    from worker.embedded import embedded_draft_path, embedded_model_path
+    """worker/model/demo/draft: train.py's --preset draft, a quarter of the demo's parameters."""
+    from tools.demo_model.train import DRAFT_ARCH, n_params
+    from worker.model.embedded import embedded_draft_path, embedded_model_path
 
     args = draft.model.args
     assert {k: getattr(args, k) for k in DRAFT_ARCH} == DRAFT_ARCH

@@ -11,11 +11,11 @@ from mlx_lm.generate import generate_step
 
 from protocol.messages import SamplingParams
 from tests.conftest import shared_model
-from worker.attention import install
-from worker.embedded import embedded_model_path
-from worker.engine import Engine, QueueFull, model_dtype
-from worker.failures import SendFailed
-from worker.kv_setup import plan_kv
+from worker.engine.attention import install
+from worker.engine.core import Engine, QueueFull, model_dtype
+from worker.engine.failures import SendFailed
+from worker.kv.setup import plan_kv
+from worker.model.embedded import embedded_model_path
 
 PROMPTS = [
     "Once upon a time", "The cat sat", "Lily and Tom went to the", "One day, a big dog",

@@ -15,7 +15,7 @@ from mlx_lm import load
 from protocol.messages import SamplingParams
 from tests.worker.test_engine import PROMPTS, _reference, make_engine
 from tests.worker.test_paged_engine import _assert_idle_invariants
-from worker.embedded import embedded_model_path
+from worker.model.embedded import embedded_model_path
 
 
 @pytest.fixture(scope="module")

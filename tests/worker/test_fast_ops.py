@@ -1,4 +1,4 @@
-"""RoPE and RMSNorm with fewer CPU kernels (worker/fast_ops.py) give mx.fast's bits."""
+"""RoPE and RMSNorm with fewer CPU kernels (worker/cpu/fast_ops.py) give mx.fast's bits."""
 
 from __future__ import annotations
 
@@ -12,16 +12,16 @@ import numpy as np
 import pytest
 from mlx_lm import load
 
-import worker.engine as eng
-import worker.fast_ops as fast_ops
-import worker.kv_dense as kv_dense
+import worker.cpu.fast_ops as fast_ops
+import worker.engine.core as eng
+import worker.kv.dense as kv_dense
 from protocol.messages import SamplingParams
 from tests.conftest import shared_model
 from tests.worker.test_engine import make_engine
 from tests.worker.test_kv_dense import _prompts
 from tests.worker.test_kv_dense import _run as run_rows
-from worker.compile_mode import ROWS_ENV
-from worker.fast_ops import FastOps, FusedRMSNorm, TableRoPE, wrap_fast_ops
+from worker.cpu.fast_ops import FastOps, FusedRMSNorm, TableRoPE, wrap_fast_ops
+from worker.engine.compile_mode import ROWS_ENV
 
 DTYPES = [mx.float32, mx.bfloat16, mx.float16]
 

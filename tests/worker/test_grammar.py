@@ -17,12 +17,12 @@ from mlx_lm import load
 from protocol.messages import GrammarSpec, SamplingParams
 from tests.random_model import random_model
 from tests.worker.test_engine import make_engine
-from worker.embedded import embedded_model_path
 from worker.grammar import masks
 from worker.grammar.backend import GrammarError
 from worker.grammar.cache import GrammarCache
 from worker.grammar.compiler import MAX_SPEC_CHARS, Compiling, GrammarCompiler
 from worker.grammar.matcher import Constraint
+from worker.model.embedded import embedded_model_path
 
 PERSON = {"type": "object", "additionalProperties": False, "required": ["name", "age", "tags"],
           "properties": {"name": {"type": "string", "maxLength": 10},

@@ -10,11 +10,11 @@ import pytest
 from mlx_lm import load
 
 from protocol.messages import GrammarSpec
-from worker.embedded import embedded_model_path
 from worker.grammar import masks
 from worker.grammar.compiler import GrammarCompiler
 from worker.grammar.matcher import Constraint
 from worker.grammar.runaway import MAX_NUMBER_CHARS, NumberGuard
+from worker.model.embedded import embedded_model_path
 
 VOCAB = 4096
 

@@ -12,9 +12,9 @@ import pytest
 from mlx_lm import load
 
 from protocol import messages as m
-from worker.embedded import embedded_model_path
-from worker.intake import Intake, Prepared, prepare
-from worker.validate import JobError, recover_request_id
+from worker.model.embedded import embedded_model_path
+from worker.serve.intake import Intake, Prepared, prepare
+from worker.serve.validate import JobError, recover_request_id
 
 VOCAB, CTX = 4096, 2048
 
@@ -238,8 +238,8 @@ def test_a_text_job_passes_an_image_job_still_preparing(tok: Any,
     before, held the text job behind it.)"""
     import threading
 
-    from worker import intake as intake_mod
-    from worker.vision.inputs import VisionInput
+    from worker.kinds.vision.inputs import VisionInput
+    from worker.serve import intake as intake_mod
 
     entered, gate = threading.Event(), threading.Event()
 

@@ -17,11 +17,11 @@ import pytest
 import zmq
 
 from protocol import messages as m
-from worker.fetch import CannotLoad
 from worker.kinds import registry
 from worker.kinds.detect import detect_kind
 from worker.kinds.loop import KindLoop
 from worker.kinds.runner import BadInput, QueueFull
+from worker.model.fetch import CannotLoad
 
 
 @pytest.mark.parametrize(("files", "config", "kind"), [

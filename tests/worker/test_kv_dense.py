@@ -1,4 +1,4 @@
-"""The dense decode cache (worker/kv_dense.py) gives the page gather's logits, bit for bit."""
+"""The dense decode cache (worker/kv/dense.py) gives the page gather's logits, bit for bit."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 from mlx_lm import load
 
-import worker.engine as eng
-import worker.kv_dense as kv_dense
-import worker.sampling as sampling
+import worker.engine.core as eng
+import worker.engine.sampling as sampling
+import worker.kv.dense as kv_dense
 from protocol.messages import SamplingParams
 from tests.conftest import shared_model
 from tests.worker.test_engine import PROMPTS, make_engine
-from worker.compile_mode import ROWS_ENV
-from worker.kv_dense import DenseCache, dense_status
+from worker.engine.compile_mode import ROWS_ENV
+from worker.kv.dense import DenseCache, dense_status
 
 
 @pytest.fixture(scope="module", params=["stories260K", "stories260K-hd32"])
@@ -183,7 +183,7 @@ def test_a_draft_models_cache_is_the_engines_too(monkeypatch: pytest.MonkeyPatch
     from worker.spec.draft_load import draft_drafter
 
     monkeypatch.setattr(kv_dense, "MIN_ROWS", 1)
-    mdl, tok = load("worker/demo_model/weights")[:2]
+    mdl, tok = load("worker/model/demo/weights")[:2]
     drafter = draft_drafter("demo-draft", tok, max_batch=8, context_length=512, memory="16MiB")
     engine = make_engine(mdl, tok, kind="none", max_batch=8, compile_decode="off",
                          spec=Speculator(drafter, 3))
@@ -205,7 +205,7 @@ def test_the_dense_cache_stays_within_kv_cache_memory(model: tuple[str, Any, Any
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Pages and the dense decode cache together hold at most --kv-cache-memory: the cache gets
     what the pool leaves; a step whose cache would not fit there gathers pages (same tokens)."""
-    from worker.kv_setup import parse_memory
+    from worker.kv.setup import parse_memory
 
     kind, mdl, tok = model
     monkeypatch.setattr(kv_dense, "MIN_ROWS", 1)

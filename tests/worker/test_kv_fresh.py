@@ -1,4 +1,4 @@
-"""K8V4 chunks from position 0 read their pages from the floats they quantized (worker/kv_fresh.py).
+"""K8V4 chunks from position 0 read their pages from the floats they quantized (worker/kv/fresh.py).
 
 Same bits as writing the pages and reading them back: attention's output, the pages, the tails,
 and the working-set copies the chunk fills (exactly what a load would dequantize).
@@ -12,15 +12,15 @@ import mlx.core as mx
 import pytest
 from mlx_lm import load
 
-from cache.paged_kv import KVFormat, PagedKVStore
 from protocol.messages import SamplingParams
 from tests.worker.test_engine import PROMPTS, _run
-from worker import kv_fresh
-from worker.attention import install, paged_attention
-from worker.embedded import embedded_model_path
-from worker.engine import Engine, model_dtype
-from worker.kv_setup import plan_kv
-from worker.paged_batch import LayerKV, PagedBatch
+from worker.engine.attention import install, paged_attention
+from worker.engine.core import Engine, model_dtype
+from worker.kv import fresh as kv_fresh
+from worker.kv.paged_batch import LayerKV, PagedBatch
+from worker.kv.paged_kv import KVFormat, PagedKVStore
+from worker.kv.setup import plan_kv
+from worker.model.embedded import embedded_model_path
 
 P, H, D = 4, 2, 32
 TABLES = [[1, 2, 3, 4], [5, 6, 7], [8, 9]]

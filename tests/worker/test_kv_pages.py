@@ -1,4 +1,4 @@
-"""worker/native's K8V4 page completions (worker/kv_pages.py): MLX's quantize and read-back
+"""worker/cpu/native's K8V4 page completions (worker/kv/pages.py): MLX's quantize and read-back
 floats in one node, writing the pool and tail arrays in place when nothing else reads them."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from mlx_lm import load
 
-import worker.kv_pages as kv_pages
-from cache.paged_kv import dequantize, requantized
+import worker.kv.pages as kv_pages
 from tests.worker.test_engine import make_engine
 from tests.worker.test_kv_dense import _prompts, _run
-from worker.embedded import embedded_model_path
+from worker.kv.paged_kv import dequantize, requantized
+from worker.model.embedded import embedded_model_path
 
-# make install builds it on Linux x86-64 (worker/native/build.py); there it must load
+# make install builds it on Linux x86-64 (worker/cpu/native/build.py); there it must load
 pytestmark = pytest.mark.skipif(sys.platform != "linux" or platform.machine() != "x86_64",
                                 reason="built on Linux x86-64")
 

@@ -1,4 +1,4 @@
-"""worker/native's in-place row writes (worker/kv_rows.py): MLX's scatter's values, written in
+"""worker/cpu/native's in-place row writes (worker/kv/rows.py): MLX's scatter's values, written in
 the array's own buffer whenever no reader still to be encoded needs the old rows."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from mlx_lm import load
 
-import worker.kv_rows as kv_rows
-from cache.paged_kv import scatter_rows
+import worker.kv.rows as kv_rows
 from tests.conftest import shared_model
 from tests.worker.test_engine import make_engine
 from tests.worker.test_kv_dense import _prompts, _run
+from worker.kv.paged_kv import scatter_rows
 
-# make install builds it on Linux x86-64 (worker/native/build.py); there it must load
+# make install builds it on Linux x86-64 (worker/cpu/native/build.py); there it must load
 pytestmark = pytest.mark.skipif(sys.platform != "linux" or platform.machine() != "x86_64",
                                 reason="built on Linux x86-64")
 

@@ -1,4 +1,4 @@
-"""K8V4 decode over float copies of full pages (worker/kv_working.py) reads the same numbers."""
+"""K8V4 decode over float copies of full pages (worker/kv/working.py) reads the same numbers."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ import mlx.core as mx
 import pytest
 from mlx_lm import load
 
-from cache.paged_kv import KVFormat, PagedKVStore
 from protocol.messages import SamplingParams
 from tests.worker.test_engine import PROMPTS, _run
-from worker.attention import install, paged_attention
-from worker.embedded import embedded_model_path
-from worker.engine import Engine, model_dtype
-from worker.kv_setup import plan_kv
-from worker.kv_working import working_set_status
-from worker.paged_batch import LayerKV, PagedBatch
+from worker.engine.attention import install, paged_attention
+from worker.engine.core import Engine, model_dtype
+from worker.kv.paged_batch import LayerKV, PagedBatch
+from worker.kv.paged_kv import KVFormat, PagedKVStore
+from worker.kv.setup import plan_kv
+from worker.kv.working import working_set_status
+from worker.model.embedded import embedded_model_path
 
 P, H, HQ, D = 4, 2, 4, 32
 PREFIX = [1, 2, 3]  # pages every row shares (12 tokens)

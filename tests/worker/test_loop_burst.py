@@ -7,7 +7,7 @@ import pytest
 
 from protocol import messages as m
 from tests.worker.loop_harness import LoopRig
-from worker import loop
+from worker.serve import loop
 
 
 def test_a_burst_gets_its_first_tokens_from_one_step(rig: LoopRig,

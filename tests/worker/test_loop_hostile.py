@@ -10,7 +10,7 @@ import msgspec
 from protocol import messages as m
 from tests.worker.loop_harness import LoopRig
 from tests.worker.test_engine import _reference
-from worker.loader import LoadedModel
+from worker.model.load import LoadedModel
 
 VOCAB = 4096  # the demo model's
 

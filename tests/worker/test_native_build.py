@@ -1,4 +1,4 @@
-"""worker/native/build.py never fails the make: anything missing or broken is one line, None."""
+"""worker/cpu/native/build.py never fails the make: anything missing or broken is one line, None."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.native import build
+from worker.cpu.native import build
 
 
 def test_other_platforms_are_not_built(monkeypatch: pytest.MonkeyPatch,

@@ -12,9 +12,9 @@ from mlx_lm import load
 from protocol.messages import SamplingParams
 from tests.conftest import shared_model
 from tests.worker.test_engine import PROMPTS, _reference, _run, make_engine
-from worker import attention
-from worker.attention import PagedBatch
-from worker.embedded import embedded_model_path
+from worker.engine.attention import PagedBatch
+from worker.engine.core import attention
+from worker.model.embedded import embedded_model_path
 
 GREEDY = SamplingParams(max_tokens=20, temperature=0.0)
 
@@ -169,7 +169,7 @@ def _texts(mdl: Any, tok: Any, n: int = 16, length: int = 110) -> list[list[int]
 
 def _teacher_forced_logprobs(engine: Any, ids: list[int], chunk: int = 8) -> mx.array:
     """Log-probs at every position, feeding the text in chunks through paged KV."""
-    from worker.kv_manager import RequestPages
+    from worker.kv.manager import RequestPages
 
     class _R:
         tokens = ids
@@ -256,7 +256,7 @@ def test_k8v4_falls_back_when_head_dim_does_not_divide() -> None:
 
 
 def test_k8v4_bytes_per_token() -> None:
-    from cache.paged_kv import KVFormat
+    from worker.kv.paged_kv import KVFormat
 
     for dim in (32, 64, 128):
         k8v4 = KVFormat(1, 8, dim, 16, mx.float32, "k8v4", 32).bytes_per_token_per_layer()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from worker.fetch import CannotLoad, is_repo_id, resolve
-from worker.preflight import check_architecture, check_memory, weights_bytes
+from worker.model.fetch import CannotLoad, is_repo_id, resolve
+from worker.model.preflight import check_architecture, check_memory, weights_bytes
 
 
 def test_repo_ids() -> None:

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from worker.rlimit import gentle_setrlimit
+from worker.model.rlimit import gentle_setrlimit
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = ("import resource, sys\n"
          "if sys.argv[1] == 'worker':\n"
-         "    from worker.rlimit import import_mlx_lm\n"
+         "    from worker.model.rlimit import import_mlx_lm\n"
          "    import_mlx_lm()\n"
          "else:\n"
          "    import mlx_lm.utils\n"

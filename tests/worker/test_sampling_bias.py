@@ -11,7 +11,7 @@ from mlx_lm import load
 from protocol.messages import SamplingParams
 from tests.conftest import shared_model
 from tests.worker.test_engine import PROMPTS, _reference, _run, make_engine
-from worker.sampling import RowSampler, sample, seed_key
+from worker.engine.sampling import RowSampler, sample, seed_key
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Sampling's top-p and min-p softmax runs the native FMA kernel (worker/cpu_softmax.py) with
+"""Sampling's top-p and min-p softmax runs the native FMA kernel (worker/cpu/softmax.py) with
 MLX's bits: the same probabilities, filtered logits and tokens as ``mx.softmax``."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-import worker.cpu_softmax as cpu_softmax
+import worker.cpu.softmax as cpu_softmax
 from protocol.messages import SamplingParams
 from tests.worker.native_helpers import bits, fma_cpu
-from worker.sampling import RowSampler, prepare, sample, scaled
+from worker.engine.sampling import RowSampler, prepare, sample, scaled
 
 pytestmark = pytest.mark.skipif(not fma_cpu(), reason="built and used on x86-64 with FMA only")
 
@@ -32,7 +32,7 @@ class _Counting:
 @pytest.fixture
 def counting(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Counting]:
     module = cpu_softmax.native()
-    assert module is not None, "worker/native not built or failed its check (make install)"
+    assert module is not None, "worker/cpu/native not built or failed its check (make install)"
     spy = _Counting(module)
     monkeypatch.setitem(cpu_softmax._loaded, "module", spy)
     yield spy

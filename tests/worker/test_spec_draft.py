@@ -12,8 +12,8 @@ from mlx_lm import load
 from protocol.messages import SamplingParams
 from tests.worker.test_draft_model import QUESTIONS
 from tests.worker.test_engine import make_engine
-from worker.embedded import embedded_model_path
-from worker.engine import Engine
+from worker.engine.core import Engine
+from worker.model.embedded import embedded_model_path
 from worker.spec.controller import Speculator
 from worker.spec.draft_load import draft_drafter
 

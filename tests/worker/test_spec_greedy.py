@@ -12,7 +12,7 @@ from protocol.messages import SamplingParams
 from tests.conftest import shared_model
 from tests.worker.spec_helpers import PROMPTS, random_model_path, run, spec_engine, summary, tokens
 from tests.worker.test_engine import make_engine
-from worker.embedded import embedded_model_path
+from worker.model.embedded import embedded_model_path
 
 pytestmark = pytest.mark.slow
 

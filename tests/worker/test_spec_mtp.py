@@ -21,9 +21,9 @@ from tests.mtp_model import glm_mtp_model
 from tests.worker.spec_helpers import PROMPTS, run, tokens
 from tests.worker.test_engine import make_engine
 from tests.worker.test_spec_sampling import PARAMS, PROMPT, homogeneity_p
-from worker.embedded import embedded_model_path
-from worker.engine import Engine
-from worker.fetch import CannotLoad
+from worker.engine.core import Engine
+from worker.model.embedded import embedded_model_path
+from worker.model.fetch import CannotLoad
 from worker.spec.controller import Speculator
 from worker.spec.mtp import MTPDrafter
 from worker.spec.mtp_load import mtp_drafter

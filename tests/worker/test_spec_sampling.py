@@ -15,7 +15,7 @@ from mlx_lm import load
 from protocol.messages import SamplingParams
 from tests.worker.spec_helpers import run, spec_engine, tiny_vocab_model
 from tests.worker.test_engine import make_engine
-from worker.engine import Engine
+from worker.engine.core import Engine
 from worker.spec import step as spec_step
 from worker.spec import verify as spec_verify
 

@@ -11,7 +11,7 @@ import mlx.core as mx
 import pytest
 
 from protocol.messages import SamplingParams
-from worker.sampling import RowSampler
+from worker.engine.sampling import RowSampler
 from worker.spec.controller import COOLDOWN_STEPS, Speculator
 from worker.spec.ngram import NgramDrafter
 from worker.spec.verify import verify
@@ -147,7 +147,7 @@ def test_rows_whose_drafts_do_not_pay_at_the_measured_costs_stop_drafting() -> N
 def test_the_registry_refuses_what_it_cannot_build() -> None:
     from types import SimpleNamespace
 
-    from worker.fetch import CannotLoad
+    from worker.model.fetch import CannotLoad
     from worker.spec.registry import build_speculator
 
     loaded = SimpleNamespace(path="m", tokenizer=None)

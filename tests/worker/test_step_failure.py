@@ -10,9 +10,9 @@ from mlx_lm import load
 from protocol.messages import RequestOutput, SamplingParams
 from tests.conftest import shared_model
 from tests.worker.test_engine import PROMPTS, _reference, make_engine
-from worker import engine as engine_mod
-from worker.engine import Engine, EngineBroken
-from worker.failures import verify
+from worker.engine import core as engine_mod
+from worker.engine.core import Engine, EngineBroken
+from worker.engine.failures import verify
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.stops import StopMatcher
+from worker.engine.stops import StopMatcher
 
 
 def _run(chunks: list[str], stops: list[str]) -> tuple[str, bool]:

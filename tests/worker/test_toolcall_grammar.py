@@ -12,9 +12,9 @@ from mlx_lm import load
 from parsers.callgrammar import call_grammar, families
 from parsers.pipeline import parse_whole
 from protocol.messages import GrammarSpec
-from worker.embedded import embedded_model_path
 from worker.grammar.compiler import GrammarCompiler
 from worker.grammar.toolcalls import Literals
+from worker.model.embedded import embedded_model_path
 
 WEATHER = {"type": "object", "additionalProperties": False, "required": ["city", "days"],
            "properties": {"city": {"type": "string", "maxLength": 12},

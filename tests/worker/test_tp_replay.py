@@ -17,10 +17,10 @@ from gateway.plane.tp_group import group_command, is_group, tensor_parallel
 from protocol.messages import SamplingParams
 from tests.conftest import shared_model
 from tests.worker.test_engine import make_engine
-from worker.embedded import embedded_model_path
-from worker.engine import model_dtype
-from worker.forward import Forward
-from worker.kv_setup import UnsupportedModel, plan_kv
+from worker.engine.core import model_dtype
+from worker.engine.forward import Forward
+from worker.kv.setup import UnsupportedModel, plan_kv
+from worker.model.embedded import embedded_model_path
 from worker.tp import plan as p
 from worker.tp.command import DEFAULT_PORT, launch_command
 from worker.tp.follower import follow
@@ -88,7 +88,7 @@ def test_replayed_plans_write_the_same_pages(name: str, kind: str) -> None:
 def test_a_follower_frees_its_dense_cache_when_rank_0_is_idle() -> None:
     """Rank 0's engine tells the group once when no row runs (after forwards); a follower then
     frees its dense decode cache as rank 0 frees its own."""
-    import worker.kv_dense as kv_dense
+    import worker.kv.dense as kv_dense
 
     model, tok = load(str(shared_model("stories260K")))[:2]
     engine = make_engine(model, tok, compile_decode="off")

@@ -16,12 +16,12 @@ from PIL import Image
 from protocol.messages import Generate, ImageData, SamplingParams
 from tests.image_samples import encoded
 from tests.vision_models import BUILDERS, MORE_BUILDERS, gemma3, reference
-from worker.attention import install
-from worker.engine import Engine, model_dtype
-from worker.intake import prepare_job
-from worker.kv_setup import plan_kv
-from worker.loader import LoadedModel, load_model
-from worker.loop import vision_of
+from worker.engine.attention import install
+from worker.engine.core import Engine, model_dtype
+from worker.kv.setup import plan_kv
+from worker.model.load import LoadedModel, load_model
+from worker.serve.intake import prepare_job
+from worker.serve.loop import vision_of
 
 pytestmark = pytest.mark.slow
 
@@ -206,7 +206,7 @@ def test_cache_reuses_the_same_image_and_never_another(gemma: LoadedModel) -> No
 def test_intake_refuses_what_it_cannot_render(gemma: LoadedModel) -> None:
     """Images without a vision model, more images than placeholders, an image with a raw
     prompt, and a placeholder token typed as text: each a JobError (a 400), never a crash."""
-    from worker.validate import JobError
+    from worker.serve.validate import JobError
 
     vision = vision_of(gemma)
     job = image_job("a", "What?", [COLORS[0]])
@@ -229,7 +229,7 @@ def test_intake_refuses_what_it_cannot_render(gemma: LoadedModel) -> None:
 
 def test_image_cache_keys_are_outside_the_vocabulary(gemma: LoadedModel) -> None:
     """Image positions are keyed outside the vocabulary; every other position is its token."""
-    from worker.vision.inputs import KEY_BASE
+    from worker.kinds.vision.inputs import KEY_BASE
 
     _, _, vision = prepare_job(gemma.tokenizer, image_job("a", "Hi", [COLORS[0]]),
                                gemma.facts.vocab_size, 512, vision=vision_of(gemma))
@@ -242,8 +242,8 @@ def test_image_cache_keys_are_outside_the_vocabulary(gemma: LoadedModel) -> None
 def test_without_mlx_vlm_the_load_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    from worker.fetch import CannotLoad
-    from worker.vision.load import load_vision
+    from worker.kinds.vision.load import load_vision
+    from worker.model.fetch import CannotLoad
 
     monkeypatch.setitem(sys.modules, "mlx_vlm.utils", None)  # `import mlx_vlm.utils` fails
     path = CACHE / "tiny-gemma3"

@@ -9,11 +9,11 @@ from mlx_lm import load
 
 from protocol.messages import SamplingParams
 from tests.worker.test_engine import make_engine
-from worker.attention import install
-from worker.embedded import embedded_model_path
-from worker.engine import Engine, model_dtype
-from worker.kv_setup import plan_kv
-from worker.warmup import warm_up
+from worker.engine.attention import install
+from worker.engine.core import Engine, model_dtype
+from worker.kv.setup import plan_kv
+from worker.model.embedded import embedded_model_path
+from worker.serve.warmup import warm_up
 
 
 @pytest.mark.parametrize("page_size", [4, 16])
@@ -48,9 +48,9 @@ def test_warm_up_fits_a_short_context() -> None:
 def test_warm_up_with_a_drafter_leaves_nothing_to_compile(monkeypatch: pytest.MonkeyPatch) -> None:
     """A drafting worker warms its verify and draft shapes: a short chat after it compiles no
     new function, answers as plain decoding does, and the speculator starts unmeasured."""
+    from worker.serve.warmup import compiled_owners
     from worker.spec.controller import Speculator
     from worker.spec.draft_load import draft_drafter
-    from worker.warmup import compiled_owners
 
     monkeypatch.delenv("RAPID_MLX_COMPILE_DECODE", raising=False)
     loaded: Any = load(str(embedded_model_path()))

@@ -12,8 +12,8 @@ import zmq
 
 from protocol import messages as m
 from worker.kinds.runner import QueueFull, Runner
-from worker.sigterm import SigtermDrain
-from worker.validate import read_job
+from worker.serve.sigterm import SigtermDrain
+from worker.serve.validate import read_job
 
 log = logging.getLogger("rapid_mlx.worker")
 

@@ -8,14 +8,14 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from worker.fetch import CannotLoad
 from worker.kinds.runner import Runner
+from worker.model.fetch import CannotLoad
 
 # kind -> (module with `load_runner(model, path, config, args) -> Runner`, the pip extra it
 # needs, the top-level packages of that extra)
-RUNNERS = {"embed": ("worker.embed.runner", "embeddings", ("mlx_embeddings",)),
-           "transcribe": ("worker.stt.runner", "audio", ("mlx_audio", "av")),
-           "speech": ("worker.tts.runner", "audio", ("mlx_audio", "av", "misaki", "phonemizer",
+RUNNERS = {"embed": ("worker.kinds.embed.runner", "embeddings", ("mlx_embeddings",)),
+           "transcribe": ("worker.kinds.stt.runner", "audio", ("mlx_audio", "av")),
+           "speech": ("worker.kinds.tts.runner", "audio", ("mlx_audio", "av", "misaki", "phonemizer",
                                                      "espeakng_loader"))}
 
 

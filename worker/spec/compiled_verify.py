@@ -8,8 +8,8 @@ cost 1.6x a compiled decode step, which took speculation's gain (bench/README.md
 
 from __future__ import annotations
 
-from worker.compiled_decode import CompiledDecode
-from worker.paged_batch import PagedBatch
+from worker.engine.compiled_decode import CompiledDecode
+from worker.kv.paged_batch import PagedBatch
 
 # rows up to which verify forwards (and fused draft steps) compile: at 8 rows on the demo model
 # the compiled ones measured slower than plain (8 requests at once: 0.86x vs 0.95x plain decoding)

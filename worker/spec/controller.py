@@ -11,7 +11,7 @@ import mlx.core as mx
 from worker.spec.drafter import Drafter, has_probs, hopeful
 
 if TYPE_CHECKING:
-    from worker.request import Request
+    from worker.engine.request import Request
 
 Tokens = list[int] | mx.array  # a row's draft tokens: host ints, or an unevaluated (k,) array
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import mlx.core as mx
 
-from cache.paged_kv import KVFormat, PagedKVStore
-from worker.fetch import CannotLoad, resolve
-from worker.kv_pages import completer
-from worker.kv_rows import writer
-from worker.kv_setup import parse_memory, probe_kv_shape
+from worker.kv.paged_kv import KVFormat, PagedKVStore
+from worker.kv.pages import completer
+from worker.kv.rows import writer
+from worker.kv.setup import parse_memory, probe_kv_shape
+from worker.model.fetch import CannotLoad, resolve
 
 DEMO_DRAFT = ("demo-draft", "embedded://demo-draft")  # names of the demo model's trained draft
 
@@ -33,7 +33,7 @@ class DraftModel:
 def resolve_draft(name: str, revision: str | None = None) -> Path:
     """The folder of draft model NAME: the demo's draft ('demo-draft'), a folder or a repo id."""
     if name in DEMO_DRAFT:
-        from worker.embedded import embedded_draft_path
+        from worker.model.embedded import embedded_draft_path
 
         return embedded_draft_path()
     return resolve(name, revision)
@@ -62,7 +62,7 @@ def load_draft(name: str, target_tokenizer: Any, revision: str | None = None) ->
     """Load draft model NAME with mlx-lm and check it shares TARGET_TOKENIZER's vocabulary."""
     from mlx_lm import load as mlx_load
 
-    from worker.loader import choose_dtype
+    from worker.model.load import choose_dtype
 
     path = resolve_draft(name, revision)
     model, tokenizer = mlx_load(str(path))[:2]
@@ -91,7 +91,7 @@ def draft_drafter(name: str, target_tokenizer: Any, *, max_batch: int, context_l
                   page_size: int = 16, memory: str = "256MiB", revision: str | None = None,
                   compile: bool | None = True) -> Any:
     """A DraftModelDrafter over draft model NAME (checked against TARGET_TOKENIZER)."""
-    from worker.engine import model_dtype
+    from worker.engine.core import model_dtype
     from worker.spec.draft_model import DraftModelDrafter
 
     loaded = load_draft(name, target_tokenizer, revision)

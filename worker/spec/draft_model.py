@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
 
-from worker.compile_mode import AUTO_MAX_ROWS, rows_for
-from worker.forward import Forward
-from worker.kv_manager import KVManager, RequestPages
-from worker.sampling import RowSampler, draw, prepare
+from worker.engine.compile_mode import AUTO_MAX_ROWS, rows_for
+from worker.engine.forward import Forward
+from worker.engine.sampling import RowSampler, draw, prepare
+from worker.kv.manager import KVManager, RequestPages
 from worker.spec.fused_draft import FusedDraft
 
 if TYPE_CHECKING:
-    from cache.paged_kv import PagedKVStore
-    from worker.request import Request
+    from worker.engine.request import Request
+    from worker.kv.paged_kv import PagedKVStore
 
 CATCH_UP_CHUNK = 512  # tokens per forward while a row's draft KV catches up on its prompt
 BATCHED_TAIL = 8  # at most this many unseen tokens join the batched first forward

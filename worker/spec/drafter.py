@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import mlx.core as mx
 
-    from worker.request import Request
+    from worker.engine.request import Request
 
 
 @runtime_checkable

@@ -17,10 +17,10 @@ from typing import Any
 
 import mlx.core as mx
 
-from cache.paged_kv import PagedKVStore
-from worker.compiled_decode import CompiledDecode, Run, batch_inputs
-from worker.kv_dense import DenseCache
-from worker.paged_batch import PagedBatch
+from worker.engine.compiled_decode import CompiledDecode, Run, batch_inputs
+from worker.kv.dense import DenseCache
+from worker.kv.paged_batch import PagedBatch
+from worker.kv.paged_kv import PagedKVStore
 
 
 class FusedDraft(CompiledDecode):

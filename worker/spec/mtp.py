@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING
 
 import mlx.core as mx
 
-from worker.kv_manager import KVManager, RequestPages
-from worker.paged_batch import PagedBatch
+from worker.kv.manager import KVManager, RequestPages
+from worker.kv.paged_batch import PagedBatch
 from worker.spec.draft_model import DraftModelDrafter
 from worker.spec.mtp_hidden import MTPRow
 
 if TYPE_CHECKING:
-    from cache.paged_kv import PagedKVStore
-    from worker.forward import Forward
-    from worker.request import Request
+    from worker.engine.forward import Forward
+    from worker.engine.request import Request
+    from worker.kv.paged_kv import PagedKVStore
     from worker.spec.mtp_load import MTPHead
 
 CATCH_UP_CHUNK = 512  # positions per MTP forward while a row catches up on its prompt

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from worker.request import Request
+    from worker.engine.request import Request
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.fetch import CannotLoad
+from worker.model.fetch import CannotLoad
 from worker.spec.controller import Speculator
 from worker.spec.drafter import Drafter
 from worker.spec.ngram import NgramDrafter

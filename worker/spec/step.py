@@ -12,8 +12,8 @@ from worker.spec.controller import Tokens
 from worker.spec.verify import verify
 
 if TYPE_CHECKING:
-    from worker.engine import Engine
-    from worker.request import Request
+    from worker.engine.core import Engine
+    from worker.engine.request import Request
 
 Drafts = dict[int, tuple[Tokens, mx.array | None]]  # id(row) -> (tokens, q or None)
 

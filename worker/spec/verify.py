@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from worker.sampling import RowSampler, prepare, scaled
+from worker.engine.sampling import RowSampler, prepare, scaled
 
 
 def verify(logits: mx.array, samplers: list[RowSampler], drafts: list[int] | mx.array,

@@ -6,7 +6,7 @@ import argparse
 import logging
 import signal
 
-from worker.kv_manager import RequestPages
+from worker.kv.manager import RequestPages
 from worker.tp import plan as p
 from worker.tp.link import Link
 
@@ -15,7 +15,7 @@ log = logging.getLogger("rapid_mlx.worker")
 
 def follow(forward: object, link: Link, parent: int | None = None) -> str:
     """Receive and run plans until a Stop; return its reason (a lost peer raises)."""
-    from worker.forward import Forward
+    from worker.engine.forward import Forward
 
     assert isinstance(forward, Forward)
     while True:
@@ -42,12 +42,12 @@ def _pages(pages: list[list[int]], tails: list[int]) -> list[RequestPages]:
 def run_follower(args: argparse.Namespace, link: Link) -> int:
     """Load, shard and serve this rank's part of the model; 0 when rank 0 stopped us cleanly."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # mlx.launch ends the group: no clean-up here
-    from worker.attention import install as install_paged_attention
-    from worker.engine import model_dtype
-    from worker.fetch import CannotLoad
-    from worker.forward import Forward
-    from worker.kv_calibrate import calibrate_centers
-    from worker.kv_setup import UnsupportedModel
+    from worker.engine.attention import install as install_paged_attention
+    from worker.engine.core import model_dtype
+    from worker.engine.forward import Forward
+    from worker.kv.calibrate import calibrate_centers
+    from worker.kv.setup import UnsupportedModel
+    from worker.model.fetch import CannotLoad
     from worker.tp.setup import load_shard
 
     try:

@@ -7,7 +7,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from worker.kv_manager import RequestPages
+from worker.kv.manager import RequestPages
 from worker.tp import plan as p
 from worker.tp.link import Link
 
@@ -15,7 +15,7 @@ log = logging.getLogger("rapid_mlx.worker")
 
 
 class Leader:
-    """A worker.forward.Tap that broadcasts each call's plan over LINK."""
+    """A worker.engine.forward.Tap that broadcasts each call's plan over LINK."""
 
     def __init__(self, link: Link) -> None:
         self.link = link

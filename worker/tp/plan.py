@@ -29,7 +29,7 @@ class Shape(msgspec.Struct, tag="shape"):
     num_pages: int
     tail_pages: int
     kind: str
-    work_pages: int = 0  # K8V4 float page copies (cache/paged_kv_work.py)
+    work_pages: int = 0  # K8V4 float page copies (worker/kv/paged_kv_work.py)
     spare_bytes: int = 0  # what the pool leaves of the budget (the dense decode cache's)
 
 

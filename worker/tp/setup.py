@@ -5,16 +5,16 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from worker.kv_setup import KVPlan
+from worker.kv.setup import KVPlan
 from worker.tp.link import Link
 
 
 def load_shard(args: argparse.Namespace, link: Link) -> tuple[Any, KVPlan]:
     """A follower's model (sharded) and KV pool (rank 0's size), as rank 0 makes its own."""
-    from worker.blas import apply_blas_policy
-    from worker.engine import model_dtype
-    from worker.kv_setup import plan_kv
-    from worker.loader import load_model
+    from worker.cpu.blas import apply_blas_policy
+    from worker.engine.core import model_dtype
+    from worker.kv.setup import plan_kv
+    from worker.model.load import load_model
     from worker.tp.shard import shard_model, share_store
 
     loaded = load_model(args.model, args.revision)

@@ -8,10 +8,10 @@ from typing import Any
 
 import mlx.core as mx
 
-from cache.paged_kv import PagedKVStore
-from worker.kv_pages import completer
-from worker.kv_rows import writer
-from worker.kv_setup import KVPlan, UnsupportedModel
+from worker.kv.paged_kv import PagedKVStore
+from worker.kv.pages import completer
+from worker.kv.rows import writer
+from worker.kv.setup import KVPlan, UnsupportedModel
 from worker.tp import plan as p
 from worker.tp.link import Link
 

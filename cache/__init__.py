@@ -1,1 +1,0 @@
-"""rapid-mlx cache package."""

@@ -1,0 +1,1 @@
+"""Finding, checking and loading a model: fetch, preflight, load, fingerprint, the embedded demo."""
