@@ -111,7 +111,8 @@ def build(force: bool = False, source: Path | None = None, out: Path | None = No
     if not source.exists():
         print(f"worker/cpu/native: not built ({source.name} is not installed); MLX's own ops")
         return None
-    if (not force and out.exists() and out.stat().st_mtime >= source.stat().st_mtime
+    newest = max(p.stat().st_mtime for p in [source, *source.parent.glob("*.h")])
+    if (not force and out.exists() and out.stat().st_mtime >= newest
             and _built_for(out) == _mlx_version()):
         print(f"worker/cpu/native: {out.name} is up to date")
         return out
