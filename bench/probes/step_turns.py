@@ -7,8 +7,7 @@ One child process per checkout (this one and ``--against``) builds an engine (K8
 ROWS distinct 64-token prompts, ignoring EOS) and waits; the parent then asks each in turn (order
 swapped every turn) for STEPS steps and reads back their CPU (all threads) and wall ms per step.
 On a shared, loaded machine a slow drift in load hits both sides alike within a turn, so the
-per-turn after/before ratio is steadier than medians of separate runs (bench/README.md, session
-17). Both sides decode the same tokens at the same positions.
+per-turn after/before ratio is steadier than medians of separate runs. Both sides decode the same tokens at the same positions.
 """
 
 from __future__ import annotations
