@@ -12,7 +12,7 @@ log = logging.getLogger("rapid_mlx.gateway")
 SCHEMA_VERSION = 4
 WAL_LIMIT = 4 << 20  # bytes the WAL file keeps after a checkpoint (a bigger commit grows it)
 # What a row costs on disk beyond its JSON (its keys, its index entries, page slack), counted by
-# the byte bounds with the JSON so that they bound the file (measured, bench/README session 16:
+# the byte bounds with the JSON so that they bound the file (measured:
 # an input_items row 25-30 bytes, an item body's row 190-400, a response's 130-280, without and
 # with API keys). Kept in the triggers too: changing one takes a new schema version.
 ITEM_ROW = 32
@@ -65,7 +65,7 @@ ITEMS = ("""CREATE TABLE input_items (
 # of every insert and delete, and in all (usage: their sum). An owner's row stays when it
 # empties: one row per API key ever used, so the heaviest and the sum are found by reading them
 # all (a page or two), cheaper than indexes on the totals, or a total of all, that every trigger
-# would rewrite (measured: bench/README, session 14)
+# would rewrite (measured)
 OWNERS = ("CREATE TABLE owners (owner TEXT PRIMARY KEY, bytes INTEGER NOT NULL, "
           "count INTEGER NOT NULL) WITHOUT ROWID",
           "CREATE VIEW usage AS SELECT coalesce(sum(bytes), 0) AS bytes, "
@@ -173,8 +173,8 @@ def connect(path: Path) -> sqlite3.Connection:
     prevent at the cost of an fsync per response.
 
     `auto_vacuum=INCREMENTAL` (set before WAL and the tables, as SQLite requires) lets the store
-    give freed pages back to the file system; a database made without it (rapid-mlx before
-    session 13) is rebuilt once by VACUUM here.
+    give freed pages back to the file system; a database made without it (by an earlier
+    rapid-mlx) is rebuilt once by VACUUM here.
     """
     conn = sqlite3.connect(path, isolation_level=None)  # autocommit; transactions are explicit
     path.chmod(0o600)

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.loop_stall import STORED_ID, continuation
+from bench.probes.loop_stall import STORED_ID, continuation
 from gateway.storage.paths import RESPONSES_DB
 from gateway.storage.responses import ResponseStore
 from tests.e2e.harness import Server

@@ -25,7 +25,7 @@ V1 = ["CREATE TABLE responses (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NO
       "CREATE INDEX input_items_id ON input_items (response_seq, id)",
       "PRAGMA user_version=1"]
 # the schema of version 2 (items shared, one byte total for all owners: no per-owner totals, no
-# count), as rapid-mlx of sessions 13 and 14 made it, for upgrade tests
+# count), as an earlier rapid-mlx made it, for upgrade tests
 V2 = ["CREATE TABLE responses (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, "
       "owner TEXT NOT NULL, created_at INTEGER NOT NULL, size INTEGER NOT NULL, "
       "body BLOB NOT NULL)",
@@ -55,7 +55,7 @@ V2 = ["CREATE TABLE responses (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NO
 
 
 # the schema of version 3 (per-owner totals of the JSON alone: input_items rows uncounted), as
-# rapid-mlx of sessions 14 and 15 made it, for upgrade tests
+# an earlier rapid-mlx made it, for upgrade tests
 V3 = [*V2[:8],
       "CREATE TABLE owners (owner TEXT PRIMARY KEY, bytes INTEGER NOT NULL, count INTEGER NOT "
       "NULL) WITHOUT ROWID",

@@ -118,7 +118,7 @@ def test_file_size_follows_the_bound(tmp_path: Path) -> None:
 
 def test_a_version_1_database_is_upgraded(tmp_path: Path) -> None:
     rows = {f"resp_{i}": (_resp(f"resp_{i}"), _items(f"resp_{i}", 3, 500)) for i in range(4)}
-    with sqlite3.connect(tmp_path / RESPONSES_DB) as db:  # as rapid-mlx before session 13
+    with sqlite3.connect(tmp_path / RESPONSES_DB) as db:  # as the first rapid-mlx store made it
         db.execute("PRAGMA journal_mode=WAL")
         for stmt in V1:
             db.execute(stmt)

@@ -172,7 +172,7 @@ def test_byte_bound_prunes_oldest_until_the_shared_bytes_fit(tmp_path: Path) -> 
 @pytest.mark.parametrize("layout", [V1, V2_FIRST], ids=["v1", "v2-first"])
 def test_an_older_chain_is_upgraded_to_shared_items(tmp_path: Path, layout: list[str]) -> None:
     chain = _chain(6, 400)
-    with sqlite3.connect(tmp_path / RESPONSES_DB) as db:  # as rapid-mlx before session 13
+    with sqlite3.connect(tmp_path / RESPONSES_DB) as db:  # as rapid-mlx made it before items were shared
         db.execute("PRAGMA journal_mode=WAL")
         for stmt in layout:
             db.execute(stmt)

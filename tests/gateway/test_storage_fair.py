@@ -199,7 +199,7 @@ def test_per_owner_totals_follow_random_puts_deletes_and_evictions(tmp_path: Pat
 
 
 def _v2_store(path: Path) -> dict[str, list[str]]:
-    """A version-2 database (as rapid-mlx of session 13 left it) with two owners' responses,
+    """A version-2 database (as an earlier rapid-mlx left it) with two owners' responses,
     filled through its own triggers; the response ids of each owner, oldest first."""
     made: dict[str, list[str]] = {"a": [], "b": []}
     with sqlite3.connect(path / RESPONSES_DB) as db:

@@ -83,7 +83,7 @@ def test_rows_count_even_when_they_name_the_same_item(tmp_path: Path) -> None:
 
 
 def _v3_store(path: Path, chains: dict[str, list[Turn]], gone: str) -> None:
-    """A version-3 database (as rapid-mlx of sessions 14 and 15 left it) holding CHAINS (by
+    """A version-3 database (as an earlier rapid-mlx left it) holding CHAINS (by
     owner), filled as its put did; then GONE, the newest, deleted (its seq never reused)."""
     with sqlite3.connect(path / RESPONSES_DB) as db:
         db.execute("PRAGMA auto_vacuum=INCREMENTAL")

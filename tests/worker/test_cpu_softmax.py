@@ -31,7 +31,7 @@ def native() -> Any:
 
 def test_exp_is_mx_exp_on_every_exponent(native: Any) -> None:
     """Every float32 exponent (both signs) with random mantissas, and special values;
-    bench/exp_fma.py checks all 2^32 inputs."""
+    (all 2^32 inputs were compared once, when the kernel was written)."""
     rng = np.random.default_rng(0)
     patterns = (np.arange(512, dtype=np.uint32)[:, None] << 23) | rng.integers(
         0, 1 << 23, (512, 512), dtype=np.uint32)

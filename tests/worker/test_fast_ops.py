@@ -167,7 +167,7 @@ def test_a_decode_step_computes_its_rope_tables_once(tmp_path: Path,
 
 def test_larger_models_keep_mx_fast(monkeypatch: pytest.MonkeyPatch) -> None:
     """Above the small-model gate (kv_dense.MAX_WEIGHT_BYTES) nothing is wrapped: on the Qwen3
-    bench model the fused ops made plain steps copy the KV pool (bench/README.md, session 15)."""
+    bench model the fused ops made plain steps copy the KV pool (measured)."""
     mdl, tok = load(str(shared_model("stories260K")))[:2]
     monkeypatch.setattr(kv_dense, "MAX_WEIGHT_BYTES", 0)
     engine = make_engine(mdl, tok, max_batch=8)

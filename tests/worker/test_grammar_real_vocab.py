@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bench import real_vocab
+from bench.peers import real_vocab
 from protocol.messages import GrammarSpec
 from worker.grammar import masks
 from worker.grammar.backend import compile_matcher

@@ -4,8 +4,8 @@ its thread count for the loaded model.
 OpenBLAS threads busy-wait between calls. MLX already keeps two threads busy in a decoding
 worker (the Python host building the next step's graph, the CPU stream computing), so on a
 small machine a second OpenBLAS thread takes a core from them, and a small model's matrix
-products are too short to gain from splitting anyway: measured with bench/profile_decode.py
---threads (bench/README.md, "Decode step profile"). ``blas_threads`` is the policy;
+products are too short to gain from splitting anyway: measured with bench/peers/decode_step.py
+--threads (bench/README.md, "What we learned"). ``blas_threads`` is the policy;
 ``apply_blas_policy`` sets it at run time through ``openblas_set_num_threads``.
 """
 

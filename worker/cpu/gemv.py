@@ -3,14 +3,14 @@ primitive: OpenBLAS's one-row sgemm sums without its packing, for every row.
 
 MLX's CPU matmul runs ``x @ W.T`` through ``cblas_sgemm`` even for one row, and OpenBLAS then
 copies (packs) all of W before its micro-kernel runs: on the Qwen3 bench model a one-row step
-spends most of its time there (bench/README.md, session 8), and its products of 4-32 rows run
-at half the kernel's speed or less (sessions 18-19). worker/cpu/native/gemv.cpp sums each row of x
+spends most of its time there (bench/README.md, "What we learned"), and its products of 4-32
+rows run at half the kernel's speed or less. worker/cpu/native/gemv.cpp sums each row of x
 as the preloaded OpenBLAS's sgemm sums a lone row (its K blocks of GEMM_Q, one FMA chain per
 block) straight from W, whatever the rows beside it: for 1-3 rows those are sgemm's own bits;
 for 4-32 rows (weights of MIN_WEIGHTS_MANY_ROWS elements or more) each row has the bits it
 would have alone, where sgemm would sum the rows in 4-row tiles (two chains), so logits there
 differ from MLX's by float rounding and do not depend on what else is in the batch. The orders
-were measured on Debian's OpenBLAS 0.3.21 (bench/README.md, sessions 16 and 20): its Zen/Haswell
+were measured on Debian's OpenBLAS 0.3.21 (bench/README.md, "OpenBLAS packing"): its Zen/Haswell
 cores and its SkylakeX cores (AVX-512 Xeons) sum differently (``ORDERS``), so ``wrap_gemv`` first
 runs the primitive in each known order against ``mx.matmul`` on 1-3 random rows times each of
 the model's own weight matrices, at the OpenBLAS thread count in force, and enables it in the
@@ -52,16 +52,16 @@ ENABLED = True  # tests and benches compare against MLX's matmul with this off
 # product (there they are sgemm's bits), up to MAX_ROWS for weights of at least
 # MIN_WEIGHTS_MANY_ROWS elements (the Qwen3 bench model's layers and LM head). Larger products
 # (prefill chunks) are OpenBLAS's, whose packing pays off there. RAPID_MLX_GEMV_MAX_ROWS
-# overrides MAX_ROWS (benches). Session 18 routed the layers' 4-32 rows too and served slower:
+# overrides MAX_ROWS (benches). Routing the layers' 4-32 rows once served slower:
 # their outputs changed the timing of the KV writes, which then copied whole page arrays;
-# worker/kv/rows.py's in-place writes ended that (bench/README.md, session 19).
+# worker/kv/rows.py's in-place writes ended that.
 MAX_ROWS = _rows_setting("RAPID_MLX_GEMV_MAX_ROWS", 32)
 CHECK_ROWS = 3  # the check's rows against mx.matmul: sgemm sums 1-3 rows alone
 MIN_WEIGHTS_MANY_ROWS = 1 << 16  # smaller weights (stories260K's): sgemm as fast
 # threads summing one product of 2^22+ weight elements (gemv.cpp's kSplitMin: a large LM head)
 # in its two halves of weight rows, the same bits: the stream's thread and one helper. A
 # one-row step leaves the second core idle and the head's product is memory-bound
-# (bench/README.md, session 20). RAPID_MLX_GEMV_THREADS=1 keeps one
+# (measured). RAPID_MLX_GEMV_THREADS=1 keeps one
 THREADS = min(_rows_setting("RAPID_MLX_GEMV_THREADS", 2), 2, os.cpu_count() or 1) or 1
 _loaded: dict[str, Any] = {}
 
@@ -74,9 +74,9 @@ class Order(NamedTuple):
     q: int  # SGEMM_DEFAULT_Q: the K blocks of the regular path
 
 
-# Debian's OpenBLAS 0.3.21: Zen/Haswell cores (sgemm_kernel_16x4_haswell, GEMM_Q 320; session
-# 16) and SkylakeX cores (sgemm_kernel_16x4_skylakex_3 with GEMM_Q 448, and its small-matrix TN
-# kernel for small products; session 20). Other cores: MLX's matmul (the check fails)
+# Debian's OpenBLAS 0.3.21: Zen/Haswell cores (sgemm_kernel_16x4_haswell, GEMM_Q 320)
+# and SkylakeX cores (sgemm_kernel_16x4_skylakex_3 with GEMM_Q 448, and its small-matrix TN
+# kernel for small products). Other cores: MLX's matmul (the check fails)
 ORDERS = (Order("haswell", 0, 320), Order("skylakex", 1, 448))
 # the probe shapes of ``detect`` (tests, benches): both blocking rules, small and large products
 PROBE_SHAPES = ((512, 512), (256, 512), (1536, 512), (512, 1536), (4096, 192), (64, 1000))

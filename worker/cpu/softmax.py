@@ -3,11 +3,11 @@
 On the CPU, ``mx.fast.scaled_dot_product_attention`` falls back to plain ops (scale, matmul,
 select with the mask, ``softmax(precise=True)``, matmul), and MLX's x86 CPU softmax spends most
 of its time in ``simd::exp``: scalar, six calls to libm's ``fmaf`` per float (bench/README.md,
-sessions 10 and 15). worker/cpu/native/fma_softmax.cpp is an MLX primitive computing the same
+"What we learned"). worker/cpu/native/fma_softmax.cpp is an MLX primitive computing the same
 polynomial with inline FMA instructions, 8 lanes at a time, and the select and softmax in one
 kernel; ``sdpa`` is the fallback's graph built in C++ around it, and ``softmax`` is that kernel
 for worker/engine/sampling.py's top-p and min-p probabilities (over the vocabulary). Same float32 bits
-(tests/worker/test_cpu_softmax.py, bench/exp_fma.py over all 2^32 inputs). When the extension is
+(tests/worker/test_cpu_softmax.py; also compared over all 2^32 inputs when it was written). When the extension is
 not built (``make install`` builds it on Linux x86-64), does not load, lacks AVX2/FMA or fails
 its check at first use, one line is logged and everything stays on MLX's own ops.
 """

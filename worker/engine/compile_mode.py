@@ -9,12 +9,12 @@ MODES = ("auto", "on", "off")
 ENV = "RAPID_MLX_COMPILE_DECODE"  # a test and bench override: 1 (auto) or 0 (off)
 ROWS_ENV = "RAPID_MLX_COMPILE_DECODE_MAX_ROWS"  # a test and bench override of auto's row limit
 # auto's row limit: on stories260K the compiled step was faster at 1 and 8 rows and slower at
-# 32 (bench.compile_decode)
+# 32 (plain and compiled steps in turns)
 AUTO_MAX_ROWS = 8
 # auto's weight limit: compiling pays at 1-8 rows where a step is dispatch-bound (stories260K,
 # 1 MB: 1.41x vs 1.14x plain at 1 stream; the demo model, 9 MB: 0.67-0.82x the CPU per step).
 # Above it only 1-row steps compile: the Qwen3 bench model (116 MB, K8V4) measured 0.93-0.94x
-# per step compiled at 1 row and 0.97-1.09x at 8 (bench/README.md, sessions 7 and 8)
+# per step compiled at 1 row and 0.97-1.09x at 8 (measured)
 MAX_WEIGHT_BYTES = 32 << 20
 AUTO_LARGE_MAX_ROWS = 1
 

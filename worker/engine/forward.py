@@ -88,7 +88,7 @@ class Forward:
         # RoPE and RMSNorm with fewer CPU kernels in our forwards (worker/cpu/fast_ops.py), on small
         # models: on the Qwen3 bench model (116 MB) plain 8-row steps became 1.8-2.6x slower,
         # growing with the KV pool's size (page writes no longer in place; bench/README.md,
-        # session 15)
+        # "Keep page writes in place")
         self.fast_ops = wrap_fast_ops(model) if small else None
 
     def compiled_owners(self) -> dict[str, CompiledDecode]:

@@ -37,14 +37,14 @@ from worker.kv.rows import copy_rows
 
 CHUNK = 256  # key positions the cache grows by (few shapes)
 # only models up to this size use it: it paid on stories260K (1 MB, dispatch-bound: 0.76x /
-# 0.89x the CPU per token at 8 / 32 rows joining and leaving, session 9) and, once page writes
-# were in place and the products per row (session 19), on the Qwen3 bench model (116 MB, K8V4:
-# served 1.15x / 1.23x the tokens/s at 8 / 32 streams; session 9 had measured 0.98x / 1.07x the
-# CPU). Larger models were not measured (bench/README.md)
+# 0.89x the CPU per token at 8 / 32 rows joining and leaving) and, once page writes
+# were in place and the products per row, on the Qwen3 bench model (116 MB, K8V4:
+# served 1.15x / 1.23x the tokens/s at 8 / 32 streams; before those it measured 0.98x / 1.07x
+# the CPU). Larger models were not measured (bench/README.md)
 MAX_WEIGHT_BYTES = 256 << 20
 # decode batches from this many rows use it: at 1-2 rows the page gather is cheap and the cache's
 # read-back and scatter cost more (stories260K, dense / gather wall per step, medians of 11
-# rounds: 1.16 at 1 row, 1.11 at 2, 0.90 at 4, 0.92 at 8; bench.dense_decode, session 9)
+# rounds: 1.16 at 1 row, 1.11 at 2, 0.90 at 4, 0.92 at 8; dense and gather engines in turns)
 MIN_ROWS = 4
 # bytes of dense keys and values over all layers; above it, or above the store's spare bytes
 # (what its pool leaves of --kv-cache-memory), steps gather pages

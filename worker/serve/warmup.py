@@ -18,7 +18,7 @@ DRAFT_TOKENS = 16  # tokens of a drafting warm-up request: 12+ drafting steps (e
 DRAFT_BUCKETS = (1, 2, 4, 8)
 # ... with two rows at once only up to this bucket: a cold kernel cache's compiles come with the
 # first one- and two-row requests (a row and a page dimension of 1 or more), larger buckets
-# trace functions of the same kernels (bench.warmup_boot, session 10)
+# trace functions of the same kernels (measured: a cold and a warm boot of a drafting worker)
 DRAFT_PAIRS_UPTO = 2
 
 
@@ -28,7 +28,7 @@ def warm_up(engine: Any) -> float:
     The first call of a compiled decode function traces and compiles it; when MLX's kernel
     cache ($TMPDIR/mlx) is cold its fused kernels go through the system C++ compiler first
     (29 s for the first one-row step and 37 s for the first eight-row step of the demo model,
-    measured under load; 8-15 ms once cached, bench/compile_cost.py). One row and several rows
+    measured under load; 8-15 ms once cached). One row and several rows
     need different kernels, and so do keys of one page and of several. Without this the first
     requests' second tokens pay for it. With a drafter the requests run again, longer and to
     more pages (two rows at once only in the smaller ones), drafting every step with k going

@@ -3,7 +3,7 @@
 A verify batch is a decode batch with a few positions per row (n = k + 1): the same compiled
 machinery applies (``CompiledDecode``: page arrays and every per-step array as inputs, one
 function per shape key, here also per n). On a dispatch-bound model the plain verify forward
-cost 1.6x a compiled decode step, which took speculation's gain (bench/README.md, session 8).
+cost 1.6x a compiled decode step, which took speculation's gain (measured).
 """
 
 from __future__ import annotations

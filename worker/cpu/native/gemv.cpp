@@ -5,12 +5,12 @@
 // matrix and runs its GEMM micro-kernel, several times slower than a matrix-vector pass. This
 // primitive makes the same sums in the same order without the packing. The order (measured on
 // Debian's OpenBLAS 0.3.21, core Zen, sgemm_kernel_16x4_haswell.S; see bench/README.md,
-// session 16): K is cut into blocks as driver/level3.c cuts it (GEMM_Q = q, halves rounded up
+// "OpenBLAS packing"): K is cut into blocks as driver/level3.c cuts it (GEMM_Q = q, halves rounded up
 // to 8); in a block, each output is one FMA chain over k from 0 (a row of a 1-, 2- or 3-column
 // tile) or, in a full 4-column tile (4 rows of x), two chains, even and odd k of each 8-step,
 // with the tail of the block (len % 8) on the even one, added as even + odd; each block's
 // result is added to the output (0 first). matmul_rows keeps the one-chain order for every
-// row (session 18: faster than sgemm at 4-32 rows, and a row's bits do not depend on the
+// row (measured faster than sgemm at 4-32 rows, and a row's bits do not depend on the
 // batch). worker/cpu/gemv.py enables it only when it matches mx.matmul bit for bit on the
 // model's shapes at worker start. Build: worker/cpu/native/build.py.
 //

@@ -7,7 +7,7 @@
 // (overlapped decode), so a step's first write into a layer's array often finds the last
 // step's attention still holding it: a 32 MiB copy into fresh pages for the Qwen3 bench
 // model's K8V4 float tail, several per step at 32 rows once the step's timing shifts
-// (bench/README.md, session 19). Those holders have been encoded already and the stream thread
+// (bench/README.md, "Keep page writes in place"). Those holders have been encoded already and the stream thread
 // runs tasks in order, so they read the old rows before any later task writes. WriteRows
 // therefore writes in place whenever no array still to be encoded refers to the old version
 // (the array's descriptor has no other owner): a reader built but not yet encoded (MLX may
