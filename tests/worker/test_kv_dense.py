@@ -115,7 +115,7 @@ def _caches(engine: eng.Engine) -> list[DenseCache]:
 
 def _cache(engine: eng.Engine) -> DenseCache:
     """The engine's target dense decode cache."""
-    cache = engine._forward.dense
+    cache = engine.executor.forward.dense
     assert cache is not None and _caches(engine) == [cache]
     return cache
 
@@ -159,7 +159,7 @@ def test_large_models_gather_pages(model: tuple[str, Any, Any],
     kind, mdl, tok = model
     monkeypatch.setattr(kv_dense, "MAX_WEIGHT_BYTES", 0)
     engine = make_engine(mdl, tok, kind=kind, page_size=8, max_batch=8, compile_decode="off")
-    assert engine._forward.dense is None and not _caches(engine)
+    assert engine.executor.forward.dense is None and not _caches(engine)
     _run(engine, _prompts(tok, 8, False), 2, monkeypatch)
     assert dense_status(_caches(engine))["kv_dense_cache_steps"] == 0
 
@@ -188,7 +188,7 @@ def test_a_draft_models_cache_is_the_engines_too(monkeypatch: pytest.MonkeyPatch
     engine = make_engine(mdl, tok, kind="none", max_batch=8, compile_decode="off",
                          spec=Speculator(drafter, 3))
     assert drafter.forward.dense is not None and _caches(engine) == [
-        engine._forward.dense, drafter.forward.dense]
+        engine.executor.forward.dense, drafter.forward.dense]
     for i, q in enumerate(QUESTIONS[:6]):
         ids = tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)
         engine.add(f"r{i}", ids, SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True))
