@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import mlx.core as mx
 
@@ -26,10 +26,21 @@ if TYPE_CHECKING:
     from worker.engine.forward import Forward
     from worker.engine.request import Request
     from worker.kv.paged_kv import PagedKVStore
-    from worker.spec.mtp_load import MTPHead
 
 CATCH_UP_CHUNK = 512  # positions per MTP forward while a row catches up on its prompt
 BATCHED_TAIL = 8  # at most this many positions join the batched first forward
+
+
+class MTPHead(Protocol):
+    """What the drafter needs of a loaded next-n layer (worker/spec/mtp_load.py's MTPHead)."""
+
+    def hidden(self, tokens: mx.array, hidden: mx.array, positions: mx.array, cache: Any) -> mx.array:
+        """Output hidden states for TOKENS after HIDDEN at absolute POSITIONS."""
+        ...
+
+    def logits(self, hidden: mx.array) -> mx.array:
+        """Next-next-token logits from the layer's output hidden states."""
+        ...
 
 
 class MTPDrafter:
