@@ -13,7 +13,7 @@ import pytest
 from mlx_lm import load
 
 import worker.cpu.fast_ops as fast_ops
-import worker.engine.core as eng
+import worker.engine.executor as eng
 import worker.kv.dense as kv_dense
 from protocol.messages import SamplingParams
 from tests.conftest import shared_model

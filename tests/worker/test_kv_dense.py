@@ -10,6 +10,7 @@ import pytest
 from mlx_lm import load
 
 import worker.engine.core as eng
+import worker.engine.executor as executor
 import worker.engine.sampling as sampling
 import worker.kv.dense as kv_dense
 from protocol.messages import SamplingParams
@@ -36,13 +37,13 @@ def _run(engine: eng.Engine, prompts: dict[str, list[int]], late: int,
     """Greedy tokens and every sampled logits array; rows leave at staggered lengths and the
     last LATE prompts join while the others decode."""
     seen: list[np.ndarray] = []
-    original = sampling.sample  # what the engine imported
+    original = sampling.sample  # what the executor imported
 
     def recording(logits: mx.array, rows: Any) -> Any:
         seen.append(np.array(logits.astype(mx.float32)))
         return original(logits, rows)
 
-    monkeypatch.setattr(eng, "sample", recording)
+    monkeypatch.setattr(executor, "sample", recording)
     items = list(prompts.items())
     got: dict[str, list[int]] = {rid: [] for rid in prompts}
     early = items[: len(items) - late]
@@ -60,7 +61,7 @@ def _run(engine: eng.Engine, prompts: dict[str, list[int]], late: int,
         for out in engine.step():
             got[out.request_id].extend(out.token_ids)
         steps += 1
-    monkeypatch.setattr(eng, "sample", original)
+    monkeypatch.setattr(executor, "sample", original)
     return got, seen
 
 
