@@ -52,7 +52,7 @@ def test_every_compiled_verify_equals_the_plain_verify(kind: str, monkeypatch: p
     assert _run(engine, prompts, GREEDY) == plain
     assert engine.stats.accepted_tokens > 0
     assert len(calls) > 10 and all(calls), f"{calls.count(False)} of {len(calls)} calls differ"
-    target = engine._forward.compiled_verify
+    target = engine.executor.forward.compiled_verify
     assert target is not None and any(fn is not None for fn in target.fns.values())
 
 
@@ -68,7 +68,7 @@ def test_fused_draft_steps_propose_what_single_steps_do(monkeypatch: pytest.Monk
         engine.add(rid, ids, SamplingParams(max_tokens=200, temperature=0.0))
     for _ in range(6):
         engine.step()
-    engine._flush()
+    engine.flush()
     rows = list(engine.running)
     got = {}
     for fused in (True, False):

@@ -276,7 +276,7 @@ def test_engine_tokens_are_the_same(native: Any, order: cpu_gemv.Order, model: t
     for enabled in (False, True):
         monkeypatch.setattr(cpu_gemv, "ENABLED", enabled)
         engine = make_engine(mdl, tok, page_size=16, max_batch=rows, compile_decode="auto")
-        state = engine._forward.gemv
+        state = engine.executor.forward.gemv
         assert state is not None, "the check refused the kernel on this model"
         before = state.calls
         results.append(_run(engine, prompts, rows // 4, monkeypatch))

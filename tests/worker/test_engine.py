@@ -164,9 +164,9 @@ def test_overlapped_decode_steps_deliver_the_same_tokens(model: tuple[Any, Any],
     for overlap, early in ((False, False), (True, False), (True, True)):
         engine = make_engine(mdl, tok, overlap=overlap)
         overlapped: list[int] = []
-        original = engine._overlapped_step
-        monkeypatch.setattr(engine, "_overlapped_step",
-                            lambda o=overlapped, f=original: o.append(1) or f())
+        original = engine.executor.overlapped
+        monkeypatch.setattr(engine.executor, "overlapped",
+                            lambda plan, o=overlapped, f=original: o.append(1) or f(plan))
         for (rid, ids), params in zip(prompts.items(), kinds, strict=True):
             engine.add(rid, ids, params)
         got: dict[str, list[Any]] = {rid: [] for rid in prompts}

@@ -13,7 +13,7 @@ import pytest
 from mlx_lm import load
 
 import worker.cpu.fast_ops as fast_ops
-import worker.engine.core as eng
+import worker.engine.executor as eng
 import worker.kv.dense as kv_dense
 from protocol.messages import SamplingParams
 from tests.conftest import shared_model
@@ -129,7 +129,7 @@ def test_engine_logits_are_mx_fasts(model: tuple[str, Any, Any], rows: int, comp
         monkeypatch.setattr(fast_ops, "ENABLED", enabled)
         engine = make_engine(mdl, tok, kind=kind, memory="256MiB", page_size=8, max_batch=rows,
                              compile_decode="auto")
-        assert engine.kv.store.fmt.kind == kind and engine._forward.fast_ops is not None
+        assert engine.kv.store.fmt.kind == kind and engine.executor.forward.fast_ops is not None
         results.append(run_rows(engine, prompts, rows // 4, monkeypatch))
     (tokens_off, logits_off), (tokens_on, logits_on) = results
     assert tokens_on == tokens_off
@@ -171,6 +171,6 @@ def test_larger_models_keep_mx_fast(monkeypatch: pytest.MonkeyPatch) -> None:
     mdl, tok = load(str(shared_model("stories260K")))[:2]
     monkeypatch.setattr(kv_dense, "MAX_WEIGHT_BYTES", 0)
     engine = make_engine(mdl, tok, max_batch=8)
-    assert engine._forward.fast_ops is None
+    assert engine.executor.forward.fast_ops is None
     kinds = {type(m) for m in mdl.modules()}
     assert TableRoPE not in kinds and FusedRMSNorm not in kinds

@@ -10,6 +10,7 @@ import pytest
 from mlx_lm import load
 
 import worker.engine.core as eng
+import worker.engine.executor as executor
 import worker.engine.sampling as sampling
 import worker.kv.dense as kv_dense
 from protocol.messages import SamplingParams
@@ -36,13 +37,13 @@ def _run(engine: eng.Engine, prompts: dict[str, list[int]], late: int,
     """Greedy tokens and every sampled logits array; rows leave at staggered lengths and the
     last LATE prompts join while the others decode."""
     seen: list[np.ndarray] = []
-    original = sampling.sample  # what the engine imported
+    original = sampling.sample  # what the executor imported
 
     def recording(logits: mx.array, rows: Any) -> Any:
         seen.append(np.array(logits.astype(mx.float32)))
         return original(logits, rows)
 
-    monkeypatch.setattr(eng, "sample", recording)
+    monkeypatch.setattr(executor, "sample", recording)
     items = list(prompts.items())
     got: dict[str, list[int]] = {rid: [] for rid in prompts}
     early = items[: len(items) - late]
@@ -60,7 +61,7 @@ def _run(engine: eng.Engine, prompts: dict[str, list[int]], late: int,
         for out in engine.step():
             got[out.request_id].extend(out.token_ids)
         steps += 1
-    monkeypatch.setattr(eng, "sample", original)
+    monkeypatch.setattr(executor, "sample", original)
     return got, seen
 
 
@@ -115,7 +116,7 @@ def _caches(engine: eng.Engine) -> list[DenseCache]:
 
 def _cache(engine: eng.Engine) -> DenseCache:
     """The engine's target dense decode cache."""
-    cache = engine._forward.dense
+    cache = engine.executor.forward.dense
     assert cache is not None and _caches(engine) == [cache]
     return cache
 
@@ -159,7 +160,7 @@ def test_large_models_gather_pages(model: tuple[str, Any, Any],
     kind, mdl, tok = model
     monkeypatch.setattr(kv_dense, "MAX_WEIGHT_BYTES", 0)
     engine = make_engine(mdl, tok, kind=kind, page_size=8, max_batch=8, compile_decode="off")
-    assert engine._forward.dense is None and not _caches(engine)
+    assert engine.executor.forward.dense is None and not _caches(engine)
     _run(engine, _prompts(tok, 8, False), 2, monkeypatch)
     assert dense_status(_caches(engine))["kv_dense_cache_steps"] == 0
 
@@ -188,7 +189,7 @@ def test_a_draft_models_cache_is_the_engines_too(monkeypatch: pytest.MonkeyPatch
     engine = make_engine(mdl, tok, kind="none", max_batch=8, compile_decode="off",
                          spec=Speculator(drafter, 3))
     assert drafter.forward.dense is not None and _caches(engine) == [
-        engine._forward.dense, drafter.forward.dense]
+        engine.executor.forward.dense, drafter.forward.dense]
     for i, q in enumerate(QUESTIONS[:6]):
         ids = tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)
         engine.add(f"r{i}", ids, SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True))

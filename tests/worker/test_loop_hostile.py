@@ -127,7 +127,7 @@ def test_a_failing_step_answers_errors_and_the_loop_keeps_serving(loaded: Loaded
         ids = tok.encode("One day, a big dog")
         ref = _reference(loaded.model, tok, ids, 16)
         flaky = _FailOnce(rig.engine, victim="victim")
-        rig.engine._forward = flaky  # type: ignore[assignment]  # the loop thread reads it next step
+        rig.engine.executor.forward = flaky  # type: ignore[assignment]  # the loop thread reads it next step
         greedy = m.SamplingParams(max_tokens=16, temperature=0.0)
         rig.send(_gen("victim", greedy, prompt_ids=ids))
         assert rig.wait(lambda: rig.finished("victim"), 60)

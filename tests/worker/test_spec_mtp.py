@@ -25,7 +25,8 @@ from worker.engine.core import Engine
 from worker.model.embedded import embedded_model_path
 from worker.model.fetch import CannotLoad
 from worker.spec.controller import Speculator
-from worker.spec.mtp import MTPDrafter, mtp_drafter
+from worker.spec.mtp import MTPDrafter
+from worker.spec.mtp_load import mtp_drafter
 from worker.spec.registry import build_speculator
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ from mlx_lm import load
 from protocol.messages import RequestOutput, SamplingParams
 from tests.conftest import shared_model
 from tests.worker.test_engine import PROMPTS, _reference, make_engine
-from worker.engine import core as engine_mod
+from worker.engine import recovery
 from worker.engine.core import Engine, EngineBroken
 from worker.engine.failures import verify
 
@@ -28,7 +28,7 @@ def _assert_idle(engine: Engine) -> None:
     verify(kv, [])  # every prefix lock released (the root keeps its own)
     if kv.radix is not None:
         assert kv.radix.root.lock_ref == 1
-    assert engine._inflight is None
+    assert engine.executor.inflight is None
 
 
 def _drive(engine: Engine, got: dict[str, list[int]], errors: dict[str, RequestOutput],
@@ -50,7 +50,7 @@ class _FailOnce:
 
     def __init__(self, engine: Engine, victim: str, method: str = "__call__") -> None:
         self.engine, self.victim, self.method = engine, victim, method
-        self.inner = engine._forward
+        self.inner = engine.executor.forward
         self.failed_with: set[str] = set()
 
     def __getattr__(self, name: str) -> Any:  # the rest of Forward (idle, compiled, ...)
@@ -90,7 +90,7 @@ def test_failing_prefill_call_fails_its_rows_only(model: tuple[Any, Any], kind: 
         for out in engine.step():
             got[out.request_id].extend(out.token_ids)
     flaky = _FailOnce(engine, victim="7")
-    engine._forward = flaky  # type: ignore[assignment]
+    engine.executor.forward = flaky  # type: ignore[assignment]
     for rid in list(prompts)[4:]:
         engine.add(rid, prompts[rid], params)
     _drive(engine, got, errors)
@@ -115,7 +115,7 @@ def test_failing_overlapped_decode_fails_that_batch_keeps_the_queue(model: tuple
     for rid, ids in list(prompts.items())[:3]:
         engine.add(rid, ids, params)
     flaky = _FailOnce(engine, victim="1", method="decode_lazy")
-    engine._forward = flaky  # type: ignore[assignment]
+    engine.executor.forward = flaky  # type: ignore[assignment]
     for _ in range(8):  # the three running requests reach overlapped decoding, which fails
         for out in engine.step():
             if out.error is not None:
@@ -171,13 +171,13 @@ def test_steps_failing_in_a_row_or_torn_books_end_the_engine(model: tuple[Any, A
     def broken(*_: Any) -> Any:
         raise RuntimeError("device lost")
 
-    monkeypatch.setattr(engine._forward, "_build", broken)  # every prefill call fails
+    monkeypatch.setattr(engine.executor.forward, "_build", broken)  # every prefill call fails
     for i in range(3):
         engine.add(str(i), tok.encode(PROMPTS[i]), SamplingParams(max_tokens=4))
     outs = [o for _ in range(3) for o in engine.step()]
     assert {o.request_id for o in outs if o.error} == {"0", "1", "2"} and not engine.has_work
     _assert_idle(engine)
-    monkeypatch.setattr(engine_mod, "MAX_FAILED_STEPS", engine.failed_steps + 1)
+    monkeypatch.setattr(recovery, "MAX_FAILED_STEPS", engine.failed_steps + 1)
     engine.add("3", tok.encode(PROMPTS[3]), SamplingParams(max_tokens=4))
     with pytest.raises(EngineBroken):
         engine.step()

@@ -58,7 +58,7 @@ def test_replayed_plans_write_the_same_pages(name: str, kind: str) -> None:
     engine = make_engine(model, tok, kind=kind, compile_decode="off")
     tape = _Tape()
     leader = Leader(tape)  # type: ignore[arg-type]
-    engine._forward.tap = leader
+    engine.executor.forward.tap = leader
     prompts = ["Once upon a time", "The cat sat on the mat and", "Lily and Tom"]
     for i, text in enumerate(prompts):
         engine.add(str(i), tok.encode(text), SamplingParams(max_tokens=24, temperature=0.0))
@@ -93,7 +93,7 @@ def test_a_follower_frees_its_dense_cache_when_rank_0_is_idle() -> None:
     model, tok = load(str(shared_model("stories260K")))[:2]
     engine = make_engine(model, tok, compile_decode="off")
     tape = _Tape()
-    engine._forward.tap = Leader(tape)  # type: ignore[arg-type]
+    engine.executor.forward.tap = Leader(tape)  # type: ignore[arg-type]
     for i, text in enumerate(["Once upon a time", "The cat sat", "Lily and Tom", "One day",
                               "The sun was", "Mom said"][: kv_dense.MIN_ROWS + 2]):
         engine.add(str(i), tok.encode(text), SamplingParams(max_tokens=24, temperature=0.0,
@@ -104,7 +104,7 @@ def test_a_follower_frees_its_dense_cache_when_rank_0_is_idle() -> None:
     tape.plans.append(p.encode(p.Stop("done")))
     kinds = [type(p.decode(b)).__name__ for b in tape.plans]
     assert kinds[-2:] == ["Idle", "Stop"] and kinds.count("Idle") == 1, kinds
-    rank0 = engine._forward.dense
+    rank0 = engine.executor.forward.dense
     assert rank0 is not None and rank0.steps > 0 and rank0.nbytes == 0
 
     store = plan_kv(model, model_dtype(model), kind="none", memory="64MiB", page_size=16,

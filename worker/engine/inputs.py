@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import mlx.core as mx
 import numpy as np
 
-if TYPE_CHECKING:
-    from worker.engine.core import Engine
-    from worker.engine.request import Request
+from worker.engine.plan import AtRisk
+from worker.engine.request import EngineStats, Request
 
 
-def embeds(engine: Engine, group: list[tuple[Request, int]]) -> list[mx.array | None] | None:
+def embeds(model: Any, stats: EngineStats, risk: AtRisk,
+           group: list[tuple[Request, int]]) -> list[mx.array | None] | None:
     """Each row's input embeddings for its chunk when its prompt holds images there.
 
     The vision tower runs once per request (all its images), at its first chunk that
-    reaches an image; a failure there fails that request only.
+    reaches an image; a failure there fails that request only (RISK holds it alone).
     """
     if all(r.vision is None for r, _ in group):
         return None
@@ -27,13 +27,13 @@ def embeds(engine: Engine, group: list[tuple[Request, int]]) -> list[mx.array | 
             out.append(None)  # no image ahead (cached past them): its tokens are real
             continue
         if r.embeds is None:
-            engine._touched = [r]
-            r.embeds = engine.model.prompt_embeddings(v.ids, v.pixels)
-            engine.stats.images_encoded += len(v.spans)
+            risk.rows = [r]
+            r.embeds = model.prompt_embeddings(v.ids, v.pixels)
+            stats.images_encoded += len(v.spans)
         a, b = r.computed, r.computed + n
         part = r.embeds[a : min(b, len(v.ids))]
         if b > len(v.ids):  # recomputing after preemption: generated tokens follow
-            extra = engine.model.embed_tokens(mx.array([r.tokens[len(v.ids) : b]]))[0]
+            extra = model.embed_tokens(mx.array([r.tokens[len(v.ids) : b]]))[0]
             part = mx.concatenate([part, extra.astype(part.dtype)])
         out.append(part)
     return out

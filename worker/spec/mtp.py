@@ -11,21 +11,16 @@ drafter never saw (a prefix-cache hit) are skipped by starting the row's MTP con
 
 from __future__ import annotations
 
-import json
 import weakref
 from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import mlx.core as mx
 
 from worker.kv.manager import KVManager, RequestPages
 from worker.kv.paged_batch import PagedBatch
-from worker.kv.pages import completer
-from worker.kv.rows import writer
 from worker.spec.draft_model import DraftModelDrafter
 from worker.spec.mtp_hidden import MTPRow
-from worker.spec.mtp_load import MTPHead, load_mtp
 
 if TYPE_CHECKING:
     from worker.engine.forward import Forward
@@ -34,6 +29,18 @@ if TYPE_CHECKING:
 
 CATCH_UP_CHUNK = 512  # positions per MTP forward while a row catches up on its prompt
 BATCHED_TAIL = 8  # at most this many positions join the batched first forward
+
+
+class MTPHead(Protocol):
+    """What the drafter needs of a loaded next-n layer (worker/spec/mtp_load.py's MTPHead)."""
+
+    def hidden(self, tokens: mx.array, hidden: mx.array, positions: mx.array, cache: Any) -> mx.array:
+        """Output hidden states for TOKENS after HIDDEN at absolute POSITIONS."""
+        ...
+
+    def logits(self, hidden: mx.array) -> mx.array:
+        """Next-next-token logits from the layer's output hidden states."""
+        ...
 
 
 class MTPDrafter:
@@ -196,27 +203,3 @@ class MTPDrafter:
         batch = PagedBatch(self.kv.store, [st.kv.pages for st in states], starts, lengths,
                            self.dtype)
         return self.head.hidden(tokens, hidden, positions, batch.views()[0])
-
-
-def mtp_drafter(loaded: Any, *, max_batch: int, context_length: int, page_size: int = 16,
-                memory: str = "256MiB") -> Any:
-    """An MTPDrafter over the loaded target's next-n layer, its KV in its own full-precision pages."""
-    from worker.engine.core import model_dtype
-    from worker.kv.paged_kv import KVFormat, PagedKVStore
-    from worker.kv.setup import parse_memory
-
-    model: Any = getattr(loaded, "model", None)
-    path = Path(str(getattr(loaded, "path", "")))
-    config = getattr(loaded, "config", None)
-    if config is None and (path / "config.json").is_file():
-        config = json.loads((path / "config.json").read_text())
-    head = load_mtp(model, path, config or {})
-    dtype = model_dtype(model)
-    args = model.args
-    dim = getattr(args, "head_dim", None) or args.hidden_size // args.num_attention_heads
-    fmt = KVFormat(1, args.num_key_value_heads, dim, page_size, dtype, "none")
-    per_row = -(-context_length // page_size) + 1
-    budget = parse_memory(memory) // fmt.bytes_per_page()
-    store = PagedKVStore(fmt, max(min(max_batch * per_row + 1, budget), per_row + 1),
-                         put_rows=writer(), complete=completer())
-    return MTPDrafter(head, store, dtype)

@@ -19,6 +19,8 @@ import mlx.core as mx
 import mlx.nn
 from mlx_lm.models.base import create_attention_mask
 
+from worker.kv.pages import completer
+from worker.kv.rows import writer
 from worker.model.fetch import CannotLoad
 
 nn: Any = mlx.nn  # mlx.nn ships no type information mypy can follow
@@ -127,7 +129,7 @@ def load_mtp(target: Any, path: Path, config: dict[str, Any]) -> MTPHead:
         raise CannotLoad(model, "--speculative mtp needs multi-token-prediction layers, and "
                          "this checkpoint has none (quantized conversions drop them)", how)
     weights = _rename(weights)
-    from worker.engine.core import model_dtype
+    from worker.engine.dtype import model_dtype
 
     dtype = model_dtype(target)
     module = sys.modules[type(target).__module__]
@@ -147,3 +149,28 @@ def load_mtp(target: Any, path: Path, config: dict[str, Any]) -> MTPHead:
                          how) from exc
     mx.eval(layer.parameters())
     return MTPHead(layer, target)
+
+
+def mtp_drafter(loaded: Any, *, max_batch: int, context_length: int, page_size: int = 16,
+                memory: str = "256MiB") -> Any:
+    """An MTPDrafter over the loaded target's next-n layer, its KV in its own full-precision pages."""
+    from worker.engine.dtype import model_dtype
+    from worker.kv.paged_kv import KVFormat, PagedKVStore
+    from worker.kv.setup import parse_memory
+    from worker.spec.mtp import MTPDrafter
+
+    model: Any = getattr(loaded, "model", None)
+    path = Path(str(getattr(loaded, "path", "")))
+    config = getattr(loaded, "config", None)
+    if config is None and (path / "config.json").is_file():
+        config = json.loads((path / "config.json").read_text())
+    head = load_mtp(model, path, config or {})
+    dtype = model_dtype(model)
+    args = model.args
+    dim = getattr(args, "head_dim", None) or args.hidden_size // args.num_attention_heads
+    fmt = KVFormat(1, args.num_key_value_heads, dim, page_size, dtype, "none")
+    per_row = -(-context_length // page_size) + 1
+    budget = parse_memory(memory) // fmt.bytes_per_page()
+    store = PagedKVStore(fmt, max(min(max_batch * per_row + 1, budget), per_row + 1),
+                         put_rows=writer(), complete=completer())
+    return MTPDrafter(head, store, dtype)

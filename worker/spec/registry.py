@@ -49,7 +49,7 @@ def build_speculator(kind: str, loaded: Any, *, num_draft: int | None, draft_mod
         drafter = draft_drafter(draft_model, loaded.tokenizer, max_batch=max_batch,
                                 context_length=context_length, compile=compile_draft)
     elif kind == "mtp":  # the checkpoint's own next-n layer (refused when it has none)
-        from worker.spec.mtp import mtp_drafter
+        from worker.spec.mtp_load import mtp_drafter
 
         drafter = mtp_drafter(loaded, max_batch=max_batch, context_length=context_length)
     else:

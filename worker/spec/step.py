@@ -3,33 +3,36 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import mlx.core as mx
 
 from protocol.messages import RequestOutput
-from worker.spec.controller import Tokens
+from worker.engine.plan import Drafts
+from worker.engine.request import EngineStats, Request
+from worker.kv.manager import KVManager
+from worker.spec.controller import Speculator
 from worker.spec.verify import verify
 
-if TYPE_CHECKING:
-    from worker.engine.core import Engine
-    from worker.engine.request import Request
+__all__ = ["Drafts", "RowUpdate", "cap", "fed", "merge", "plan", "verify_rows"]
 
-Drafts = dict[int, tuple[Tokens, mx.array | None]]  # id(row) -> (tokens, q or None)
+# the output stage's per-token path: (row, token, log-probs or None, index in them, now) -> output
+RowUpdate = Callable[[Request, int, "mx.array | None", int, float], RequestOutput]
 
 
-def plan(engine: Engine, decodes: list[Request]) -> Drafts:
+def plan(spec: Speculator | None, kv: KVManager, context_length: int, running: list[Request],
+         decodes: list[Request]) -> Drafts:
     """Draft tokens for the decode rows that speculate this step, with pages reserved for them.
 
     Drafts never preempt anyone: a row whose extra pages are not free drafts nothing.
     """
-    spec = engine.spec
-    if spec is None or not spec.active(engine.running):
+    if spec is None or not spec.active(running):
         return {}
-    caps = [cap(engine, r) for r in decodes]
+    caps = [cap(kv, context_length, r) for r in decodes]
     out: Drafts = {}
     for r, (toks, q) in zip(decodes, spec.propose(decodes, caps), strict=True):
-        if len(toks) and engine.kv.ensure(r, r.computed + 1 + len(toks)):
+        if len(toks) and kv.ensure(r, r.computed + 1 + len(toks)):
             out[id(r)] = (toks, q)
     return out
 
@@ -42,20 +45,20 @@ def fed(r: Request, drafts: Drafts) -> list[int] | mx.array:
     return mx.concatenate([mx.array([r.tokens[-1]], dtype=toks.dtype), toks])
 
 
-def cap(engine: Engine, r: Request) -> int:
+def cap(kv: KVManager, context_length: int, r: Request) -> int:
     """Most draft tokens r can use: its token and context limits, and with K8V4 pages the
     full-precision tail page (a rollback must not land in a page before the one written last).
     """
-    room = min(r.params.max_tokens - r.generated, engine.context_length - len(r.tokens)) - 1
-    if engine.kv.store.quantized:
-        p = engine.kv.page_size
+    room = min(r.params.max_tokens - r.generated, context_length - len(r.tokens)) - 1
+    if kv.store.quantized:
+        p = kv.page_size
         room = min(room, p - 1 - (r.computed + 1) % p)
     return max(0, room)
 
 
-def verify_rows(engine: Engine, rows: list[Request], logits: list[mx.array],
-                drafts: Drafts) -> list[RequestOutput]:
-    """Accept each row's drafts exactly; append kept tokens through the engine's update path.
+def verify_rows(rows: list[Request], logits: list[mx.array], drafts: Drafts, update: RowUpdate,
+                kv: KVManager, stats: EngineStats, spec: Speculator) -> list[RequestOutput]:
+    """Accept each row's drafts exactly; append kept tokens through UPDATE (the output stage's).
 
     LOGITS[i] (n_i + 1, V) are row i's target logits at its fed positions. A row's KV keeps
     the verified positions only: computed moves past them and the pages beyond are freed.
@@ -77,7 +80,6 @@ def verify_rows(engine: Engine, rows: list[Request], logits: list[mx.array],
     every: list[int] = proposed.tolist()  # type: ignore[assignment]
     now = time.monotonic()
     outputs: list[RequestOutput] = []
-    engine.verified_rows = len(rows)
     at = 0
     for r in rows:
         toks = every[at : at + len(drafts[id(r)][0])]
@@ -86,18 +88,17 @@ def verify_rows(engine: Engine, rows: list[Request], logits: list[mx.array],
         start = r.computed
         news = []
         for i, tok in enumerate(kept):
-            news.append(engine._row_update(r, tok, logprobs, at + i, now))
+            news.append(update(r, tok, logprobs, at + i, now))
             if r.finish_reason is not None:
                 break
         r.computed = start + 1 + min(len(news), j)  # the last kept token has no KV yet
-        engine.kv.truncate(r, r.computed + 1)
-        engine.stats.drafted_tokens += len(toks)
-        engine.stats.accepted_tokens += j
-        engine.stats.decode_rows += min(len(news), j + 1) - 1  # the engine counted one
-        assert engine.spec is not None
-        engine.spec.observe(r, len(toks), j)
+        kv.truncate(r, r.computed + 1)
+        stats.drafted_tokens += len(toks)
+        stats.accepted_tokens += j
+        stats.decode_rows += min(len(news), j + 1) - 1  # the engine counted one
+        spec.observe(r, len(toks), j)
         merged = merge(news)
-        merged[0].drafted, merged[0].accepted, merged[0].drafter = len(toks), j, engine.spec.name
+        merged[0].drafted, merged[0].accepted, merged[0].drafter = len(toks), j, spec.name
         outputs += merged
         at += len(toks) + 1
     return outputs

@@ -61,7 +61,7 @@ class Leader:
 def lead(engine: Any, link: Link) -> Leader:
     """Make ENGINE's forward calls broadcast to the group; return the tap."""
     leader = Leader(link)
-    forward = engine._forward
+    forward = engine.executor.forward
     forward.sharded = True
     forward.tap = leader
     return leader
