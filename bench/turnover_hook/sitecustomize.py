@@ -99,10 +99,10 @@ def _patch_gateway() -> None:
 
 def _patch_worker() -> None:
     from worker.engine import core as engine
-    from worker.serve import intake, loop
+    from worker.serve import intake, loop, text_runner
 
-    cls, eng = loop.WorkerLoop, engine.Engine
-    admit, on_generate, send_outputs = cls._admit, cls._on_generate, cls._send_outputs
+    cls, text, eng = loop.WorkerLoop, text_runner.TextRunner, engine.Engine
+    admit, add, send_outputs = text._admit, text.add, cls.send_outputs
     prepare_job, step = intake.prepare_job, eng.step
     seen: set[str] = set()
 
@@ -110,9 +110,9 @@ def _patch_worker() -> None:
         _ev("W_admit", p.job.request_id)
         admit(self, p)
 
-    def t_on_generate(self: Any, job: Any) -> None:
+    def t_add(self: Any, job: Any) -> None:
         _ev("W_read", job.request_id)
-        on_generate(self, job)
+        add(self, job)
 
     def t_send_outputs(self: Any, outputs: list[Any]) -> None:
         for o in [*self._pending, *outputs]:
@@ -137,16 +137,17 @@ def _patch_worker() -> None:
         finally:
             _ev("W_step1", len(self.running))
 
-    cls._admit = t_admit  # type: ignore[method-assign]
-    cls._on_generate = t_on_generate  # type: ignore[method-assign]
-    cls._send_outputs = t_send_outputs  # type: ignore[method-assign]
+    text._admit = t_admit  # type: ignore[method-assign]
+    text.add = t_add  # type: ignore[method-assign]
+    cls.send_outputs = t_send_outputs  # type: ignore[method-assign]
     intake.prepare_job = t_prepare_job  # type: ignore[assignment]
     eng.step = t_step  # type: ignore[method-assign]
 
 
 _GROUPS = {"gateway": ({"gateway.openai.chat", "gateway.plane.hub", "gateway.plane.events",
                         "gateway.edge.http_protocol"}, _patch_gateway),
-           "worker": ({"worker.serve.loop", "worker.serve.intake", "worker.engine.core"}, _patch_worker)}
+           "worker": ({"worker.serve.loop", "worker.serve.text_runner", "worker.serve.intake",
+                       "worker.engine.core"}, _patch_worker)}
 _loaded: set[str] = set()
 
 

@@ -39,9 +39,11 @@ def test_analyze_a_synthetic_trace(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 def test_hook_wraps_and_writes(tmp_path: Path) -> None:
-    code = ("import worker.serve.loop, worker.serve.intake, worker.engine.core, gateway.openai.chat, "
+    code = ("import worker.serve.loop, worker.serve.text_runner, worker.serve.intake, "
+            "worker.engine.core, gateway.openai.chat, "
             "gateway.plane.hub, gateway.plane.events, gateway.edge.http_protocol\n"
-            "names = [worker.serve.loop.WorkerLoop._admit, worker.serve.intake.prepare_job, "
+            "names = [worker.serve.text_runner.TextRunner._admit, worker.serve.intake.prepare_job, "
+            "worker.serve.loop.WorkerLoop.send_outputs, "
             "worker.engine.core.Engine.step, gateway.plane.hub.Hub.submit, "
             "gateway.plane.events._on_step]\n"
             "print(all(f.__name__.startswith('t_') for f in names))\n"

@@ -12,8 +12,8 @@ from mlx_lm import load
 from protocol.messages import SamplingParams
 from tests.conftest import shared_model
 from tests.worker.test_engine import PROMPTS, _reference, _run, make_engine
-from worker.engine.attention import PagedBatch
 from worker.engine import attention
+from worker.engine.attention import PagedBatch
 from worker.model.embedded import embedded_model_path
 
 GREEDY = SamplingParams(max_tokens=20, temperature=0.0)
