@@ -30,8 +30,7 @@ class Outlet(Protocol):
         """Answer REQUEST_ID with an error (sent with the next outputs)."""
 
     def wait(self, timeout_ms: int) -> bool:
-        """Wait up to TIMEOUT_MS for a job (handled at once) or the runner's ``fd``; False once
-        the loop is stopping."""
+        """Wait up to TIMEOUT_MS for a job (handled at once) or ``fd``; False once stopping."""
 
 
 class Runner(Protocol):
@@ -50,8 +49,8 @@ class Runner(Protocol):
         """Drop these requests (queued, preparing or running) and free what they hold."""
 
     def collect(self, woke: bool) -> None:
-        """Before each step: take in what was prepared off the loop (WOKE: ``fd`` was readable);
-        raise when the runner can no longer serve (the supervisor restarts the worker)."""
+        """Before each step: take in work prepared off the loop (WOKE: ``fd`` was readable)."""
+        # raising here ends the worker: the supervisor restarts it
 
     def step(self) -> list[m.RequestOutput]:
         """Do one bounded piece of work (one batch, one window); return every request's news."""
@@ -87,8 +86,7 @@ class Runner(Protocol):
 
 
 class BasicRunner:
-    """Defaults for a runner that does all its work in ``step()``: nothing to poll or collect,
-    no heartbeat extras, and a status of its facts, its counts and its ``numbers()``."""
+    """Defaults for a runner that works only in ``step()``: no fd, nothing to collect, no extras."""
 
     facts: m.ModelFacts
     fd: int | None = None

@@ -52,8 +52,8 @@ class TextRunner:
         self.engine.abort(request_ids)
 
     def collect(self, woke: bool) -> None:
-        """Admit the prepared prompts, first waiting (bounded) for those intake is on now
-        (jobs arriving meanwhile join intake too)."""
+        """Admit prepared prompts, first waiting (INTAKE_WAIT) for those intake is on now."""
+        # jobs arriving during the wait join intake too, so a burst starts in one step
         intake = self.intake
         if woke or intake.has_news or intake.preparing:
             assert self.outlet is not None
