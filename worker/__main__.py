@@ -123,10 +123,10 @@ def model_kind(model: str, revision: str | None) -> str:
 def serve_kind(kind: str, args: argparse.Namespace, sock: Any, boot_id: str, secret: str) -> int:
     """Load and serve an embedding, speech-to-text or text-to-speech model until shutdown."""
 
-    from worker.kinds.loop import KindLoop
     from worker.kinds.registry import load_runner
     from worker.model.fetch import EXIT_CANNOT_LOAD, CannotLoad, resolve
     from worker.model.load import read_config
+    from worker.serve.loop import WorkerLoop
 
     try:
         path = resolve(args.model, args.revision)
@@ -141,8 +141,7 @@ def serve_kind(kind: str, args: argparse.Namespace, sock: Any, boot_id: str, sec
     from worker.model.fingerprint import fingerprint
 
     runner.facts.revision = fingerprint(path)
-    loop = KindLoop(runner, sock, args.alias, boot_id, args.parent_pid, secret=secret,
-                    path=str(path))
+    loop = WorkerLoop(runner, sock, args.alias, boot_id, args.parent_pid, secret=secret)
     logging.info("serving %s (%s, %s) pid %d boot %s", args.alias, args.model, kind,
                  os.getpid(), boot_id)
     return _serve(loop, args, sock, boot_id, "worker")
@@ -180,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     from worker.model.fingerprint import fingerprint
     from worker.model.load import load_model
     from worker.serve.loop import WorkerLoop
+    from worker.serve.text_runner import TextRunner
     from worker.spec.registry import build_speculator
 
     boot_id = args.boot_id or uuid.uuid4().hex
@@ -258,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
         from worker.tp.leader import lead
 
         leader = lead(engine, link)
-    loop = WorkerLoop(engine, loaded, sock, args.alias, boot_id, args.parent_pid, secret=secret)
+    loop = WorkerLoop(TextRunner(engine, loaded), sock, args.alias, boot_id, args.parent_pid,
+                      secret=secret)
     logging.info("serving %s (%s) pid %d boot %s", args.alias, args.model, os.getpid(), boot_id)
     return _serve(loop, args, sock, boot_id, "engine", leader)
 

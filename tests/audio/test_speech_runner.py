@@ -12,8 +12,8 @@ import pytest
 
 from protocol import messages as m
 from tests.audio.tts_setup import build_kokoro
-from worker.kinds.runner import QueueFull
 from worker.kinds.tts.runner import SpeechRunner, load_runner
+from worker.serve.runner import QueueFull
 
 VOICE = "jm_kumo"
 

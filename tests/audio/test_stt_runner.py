@@ -11,8 +11,8 @@ import pytest
 
 from protocol import messages as m
 from tests.audio.wer import wer
-from worker.kinds.runner import QueueFull
 from worker.kinds.stt.runner import SttRunner, load_runner
+from worker.serve.runner import QueueFull
 
 
 @pytest.fixture(scope="module")

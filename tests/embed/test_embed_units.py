@@ -19,8 +19,8 @@ from worker.kinds.embed.model import truncate
 from worker.kinds.embed.pooling import normalize, pool
 from worker.kinds.embed.runner import EmbedRunner
 from worker.kinds.embed.st_config import BadFolder, pooling_mode, read_embed_config
-from worker.kinds.runner import QueueFull
 from worker.model.fetch import CannotLoad
+from worker.serve.runner import QueueFull
 
 
 class FakeTokenizer:

@@ -1,4 +1,4 @@
-"""A real WorkerLoop on a thread behind a real DEALER, driven by a plain ROUTER as the gateway."""
+"""A real WorkerLoop (with a TextRunner) on a thread behind a real DEALER, driven by a plain ROUTER as the gateway."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from worker.engine.core import Engine, model_dtype
 from worker.kv.setup import plan_kv
 from worker.model.load import LoadedModel
 from worker.serve.loop import WorkerLoop
+from worker.serve.text_runner import TextRunner
 
 IDENTITY = b"worker"
 
@@ -38,8 +39,8 @@ class LoopRig:
         dealer = self.ctx.socket(zmq.DEALER)
         dealer.setsockopt(zmq.ROUTING_ID, IDENTITY)
         dealer.connect(address)
-        self.loop = WorkerLoop(self.engine, loaded, dealer, "default", "boot-1",
-                               chars_per_token=chars_per_token)
+        self.runner = TextRunner(self.engine, loaded, chars_per_token=chars_per_token)
+        self.loop = WorkerLoop(self.runner, dealer, "default", "boot-1")
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="worker-loop", daemon=True)
         self.thread.start()

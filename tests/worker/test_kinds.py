@@ -1,4 +1,4 @@
-"""Worker kinds: detection from config files, the missing-extra failure, and the KindLoop moving
+"""Worker kinds: detection from config files, the missing-extra failure, and the worker loop moving
 jobs and outputs over a real ZeroMQ pair (the runner here is a fake: the real runners have their
 own tests with real weights)."""
 
@@ -19,9 +19,9 @@ import zmq
 from protocol import messages as m
 from worker.kinds import registry
 from worker.kinds.detect import detect_kind
-from worker.kinds.loop import KindLoop
-from worker.kinds.runner import BadInput, QueueFull
 from worker.model.fetch import CannotLoad
+from worker.serve.loop import WorkerLoop
+from worker.serve.runner import BadInput, BasicRunner, QueueFull
 
 
 @pytest.mark.parametrize(("files", "config", "kind"), [
@@ -52,7 +52,7 @@ def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
         registry.load_runner("embed", "minilm", tmp_path, {}, argparse.Namespace())
 
 
-class FakeRunner:
+class FakeRunner(BasicRunner):
     """Embeds each input as its length, one request per step; refuses empty inputs."""
 
     def __init__(self, bound: int = 2) -> None:
@@ -74,6 +74,7 @@ class FakeRunner:
         self.queue = [j for j in self.queue if j.request_id not in request_ids]
 
     def step(self) -> list[m.RequestOutput]:
+        self.steps += 1
         job = self.queue.pop(0)
         vecs = [msgspec.msgpack.encode(float(len(x))) for x in job.inputs]
         return [m.RequestOutput(request_id=job.request_id, embeddings=vecs, finish_reason="stop")]
@@ -90,12 +91,12 @@ class FakeRunner:
     def waiting(self) -> int:
         return max(len(self.queue) - 1, 0)
 
-    def status(self) -> dict[str, Any]:
+    def numbers(self) -> dict[str, Any]:
         return {"queued": len(self.queue)}
 
 
 class Rig:
-    """A KindLoop on a thread behind a DEALER, and a ROUTER playing the gateway."""
+    """A WorkerLoop on a thread behind a DEALER, and a ROUTER playing the gateway."""
 
     def __init__(self, runner: FakeRunner) -> None:
         self.ctx = zmq.Context()
@@ -105,7 +106,7 @@ class Rig:
         dealer = self.ctx.socket(zmq.DEALER)
         dealer.setsockopt(zmq.ROUTING_ID, b"w")
         dealer.connect(address)
-        self.loop = KindLoop(runner, dealer, "emb", "boot-1")
+        self.loop = WorkerLoop(runner, dealer, "emb", "boot-1")
         self.thread = threading.Thread(target=self.loop.run, daemon=True)
         self.thread.start()
         self.events: list[m.Event] = []
@@ -153,12 +154,14 @@ def test_kind_loop_moves_jobs_and_outputs() -> None:
         rig.send(m.StatusQuery(query_id="q1"))
         assert rig.until(lambda: any(isinstance(e, m.Status) for e in rig.events))
         body = next(e for e in rig.events if isinstance(e, m.Status)).body
-        assert body["kind"] == "embed"
+        assert body["kind"] == "embed" and body["queued"] == 0 and body["steps"] == 1
         assert msgspec.convert(body["facts"], m.ModelFacts).kind == "embed"  # as adopt reads it
         assert body["protocol_version"] == m.PROTOCOL_VERSION
         rig.send(m.StatusQuery(query_id=m.ADOPT_QUERY))
         assert rig.until(lambda: sum(isinstance(e, m.Ready) for e in rig.events) == 2)
         assert rig.until(lambda: any(isinstance(e, m.Heartbeat) for e in rig.events), 2)
+        beat = next(e for e in rig.events if isinstance(e, m.Heartbeat))
+        assert beat.kv_total == 0 and beat.preparing == 0  # a text runner's extras only
     finally:
         rig.close()
     assert not rig.thread.is_alive()

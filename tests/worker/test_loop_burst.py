@@ -7,7 +7,7 @@ import pytest
 
 from protocol import messages as m
 from tests.worker.loop_harness import LoopRig
-from worker.serve import loop
+from worker.serve import text_runner
 
 
 def test_a_burst_gets_its_first_tokens_from_one_step(rig: LoopRig,
@@ -16,7 +16,7 @@ def test_a_burst_gets_its_first_tokens_from_one_step(rig: LoopRig,
     # thread could send the first job alone), and the wait's bound is one a loaded machine meets
     # (intake's thread may get no core for INTAKE_WAIT's 20 ms): what is left to prove is that
     # the loop waits for the prompts intake prepares before it steps
-    monkeypatch.setattr(loop, "INTAKE_WAIT", 30.0)
+    monkeypatch.setattr(text_runner, "INTAKE_WAIT", 30.0)
     rids = [f"burst-{i}" for i in range(6)]
     with rig.held():
         for i, rid in enumerate(rids):
@@ -26,4 +26,4 @@ def test_a_burst_gets_its_first_tokens_from_one_step(rig: LoopRig,
     assert rig.error is None
     firsts = {rig.outputs[r][0][0] for r in rids}  # arrival time of each first output's frame
     assert len(firsts) == 1, "the first tokens came from more than one step"
-    assert rig.loop.intake.preparing == 0
+    assert rig.runner.intake.preparing == 0

@@ -84,7 +84,7 @@ def test_a_request_aborted_while_tokenizing_never_answers(loaded: LoadedModel) -
         assert rig.wait(lambda: rig.finished("after"), 120)
         rig.wait(lambda: False, 0.3)
         assert "big" not in rig.outputs  # intake is FIFO: its answer would have come first
-        assert rig.loop.intake.pending == 0
+        assert rig.runner.intake.pending == 0
     finally:
         rig.close()
 

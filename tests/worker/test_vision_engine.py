@@ -21,7 +21,7 @@ from worker.engine.core import Engine, model_dtype
 from worker.kv.setup import plan_kv
 from worker.model.load import LoadedModel, load_model
 from worker.serve.intake import prepare_job
-from worker.serve.loop import vision_of
+from worker.serve.text_runner import vision_of
 
 pytestmark = pytest.mark.slow
 

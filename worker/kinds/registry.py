@@ -8,10 +8,10 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from worker.kinds.runner import Runner
 from worker.model.fetch import CannotLoad
+from worker.serve.runner import BasicRunner
 
-# kind -> (module with `load_runner(model, path, config, args) -> Runner`, the pip extra it
+# kind -> (module with `load_runner(model, path, config, args) -> BasicRunner`, the pip extra it
 # needs, the top-level packages of that extra)
 RUNNERS = {"embed": ("worker.kinds.embed.runner", "embeddings", ("mlx_embeddings",)),
            "transcribe": ("worker.kinds.stt.runner", "audio", ("mlx_audio", "av")),
@@ -28,12 +28,13 @@ def missing_extra(model: str, kind: str, extra: str, missing: list[str]) -> Cann
 
 
 def load_runner(kind: str, model: str, path: Path, config: dict[str, Any],
-                args: argparse.Namespace) -> Runner:
+                args: argparse.Namespace) -> BasicRunner:
     """Load MODEL (folder PATH) for KIND; CannotLoad names the extra when its packages are missing."""
     module_name, extra, packages = RUNNERS[kind]
     missing = [p for p in packages if importlib.util.find_spec(p) is None]
     if missing:
         raise missing_extra(model, kind, extra, missing)
     module = importlib.import_module(module_name)
-    runner: Runner = module.load_runner(model, path, config, args)
+    runner: BasicRunner = module.load_runner(model, path, config, args)
+    runner.folder = str(path)
     return runner

@@ -15,7 +15,7 @@ from protocol import messages as m
 from worker.kinds.embed.batching import Item, Pending, pick_batch
 from worker.kinds.embed.inputs import Encoder, InputError
 from worker.kinds.embed.model import EmbedModel, load_embed_model
-from worker.kinds.runner import QueueFull
+from worker.serve.runner import BasicRunner, QueueFull
 
 log = logging.getLogger("rapid_mlx.worker")
 
@@ -23,7 +23,7 @@ STEP_SECONDS = 4.0  # aim for one step to take about this long (the watchdog all
 TOKENS_MIN, TOKENS_MAX = 1024, 16384  # padded tokens per forward, whatever the timing says
 
 
-class EmbedRunner:
+class EmbedRunner(BasicRunner):
     """Embeds requests' inputs in batches; a request's output comes when all its inputs are done."""
 
     def __init__(self, model: EmbedModel, encoder: Encoder, facts: m.ModelFacts, max_batch: int,
@@ -66,6 +66,7 @@ class EmbedRunner:
 
     def step(self) -> list[m.RequestOutput]:
         """Run one padded forward over the next batch; return the requests it completed."""
+        self.steps += 1
         outputs, self.failed = self.failed, []
         batch = pick_batch(list(self.requests.values()), self.queued, self.max_batch,
                            self.max_tokens)
@@ -144,7 +145,7 @@ class EmbedRunner:
         """Requests none of whose inputs has run yet."""
         return sum(1 for p in self.requests.values() if not p.started)
 
-    def status(self) -> dict[str, Any]:
+    def numbers(self) -> dict[str, Any]:
         """Batches, inputs, tokens and seconds so far, and the current token budget per step."""
         return {"embed": {**self.stats, "seconds": round(float(self.stats["seconds"]), 3),
                           "max_tokens_per_step": self.max_tokens,

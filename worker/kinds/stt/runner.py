@@ -14,11 +14,11 @@ from typing import Any
 from mlx_audio.stt.models.whisper.tokenizer import LANGUAGES
 
 from protocol import messages as m
-from worker.kinds.runner import QueueFull
 from worker.kinds.stt.audio_io import AudioDecoder, AudioError
 from worker.kinds.stt.load import family, load_parakeet, load_whisper
 from worker.kinds.stt.parakeet_job import ParakeetJob
 from worker.kinds.stt.whisper_job import WhisperJob
+from worker.serve.runner import BasicRunner, QueueFull
 
 log = logging.getLogger("rapid_mlx.worker")
 
@@ -41,7 +41,7 @@ def max_audio_seconds(args: argparse.Namespace) -> float:
     return float(value) if value else DEFAULT_MAX_AUDIO_S
 
 
-class SttRunner:
+class SttRunner(BasicRunner):
     """Transcribes uploads window by window; concurrent requests interleave a window at a time."""
 
     def __init__(self, model: Any, facts: m.ModelFacts, kind: str, max_running: int,
@@ -87,6 +87,7 @@ class SttRunner:
 
     def step(self) -> list[m.RequestOutput]:
         """Admit waiting requests, then advance one request by one window (or one retry)."""
+        self.steps += 1
         outputs, self.early = self.early, []
         while self.queue and len(self.active) < self.max_running:
             self.active.append(self.queue.popleft())
@@ -153,7 +154,7 @@ class SttRunner:
         """Requests queued behind them."""
         return len(self.queue)
 
-    def status(self) -> dict[str, Any]:
+    def numbers(self) -> dict[str, Any]:
         """Windows decoded, requests finished, seconds of audio and of work."""
         return {**self.stats, "max_audio_seconds": self.limit_s}
 

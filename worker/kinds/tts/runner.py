@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 
 from protocol import messages as m
-from worker.kinds.runner import BadInput, QueueFull
 from worker.kinds.tts.encode import Encoder
 from worker.kinds.tts.g2p import MAX_PHONEMES, Phonemizer, language_for
 from worker.kinds.tts.requests import Speech, check
 from worker.model.fetch import CannotLoad
+from worker.serve.runner import BadInput, BasicRunner, QueueFull
 
 log = logging.getLogger("rapid_mlx.worker")
 DEFAULT_VOICE = "af_heart"  # Kokoro's own default, first when the model has it
@@ -42,7 +42,7 @@ def list_voices(path: Path) -> list[str]:
     return sorted(names, key=lambda n: n != DEFAULT_VOICE)
 
 
-class SpeechRunner:
+class SpeechRunner(BasicRunner):
     """Requests queue; each step synthesizes the next piece of one running request, in turn."""
 
     def __init__(self, model_name: str, tts: Any, path: Path, args: argparse.Namespace) -> None:
@@ -90,6 +90,7 @@ class SpeechRunner:
     def step(self) -> list[m.RequestOutput]:
         """Start the next piece of the next running request (in turn) on the speaking thread,
         or wait up to STEP_WAIT_S for the one being spoken; its news, or nothing yet."""
+        self.steps += 1
         while self._waiting and len(self._running) < self.max_running:
             self._running.append(self._waiting.popleft())
         if self._inflight is None:
@@ -179,7 +180,7 @@ class SpeechRunner:
         """Requests queued behind them."""
         return len(self._waiting)
 
-    def status(self) -> dict[str, Any]:
+    def numbers(self) -> dict[str, Any]:
         """Pieces, seconds of audio and of synthesis so far (their ratio is the real-time factor)."""
         s = dict(self._stats)
         s["audio_s"], s["synth_s"] = round(s["audio_s"], 3), round(s["synth_s"], 3)
