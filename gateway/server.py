@@ -100,8 +100,9 @@ async def serve(config: GatewayConfig) -> None:
     """Serve until SIGINT/SIGTERM; workers are stopped before returning."""
     limit = raise_fd_limit()
     bounds = connection_bounds(config, limit)
-    protocol = type("Protocol", (GuardedH11Protocol,), bounds)
     app = build_app(config)
+    bounds["shapes"] = app.state.error_shapes  # broken requests answered in their path's shape
+    protocol = type("Protocol", (GuardedH11Protocol,), bounds)
     budget = bounds["budget"]
     assert isinstance(budget, BodyBudget)
     app.state.hub.metrics.registry.register(BudgetGauge(budget))

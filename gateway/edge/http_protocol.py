@@ -12,11 +12,11 @@ from typing import Any, cast
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 
-from gateway.anthropic.errors import envelope, is_messages_path
 from gateway.edge.bodybudget import RELEASE_KEY, BodyBudget, pace, upfront
 from gateway.edge.connlimit import OverloadLog
 from gateway.edge.errors import APIError
 from gateway.edge.idle import FRESH_S, IdleConnections
+from gateway.edge.shapes import OPENAI_ONLY, ErrorShapes
 from gateway.edge.slowbody import Body, SlowBodies
 
 log = logging.getLogger("rapid_mlx.gateway")
@@ -30,10 +30,11 @@ REFUSAL_WAIT = 0.5  # seconds a refused connection may take to send its request 
 # picks the 503's error shape: Anthropic's on /v1/messages); then it gets the OpenAI shape
 
 
-def _error(status: int, reason: str, message: str, code: str,
+def _error(shapes: ErrorShapes, status: int, reason: str, message: str, code: str,
            kind: str = "invalid_request_error", extra: str = "", path: str = "") -> bytes:
+    """A whole HTTP/1.1 error answer (closing the connection) in PATH's error shape."""
     err = APIError(status, message, type=kind, code=code)
-    body = json.dumps(envelope(err) if is_messages_path(path) else err.body()).encode()
+    body = json.dumps(shapes.body(err, path)).encode()
     head = (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
             f"content-length: {len(body)}\r\n{extra}connection: close\r\n\r\n")
     return head.encode() + body
@@ -77,6 +78,7 @@ class GuardedH11Protocol(H11Protocol):
     idle: IdleConnections[GuardedH11Protocol] = IdleConnections()  # per server too
     bodies: SlowBodies[GuardedH11Protocol] = SlowBodies()  # per server too
     budget: BodyBudget = BodyBudget()  # per server too
+    shapes: ErrorShapes = OPENAI_ONLY  # the error shape per path (gateway/server.py: the app's)
     linger_slots: int = 32  # refused connections that may linger at once; more are reset at once
     _head_timer: asyncio.TimerHandle | None = None
     _lingering = False
@@ -115,7 +117,7 @@ class GuardedH11Protocol(H11Protocol):
                           waited)
         if self.conn.trailing_data[0]:
             self.transport.write(_error(
-                408, "Request Timeout", "The server needed this connection for another client: "
+                self.shapes, 408, "Request Timeout", "The server needed this connection for another client: "
                 f"the request head was not complete after {waited:.1f}s.", "connection_evicted",
                 path=_path(self._line)))
         if self.refusals.lingering > self.linger_slots:
@@ -184,7 +186,7 @@ class GuardedH11Protocol(H11Protocol):
         if not cycle.response_complete:
             cycle.disconnected = True  # its receive() answers http.disconnect, its send() drops
             cycle.message_event.set()
-            out = _error(408, "Request Timeout", f"The server needed {what} for another "
+            out = _error(self.shapes, 408, "Request Timeout", f"The server needed {what} for another "
                          f"client: the request body was arriving too slowly ({body.bytes} bytes "
                          f"in {waited:.1f}s).", "connection_evicted", path=self.scope["path"])
         if self.refusals.lingering > self.linger_slots:
@@ -210,7 +212,7 @@ class GuardedH11Protocol(H11Protocol):
 
     def _unavailable(self, path: str) -> bytes:
         """The 503 of a refused connection, in PATH's error shape."""
-        return _error(503, "Service Unavailable", f"The server has too many open connections "
+        return _error(self.shapes, 503, "Service Unavailable", f"The server has too many open connections "
                       f"(at most {self.max_connections}). Retry soon.", "too_many_connections",
                       kind="server_error", extra="retry-after: 1\r\n", path=path)
 
@@ -323,7 +325,7 @@ class GuardedH11Protocol(H11Protocol):
         cycle.message_event.set()
         self.flow.resume_reading()  # the rest of its body is read and dropped while lingering
         self._linger(b"" if started else _error(
-            503, "Service Unavailable", "The server holds too much request data right now "
+            self.shapes, 503, "Service Unavailable", "The server holds too much request data right now "
             f"(at most {self.budget.total} bytes of request bodies at once). Retry soon.",
             "request_bodies_full", kind="server_error", extra="retry-after: 1\r\n", path=path))
 
@@ -371,7 +373,7 @@ class GuardedH11Protocol(H11Protocol):
             if not self.conn.trailing_data[0]:
                 self.transport.close()  # nothing sent at all: just hang up
                 return
-            self._linger(_error(408, "Request Timeout", "The request headers were not complete "
+            self._linger(_error(self.shapes, 408, "Request Timeout", "The request headers were not complete "
                                 f"within {self.header_timeout:g}s.", "header_timeout",
                                 path=_path(self._line)))
 
@@ -422,10 +424,10 @@ class GuardedH11Protocol(H11Protocol):
         path = self.scope["path"] if cycle is not None and not cycle.response_complete \
             else _path(self._line or head)  # a broken body, else a broken head: its line
         if len(head) > MAX_HEADER_BYTES:
-            out = _error(431, "Request Header Fields Too Large", "The request line and headers "
+            out = _error(self.shapes, 431, "Request Header Fields Too Large", "The request line and headers "
                          f"must fit in {MAX_HEADER_BYTES} bytes.", "headers_too_large", path=path)
         else:
-            out = _error(400, "Bad Request", f"Malformed HTTP request: {msg}", "invalid_http",
+            out = _error(self.shapes, 400, "Bad Request", f"Malformed HTTP request: {msg}", "invalid_http",
                          path=path)
         self._linger(out)
 
