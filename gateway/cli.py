@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -24,6 +26,7 @@ from gateway.config import GatewayConfig
 from gateway.served import ServedModel
 from gateway.storage.paths import RESPONSES_DB, default_data_dir, prepare_data_dir
 from gateway.storage.schema import SchemaError, connect
+from protocol.process import EMBEDDED_PREFIX
 
 DEFAULT_ALIAS = "default"  # the embedded demo model (gateway/data/aliases.toml)
 
@@ -36,12 +39,6 @@ class OneLineError(click.ClickException):
     def show(self, file: Any = None) -> None:
         """Print the one line to stderr."""
         click.echo(f"error: {self.message}", err=True)
-
-
-class DownloadError(OneLineError):
-    """`pull` could not download the model."""
-
-    exit_code = 1
 
 
 def _aliases(aliases_file: str | None) -> dict[str, AliasEntry]:
@@ -325,8 +322,6 @@ def convert_embeddings(args: tuple[str, ...]) -> None:
               show_default=True, help="weights dtype in the output")
 def convert_whisper(src: str, dst: str, dtype: str) -> None:
     """Convert a faster-whisper (CTranslate2) Whisper folder SRC into an MLX folder DST."""
-    import subprocess
-
     cmd = [sys.executable, "-m", "worker.stt.convert_ct2", src, dst, "--dtype", dtype]
     sys.exit(subprocess.run(cmd, check=False).returncode)
 
@@ -425,22 +420,22 @@ def pull(model: str, revision: str | None, aliases_file: str | None) -> None:
     problem = unknown_model(model, aliases)
     if problem:
         raise OneLineError(problem)
-    from worker.fetch import EMBEDDED_PREFIX, CannotLoad, download, local_folder
-
     repo = aliases[model].repo if model in aliases else model
     if repo.startswith(EMBEDDED_PREFIX):
         click.echo(f"{model}: the embedded demo model ships with rapid-mlx; nothing to download")
         return
-    folder = local_folder(repo)
-    if folder is not None:
+    folder = Path(repo).expanduser()
+    if folder.is_dir():
         click.echo(f"{model}: a local folder ({folder.resolve()}); nothing to download")
         return
-    try:
-        path = download(repo, revision)
-    except CannotLoad as exc:
-        todo = "check the network and HF_HUB_OFFLINE, then try again" if exc.offline else exc.todo
-        raise DownloadError(f"cannot download '{repo}': {exc.why}; {todo}") from exc
-    click.echo(f"{model}: {repo} is in the local cache: {path}")
+    # the worker's fetch downloads (in its own process: the gateway does not import worker/); its
+    # progress and its one `error:` line go to this stderr, the folder to its stdout
+    cmd = [sys.executable, "-m", "worker.fetch", repo, *(["--revision", revision] if revision
+                                                         else [])]
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False)
+    if done.returncode != 0:
+        raise click.exceptions.Exit(done.returncode)
+    click.echo(f"{model}: {repo} is in the local cache: {done.stdout.strip()}")
 
 
 @main.command(context_settings={"ignore_unknown_options": True})

@@ -26,7 +26,8 @@ from gateway.edge.quietlog import quiet_uvicorn
 from gateway.edge.slowbody import SlowBodies
 from gateway.plane.drain import Drainer
 from gateway.plane.hub import Hub
-from gateway.plane.supervisor import EXIT_CANNOT_LOAD, Supervisor
+from gateway.plane.supervisor import Supervisor
+from protocol.process import EXIT_CANNOT_LOAD
 
 log = logging.getLogger("rapid_mlx.gateway")
 
