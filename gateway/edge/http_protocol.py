@@ -72,6 +72,7 @@ class GuardedH11Protocol(H11Protocol):
     _ending: asyncio.TimerHandle | None = None  # closes (or resets) a lingering one at the end
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        """A new connection: within the bound it joins, else it makes room or is refused."""
         self._head = HeadTimer(self.loop, transport, self.header_timeout, self._head_timed_out)
         self._charge = BodyCharge(self.budget, self)
         if self.max_connections is not None and len(self.connections) >= self.max_connections:
@@ -209,6 +210,7 @@ class GuardedH11Protocol(H11Protocol):
     # ---- reading requests --------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
+        """Read DATA: track the head's line and deadline, idleness, the body's pace and charge."""
         if self._refusal is not None:  # refused: its request line picks the 503's shape
             self._line += data[:8192]
             if b"\n" in self._line or len(self._line) >= 8192:
@@ -246,6 +248,7 @@ class GuardedH11Protocol(H11Protocol):
             # paused reading it (its clock starts again when reading resumes)
 
     def handle_events(self) -> None:
+        """h11's events; a new request head is admitted under the body budget."""
         before = self.cycle
         super().handle_events()
         cycle = self.cycle
@@ -302,6 +305,7 @@ class GuardedH11Protocol(H11Protocol):
     # ---- the end of requests and connections -------------------------------------------
 
     def connection_lost(self, exc: Exception | None) -> None:
+        """Give back the charge, leave every set and timer, then uvicorn's own cleanup."""
         self._charge.release()
         self.idle.discard(self)
         self._untrack()
@@ -319,6 +323,7 @@ class GuardedH11Protocol(H11Protocol):
         super().connection_lost(exc)
 
     def on_response_complete(self) -> None:
+        """The answer is complete: its charge goes back, the connection is idle again."""
         self._charge.release()  # before the next pipelined request is admitted
         self._line, self._line_read = b"", False  # the next request's line is kept anew
         super().on_response_complete()
@@ -347,6 +352,7 @@ class GuardedH11Protocol(H11Protocol):
         self._send_watch.paused()
 
     def resume_writing(self) -> None:
+        """The client takes the answer again: stop the stalled-send watch."""
         super().resume_writing()
         if self._send_watch is not None:
             self._send_watch.stop()
@@ -358,6 +364,7 @@ class GuardedH11Protocol(H11Protocol):
         return False
 
     def send_400_response(self, msg: str) -> None:
+        """A broken head or body framing: a 400 (431 for a head too large) in its path's shape."""
         self._head.disarm()
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:  # its body broke the framing:
