@@ -11,6 +11,7 @@ from typing import Any, Literal
 import msgspec
 
 from gateway.served import ServedModel
+from protocol.process import EMBEDDED_PREFIX
 
 BUILTIN = Path(__file__).resolve().parent / "data" / "aliases.toml"
 USER_DEFAULT = Path("~/.config/rapid-mlx/aliases.toml").expanduser()
@@ -118,7 +119,7 @@ def closest(name: str, aliases: dict[str, AliasEntry], n: int = 3) -> list[str]:
 
 def unknown_model(model: str, aliases: dict[str, AliasEntry]) -> str | None:
     """Why `serve MODEL` cannot work (one line), or None for an alias, folder or repo id."""
-    if model in aliases or model.startswith("embedded://") or Path(model).expanduser().is_dir():
+    if model in aliases or model.startswith(EMBEDDED_PREFIX) or Path(model).expanduser().is_dir():
         return None
     if _REPO_ID.fullmatch(model):
         return None  # org/name: the worker finds it in the cache or downloads it

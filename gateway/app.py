@@ -10,11 +10,11 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.routing import Route
 
 from gateway.aliases import detect_into
+from gateway.anthropic import errors as anthropic_errors
 from gateway.anthropic.endpoint import MessagesEndpoint
 from gateway.audio.speech import SpeechEndpoint
 from gateway.audio.transcriptions import AudioEndpoints
@@ -22,9 +22,9 @@ from gateway.config import GatewayConfig
 from gateway.doors.salt import CacheSalts
 from gateway.edge.auth import ApiKeyMiddleware, Operators, public_paths
 from gateway.edge.cors import CorsPolicy
-from gateway.edge.errors import APIError, handle_api_error, handle_http_error, handle_unexpected
 from gateway.edge.hosts import HostPolicy
 from gateway.edge.middleware import EdgeMiddleware
+from gateway.edge.shapes import ErrorShapes
 from gateway.openai.chat import ChatEndpoint
 from gateway.openai.completions import CompletionsEndpoint
 from gateway.openai.embeddings import EmbeddingsEndpoint
@@ -52,6 +52,13 @@ def _version() -> str:
         return version("rapid-mlx")
     except PackageNotFoundError:
         return "0.0.0"
+
+
+def error_shapes() -> ErrorShapes:
+    """The error envelopes of the gateway's paths: Anthropic's on /v1/messages, else OpenAI's."""
+    shapes = ErrorShapes()
+    shapes.register(anthropic_errors.PREFIX, anthropic_errors.envelope)
+    return shapes
 
 
 def build_app(config: GatewayConfig) -> Starlette:
@@ -153,19 +160,20 @@ def build_app(config: GatewayConfig) -> Starlette:
         Route("/docs", docs.page, methods=["GET"]),
         Route("/docs/static/{name}", docs.asset, methods=["GET"]),
     ]
+    shapes = error_shapes()
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
         middleware=[
             Middleware(EdgeMiddleware, hosts=HostPolicy(config.host, config.allowed_hosts),
-                       cors=CorsPolicy(config.cors_allow_origins)),
+                       cors=CorsPolicy(config.cors_allow_origins), shapes=shapes),
             Middleware(ApiKeyMiddleware, keys=config.api_keys, public=public_paths(
                 config.public_metrics, config.public_health, config.public_docs),
-                       admin_key=config.admin_key),
+                       admin_key=config.admin_key, shapes=shapes),
         ],
-        exception_handlers={APIError: handle_api_error, HTTPException: handle_http_error,
-                            Exception: handle_unexpected},
+        exception_handlers=shapes.exception_handlers(),
     )
+    app.state.error_shapes = shapes
     app.state.hub = hub
     app.state.supervisor = supervisor
     app.state.served = served

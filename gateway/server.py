@@ -26,7 +26,8 @@ from gateway.edge.quietlog import quiet_uvicorn
 from gateway.edge.slowbody import SlowBodies
 from gateway.plane.drain import Drainer
 from gateway.plane.hub import Hub
-from gateway.plane.supervisor import EXIT_CANNOT_LOAD, Supervisor
+from gateway.plane.supervisor import Supervisor
+from protocol.process import EXIT_CANNOT_LOAD
 
 log = logging.getLogger("rapid_mlx.gateway")
 
@@ -100,8 +101,9 @@ async def serve(config: GatewayConfig) -> None:
     """Serve until SIGINT/SIGTERM; workers are stopped before returning."""
     limit = raise_fd_limit()
     bounds = connection_bounds(config, limit)
-    protocol = type("Protocol", (GuardedH11Protocol,), bounds)
     app = build_app(config)
+    bounds["shapes"] = app.state.error_shapes  # broken requests answered in their path's shape
+    protocol = type("Protocol", (GuardedH11Protocol,), bounds)
     budget = bounds["budget"]
     assert isinstance(budget, BodyBudget)
     app.state.hub.metrics.registry.register(BudgetGauge(budget))

@@ -1,10 +1,9 @@
-"""Anthropic's error envelope for every /v1/messages error, from the gateway's APIError."""
+"""Anthropic's error envelope for every /v1/messages error, from the gateway's APIError (the app
+registers `envelope` for PREFIX with the edge's ErrorShapes)."""
 
 from __future__ import annotations
 
 from typing import Any
-
-from starlette.responses import JSONResponse, Response
 
 from gateway.edge.errors import APIError
 
@@ -26,7 +25,3 @@ def envelope(err: APIError) -> dict[str, Any]:
     kind = _TYPES.get(err.status, "invalid_request_error" if err.status < 500 else "api_error")
     return {"type": "error", "error": {"type": kind, "message": err.message}}
 
-
-def response(err: APIError) -> Response:
-    """ERR as an HTTP response in Anthropic's shape (its status and headers kept)."""
-    return JSONResponse(envelope(err), status_code=err.status, headers=err.headers)

@@ -8,7 +8,8 @@ import hmac
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.edge.errors import APIError, respond
+from gateway.edge.errors import APIError
+from gateway.edge.shapes import OPENAI_ONLY, ErrorShapes
 
 PROBES = ("/livez", "/readyz")
 HEALTH = ("/v1/health", "/health")
@@ -65,8 +66,9 @@ class ApiKeyMiddleware:
     """
 
     def __init__(self, app: ASGIApp, keys: list[str], public: tuple[str, ...],
-                 admin_key: str | None = None) -> None:
+                 admin_key: str | None = None, shapes: ErrorShapes = OPENAI_ONLY) -> None:
         self.app = app
+        self.shapes = shapes
         self.keys = list(keys)
         self.admin_key = admin_key or None
         self.exact = frozenset(public)
@@ -93,6 +95,6 @@ class ApiKeyMiddleware:
             err = APIError(401, "Incorrect API key provided: send `Authorization: Bearer KEY` (or "
                            "`x-api-key: KEY`) with a key given to the server by --api-key.",
                            code="invalid_api_key")
-            await respond(err, path)(scope, receive, send)
+            await self.shapes.response(err, path)(scope, receive, send)
             return
         await self.app(scope, receive, send)

@@ -129,32 +129,3 @@ def decode_body(raw: bytes, type_: type[T]) -> T:
         raise from_validation(exc) from exc
     except RecursionError:  # last line of defence: check_json should have refused it
         raise bad_request("The JSON body nests too deeply.", code="json_too_deep") from None
-
-
-def respond(err: APIError, path: str) -> Response:
-    """ERR as a response in the error shape of the protocol PATH belongs to."""
-    from gateway.anthropic.errors import is_messages_path, response  # it imports this module
-
-    return response(err) if is_messages_path(path) else err.response()
-
-
-async def handle_api_error(request: Request, exc: Exception) -> Response:
-    """Starlette exception handler for APIError."""
-    assert isinstance(exc, APIError)
-    return respond(exc, request.url.path)
-
-
-async def handle_http_error(request: Request, exc: Exception) -> Response:
-    """Starlette handler that wraps HTTP errors (404, 405...) in the OpenAI envelope."""
-    status = getattr(exc, "status_code", 500)
-    detail = getattr(exc, "detail", "error")
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    headers = dict(getattr(exc, "headers", None) or {})  # e.g. a 405's Allow
-    return respond(APIError(status, str(detail), type=kind, code=str(status), headers=headers),
-                   request.url.path)
-
-
-async def handle_unexpected(request: Request, exc: Exception) -> Response:
-    """Last resort: a bug becomes a clean 500 envelope, never a stack trace."""
-    return respond(APIError(500, f"internal error: {type(exc).__name__}: {exc}",
-                            type="server_error", code="internal_error"), request.url.path)

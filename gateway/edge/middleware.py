@@ -6,9 +6,10 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.edge.cors import CorsPolicy
-from gateway.edge.errors import APIError, respond
+from gateway.edge.errors import APIError
 from gateway.edge.hosts import HostPolicy
 from gateway.edge.http_protocol import MAX_HEADER_BYTES
+from gateway.edge.shapes import OPENAI_ONLY, ErrorShapes
 
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
@@ -60,8 +61,10 @@ class EdgeMiddleware:
     """Refuse what no route should see: unknown Hosts (400), cross-site writes (403), compressed
     bodies and non-JSON ones (415, but multipart uploads to the audio endpoints); answer CORS preflights and add CORS headers for allowed origins."""
 
-    def __init__(self, app: ASGIApp, hosts: HostPolicy, cors: CorsPolicy) -> None:
+    def __init__(self, app: ASGIApp, hosts: HostPolicy, cors: CorsPolicy,
+                 shapes: ErrorShapes = OPENAI_ONLY) -> None:
         self.app = app
+        self.shapes = shapes
         self.hosts = hosts
         self.cors = cors
 
@@ -99,7 +102,7 @@ class EdgeMiddleware:
         refusal = self._refusal(scope, headers)
         origin = headers.get("origin")
         if refusal is not None:
-            response = respond(refusal, scope.get("path", ""))
+            response = self.shapes.response(refusal, scope.get("path", ""))
             self.cors.decorate(origin, response.headers)
             await response(scope, receive, send)
             return

@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from protocol.process import EMBEDDED_PREFIX
+
 HIDDEN_LIVE = ("requests", "path", "pid", "facts", "model")  # of a worker's own status
 
 
 def is_local_path(model: str) -> bool:
     """True when MODEL names a folder on this machine rather than a hub repository."""
-    if model.startswith("embedded://"):
+    if model.startswith(EMBEDDED_PREFIX):
         return False
     p = Path(model).expanduser()
     return p.is_absolute() or model.startswith((".", "~")) or p.is_dir()

@@ -9,20 +9,60 @@ stranger changes any state: it is dropped and counted.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from gateway.plane.curve import CurveServer
+from gateway.plane.peers import PeerAuth, Rejections
 from gateway.plane.state import AliasState
 from protocol import messages as m
 
-if TYPE_CHECKING:
-    from gateway.plane.hub import Hub
-
 log = logging.getLogger("rapid_mlx.gateway")
+
+
+class AdoptingHub(Protocol):
+    """What handling a stranger's event needs of the hub (gateway.plane.hub.Hub has it)."""
+
+    @property
+    def external(self) -> bool:
+        """True when workers are started by someone else (--no-spawn-workers)."""
+        ...
+    @property
+    def draining(self) -> bool:
+        """True once the server stops admitting requests."""
+        ...
+    @property
+    def curve(self) -> CurveServer | None:
+        """The CURVE server when workers must prove a key, else None."""
+        ...
+    @property
+    def peers(self) -> PeerAuth:
+        """Who may speak for an alias's worker."""
+        ...
+    @property
+    def rejections(self) -> Rejections:
+        """Drops and counts frames from anyone else."""
+        ...
+    @property
+    def retired(self) -> set[str]:
+        """Boot ids declared gone; never accepted again."""
+        ...
+    @property
+    def nudged(self) -> dict[str, float]:
+        """When each unknown boot id was last asked to say Ready (or to leave)."""
+        ...
+
+    def send_to(self, identity: bytes, job: m.Job) -> bool:
+        """Send JOB to one worker identity without blocking; False when it cannot be routed."""
+        ...
+
+    def worker_gone(self, alias: str, boot_id: str | None, reason: str) -> None:
+        """The replica BOOT_ID left: end or re-route its in-flight requests."""
+        ...
 
 _MAX_NUDGED = 1024
 
 
-def on_stranger(hub: Hub, st: AliasState, identity: bytes, user_id: str | None, ev: m.Event,
+def on_stranger(hub: AdoptingHub, st: AliasState, identity: bytes, user_id: str | None, ev: m.Event,
                 now: float) -> None:
     """An event from a peer that is not the alias's current worker."""
     if isinstance(ev, m.Dead) and _own_loader(hub, st, identity, user_id, ev):
@@ -47,7 +87,7 @@ def on_stranger(hub: Hub, st: AliasState, identity: bytes, user_id: str | None, 
     hub.rejections.drop(identity, "not_owner", f"a {type(ev).__name__} for {st.alias}")
 
 
-def _own_loader(hub: Hub, st: AliasState, identity: bytes, user_id: str | None,
+def _own_loader(hub: AdoptingHub, st: AliasState, identity: bytes, user_id: str | None,
                 ev: m.Dead) -> bool:
     """True when a Dead comes from the worker being started for the alias (before its Ready)."""
     if ev.boot_id in hub.retired:
@@ -61,7 +101,7 @@ def _own_loader(hub: Hub, st: AliasState, identity: bytes, user_id: str | None,
     return hub.curve is not None and hub.curve.allows(user_id, st.alias)
 
 
-def _nudge(hub: Hub, boot_id: str, now: float, every: float) -> bool:
+def _nudge(hub: AdoptingHub, boot_id: str, now: float, every: float) -> bool:
     """True (and remembered) when BOOT_ID was not nudged in the last EVERY seconds."""
     if hub.nudged.get(boot_id, -every) > now - every:
         return False

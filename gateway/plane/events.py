@@ -7,21 +7,77 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import zmq
+import zmq.asyncio
 
-from gateway.plane.adopt import on_stranger
+from gateway.plane.adopt import AdoptingHub, on_stranger
+from gateway.plane.metrics import Metrics
 from gateway.plane.state import AliasState, Replica
 from protocol import messages as m
-
-if TYPE_CHECKING:
-    from gateway.plane.hub import Hub
 
 log = logging.getLogger("rapid_mlx.gateway")
 
 
-def reader_ended(hub: Hub, task: asyncio.Task[None]) -> None:
+class EventHub(AdoptingHub, Protocol):
+    """What reading and routing worker events needs of the hub (gateway.plane.hub.Hub has it)."""
+
+    wake_reader: Callable[[], None] | None
+    started_up: bool
+
+    @property
+    def address(self) -> str:
+        """The worker socket's address."""
+        ...
+    @property
+    def closing(self) -> bool:
+        """True once the hub is stopping."""
+        ...
+    @property
+    def sock(self) -> zmq.asyncio.Socket:
+        """The bound ROUTER socket the workers connect to."""
+        ...
+    @property
+    def aliases(self) -> dict[str, AliasState]:
+        """The served aliases' states by name."""
+        ...
+    @property
+    def metrics(self) -> Metrics:
+        """The worker plane's Prometheus metrics."""
+        ...
+    @property
+    def prepare_limit(self) -> float:
+        """Seconds one prompt may prepare in a worker's intake before it counts as hung."""
+        ...
+    @property
+    def accepted(self) -> set[str]:
+        """Boot ids whose Ready was accepted."""
+        ...
+    @property
+    def status_waiters(self) -> dict[str, asyncio.Future[dict[str, Any]]]:
+        """Futures of status queries in flight, by query id."""
+        ...
+    @property
+    def on_ready(self) -> Callable[[AliasState], None] | None:
+        """Called when an alias's replica becomes ready."""
+        ...
+
+    def serving(self, st: AliasState) -> bool:
+        """True when the alias takes new requests now (some replica is ready)."""
+        ...
+
+    def count_restart(self, alias: str) -> None:
+        """Record one restart of the alias's worker."""
+        ...
+
+    def flush_parked(self, st: AliasState) -> None:
+        """Send the jobs that waited for a ready replica of this alias."""
+        ...
+
+
+def reader_ended(hub: EventHub, task: asyncio.Task[None]) -> None:
     """Log the end of the reader task (only a stopping hub ends it on purpose)."""
     if hub.closing:
         return
@@ -30,7 +86,7 @@ def reader_ended(hub: Hub, task: asyncio.Task[None]) -> None:
                  "fails", exc or "cancelled", exc_info=exc)
 
 
-async def read_events(hub: Hub) -> None:
+async def read_events(hub: EventHub) -> None:
     """Read the worker socket forever; no frame and no handler error ends this loop.
 
     The socket's file descriptor wakes this task (no pyzmq future per message); every frame
@@ -64,7 +120,7 @@ BATCH = 256  # frames handled before the reader lets other tasks run
 _EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
 
 
-def _drain(hub: Hub, raw: zmq.Socket[Any]) -> bool | None:
+def _drain(hub: EventHub, raw: zmq.Socket[Any]) -> bool | None:
     """Handle the frames waiting in the socket: False when none is left, True after a full
     batch (more may wait), None when receiving failed."""
     for _ in range(BATCH):
@@ -86,7 +142,7 @@ def _drain(hub: Hub, raw: zmq.Socket[Any]) -> bool | None:
     return True
 
 
-def on_frames(hub: Hub, frames: list[zmq.Frame]) -> None:
+def on_frames(hub: EventHub, frames: list[zmq.Frame]) -> None:
     """Handle one multipart message: [identity, event] or dropped."""
     identity = frames[0].bytes
     if len(frames) != 2:
@@ -108,7 +164,7 @@ def on_frames(hub: Hub, frames: list[zmq.Frame]) -> None:
     on_event(hub, identity, user_id, event, peer)
 
 
-def on_event(hub: Hub, identity: bytes, user_id: str | None, ev: m.Event,
+def on_event(hub: EventHub, identity: bytes, user_id: str | None, ev: m.Event,
              peer: str = "") -> None:
     """Route one event, if it comes from a replica of the alias (Ready: if it proves itself)."""
     alias = identity.decode(errors="replace").split(":", 1)[0]
@@ -165,7 +221,7 @@ def revision_refusal(st: AliasState, ev: m.Ready) -> str | None:
             f"{st.alias} serve {ref.model} (revision {ref.revision or 'unknown'})")
 
 
-def accept_ready(hub: Hub, st: AliasState, identity: bytes, user_id: str | None, ev: m.Ready,
+def accept_ready(hub: EventHub, st: AliasState, identity: bytes, user_id: str | None, ev: m.Ready,
                  now: float, peer: str = "") -> None:
     """Make the sender a replica of the alias, if its Ready proves it may be."""
     if ev.protocol_version != m.PROTOCOL_VERSION:
@@ -212,7 +268,7 @@ def accept_ready(hub: Hub, st: AliasState, identity: bytes, user_id: str | None,
     hub.flush_parked(st)
 
 
-def _on_step(hub: Hub, r: Replica, ev: m.StepOutputs, now: float) -> None:
+def _on_step(hub: EventHub, r: Replica, ev: m.StepOutputs, now: float) -> None:
     r.last_step, r.last_progress = ev.step, now
     for out in ev.outputs:
         stream = r.streams.get(out.request_id)

@@ -20,13 +20,10 @@ from gateway.plane.drain import settle
 from gateway.plane.hub import AliasState, Hub, Terminal
 from gateway.plane.tp_group import group_command, group_folder, is_group
 from protocol.messages import SECRET_ENV
+from protocol.process import EXIT_CANNOT_LOAD
 
 log = logging.getLogger("rapid_mlx.gateway")
 
-# A worker exits with this code when its model cannot be loaded for a reason a restart will not
-# fix (worker/model/fetch.py has the same number): EX_CONFIG of sysexits.h. `serve` exits with it too
-# when no alias could load.
-EXIT_CANNOT_LOAD = 78
 _ASKED_TO_STOP = (0, -signal.SIGTERM, -signal.SIGINT)  # exits of a worker told to stop
 
 

@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from worker.tp.status import DIR_ENV
+from protocol.process import TP_DIR_ENV
 
 
 def tensor_parallel(worker_args: list[str]) -> int:
@@ -43,6 +43,6 @@ def group_folder(worker_args: list[str]) -> Iterator[dict[str, str]]:
         return
     folder = tempfile.mkdtemp(prefix="rapid-mlx-tp-")
     try:
-        yield {DIR_ENV: folder}
+        yield {TP_DIR_ENV: folder}
     finally:
         shutil.rmtree(folder, ignore_errors=True)

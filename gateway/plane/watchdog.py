@@ -5,15 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
 import zmq
 
 from gateway.plane.state import AliasState, Replica
 from protocol import messages as m
-
-if TYPE_CHECKING:
-    from gateway.plane.hub import Hub
 
 log = logging.getLogger("rapid_mlx.gateway")
 
@@ -27,12 +25,54 @@ PREPARE_LIMIT = 10
 PREPARE_FLOOR = 120.0
 
 
+class WatchedHub(Protocol):
+    """What the watchdog needs of the hub (gateway.plane.hub.Hub has it)."""
+
+    @property
+    def aliases(self) -> dict[str, AliasState]:
+        """The served aliases' states by name."""
+        ...
+    @property
+    def external(self) -> bool:
+        """True when workers are started by someone else (--no-spawn-workers)."""
+        ...
+    @property
+    def hang_timeout(self) -> float:
+        """Seconds a worker with work may make no progress before it is hung."""
+        ...
+    @property
+    def heartbeat_timeout(self) -> float:
+        """Seconds a worker's connection may leave a ping unanswered."""
+        ...
+    @property
+    def on_hung(self) -> Callable[[str, str], None] | None:
+        """Called with (alias, boot id) when a worker is declared hung."""
+        ...
+
+    def expire_parked(self, st: AliasState, now: float, message: str,
+                      code: str = "model_not_ready") -> None:
+        """End the parked jobs whose wait is over at NOW."""
+        ...
+
+    def send_now(self, identity: bytes, frame: bytes) -> None:
+        """Queue one frame for IDENTITY now; raise zmq.ZMQError if it cannot be queued."""
+        ...
+
+    def send_to(self, identity: bytes, job: m.Job) -> bool:
+        """Send JOB to one worker identity without blocking; False when it cannot be routed."""
+        ...
+
+    def worker_gone(self, alias: str, boot_id: str | None, reason: str) -> None:
+        """The replica BOOT_ID left: end or re-route its in-flight requests."""
+        ...
+
+
 def default_prepare_limit(hang_timeout: float) -> float:
     """Seconds one prompt may prepare in a worker's intake before the watchdog counts again."""
     return max(PREPARE_LIMIT * hang_timeout, PREPARE_FLOOR)
 
 
-async def watchdog(hub: Hub) -> None:
+async def watchdog(hub: WatchedHub) -> None:
     """Every 0.25 s: expire parked jobs, find lost external workers and hung ones."""
     while True:
         await asyncio.sleep(0.25)
@@ -46,7 +86,7 @@ async def watchdog(hub: Hub) -> None:
                 check_replica(hub, st, r, now)
 
 
-def check_replica(hub: Hub, st: AliasState, r: Replica, now: float) -> None:
+def check_replica(hub: WatchedHub, st: AliasState, r: Replica, now: float) -> None:
     """Declare replica R gone when it is lost (external) or hung with work."""
     if r.identity is None:
         return
@@ -64,7 +104,7 @@ def check_replica(hub: Hub, st: AliasState, r: Replica, now: float) -> None:
             hub.on_hung(st.alias, r.boot_id)
 
 
-def lost(hub: Hub, st: AliasState, r: Replica, now: float) -> bool:
+def lost(hub: WatchedHub, st: AliasState, r: Replica, now: float) -> bool:
     """Declare an external replica gone when its connection dropped or it fell silent."""
     assert r.identity is not None
     try:

@@ -12,7 +12,8 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from gateway.audio import upload
-from gateway.edge.errors import APIError, handle_api_error
+from gateway.edge.errors import APIError
+from gateway.edge.shapes import ErrorShapes
 
 
 async def _echo(request: Request) -> JSONResponse:
@@ -25,7 +26,7 @@ async def _echo(request: Request) -> JSONResponse:
 @pytest.fixture(scope="module")
 def client() -> TestClient:
     app = Starlette(routes=[Route("/up", _echo, methods=["POST"])],
-                    exception_handlers={APIError: handle_api_error})
+                    exception_handlers=ErrorShapes().exception_handlers())
     return TestClient(app)
 
 

@@ -10,7 +10,8 @@ from click.testing import CliRunner
 
 from gateway import cli
 from gateway.aliases import closest, load_aliases, unknown_model
-from gateway.plane.supervisor import EXIT_CANNOT_LOAD, _load_failure
+from gateway.plane.supervisor import _load_failure
+from protocol.process import EXIT_CANNOT_LOAD
 
 ALIASES = load_aliases()
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import uvicorn
 
+from gateway.app import error_shapes
 from gateway.edge.http_protocol import LINGER, GuardedH11Protocol, Refusals
 from gateway.edge.idle import IdleConnections
 from gateway.edge.slowbody import SlowBodies
@@ -57,7 +58,7 @@ class Edge:
         self.protocol: Any = type("P", (GuardedH11Protocol,), {
             "max_connections": max_connections, "refusals": Refusals(),
             "idle": IdleConnections(), "bodies": SlowBodies(), "linger_slots": 8,
-            "header_timeout": header_timeout, "send_stall": send_stall})
+            "header_timeout": header_timeout, "send_stall": send_stall, "shapes": error_shapes()})
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]

@@ -12,6 +12,7 @@ import pytest
 import uvicorn
 from uvicorn.server import ServerState
 
+from gateway.app import error_shapes
 from gateway.edge import http_protocol
 from gateway.edge.http_protocol import GuardedH11Protocol, Refusals
 from gateway.edge.idle import IdleConnections
@@ -87,7 +88,7 @@ class Gateway:
         self.config = uvicorn.Config(_app, timeout_keep_alive=60)
         self.cls = type("P", (GuardedH11Protocol,), {
             "max_connections": most, "refusals": Refusals(), "idle": IdleConnections(),
-            "header_timeout": 60.0})
+            "header_timeout": 60.0, "shapes": error_shapes()})
 
     def connect(self, data: bytes = b"") -> tuple[GuardedH11Protocol, Transport]:
         """A new connection, having sent DATA."""

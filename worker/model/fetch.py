@@ -1,19 +1,19 @@
 """Find a model's folder: a local path, the embedded demo, or a Hugging Face snapshot (cached or
-downloaded). Imports no mlx, so `rapid-mlx pull` can use it too."""
+downloaded). Imports no mlx: `rapid-mlx pull` runs it as `python -m worker.model.fetch REPO`."""
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
+
+from protocol.process import EMBEDDED_PREFIX
+from protocol.process import EXIT_CANNOT_LOAD as EXIT_CANNOT_LOAD  # a deterministic load failure
 
 log = logging.getLogger("rapid_mlx.worker")
 
-EMBEDDED_PREFIX = "embedded://"
 PATTERNS = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "*.tiktoken", "*.py"]
-# A worker exits with this code when its model cannot be loaded for a reason a restart will not
-# fix (gateway/plane/supervisor.py has the same number): EX_CONFIG of sysexits.h.
-EXIT_CANNOT_LOAD = 78
 
 
 class CannotLoad(Exception):
@@ -100,3 +100,26 @@ def _root_cause(exc: BaseException) -> str:
         exc = exc.__cause__
     text = str(exc).splitlines()[0] if str(exc) else ""
     return f"{type(exc).__name__}: {text}"[:160]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m worker.model.fetch REPO [--revision R]` (what `rapid-mlx pull` runs): download REPO
+    into the Hugging Face cache and print its folder, or one `error:` line and exit 1."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m worker.model.fetch", description=main.__doc__)
+    p.add_argument("repo", help="an 'org/name' Hugging Face repo id")
+    p.add_argument("--revision", default=None, help="branch, tag or commit (default: main)")
+    args = p.parse_args(argv)
+    try:
+        path = download(args.repo, args.revision)
+    except CannotLoad as exc:
+        todo = "check the network and HF_HUB_OFFLINE, then try again" if exc.offline else exc.todo
+        print(f"error: cannot download '{args.repo}': {exc.why}; {todo}", file=sys.stderr)
+        return 1
+    print(path, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import os
 
+from protocol.process import TP_DIR_ENV
+
 STATUS_ENV = "RAPID_MLX_TP_STATUS"  # set by worker/tp/launch.py: the file rank 0 writes
-DIR_ENV = "RAPID_MLX_TP_DIR"  # worker/tp/launch.py's folder for the group (removed on its exit)
+DIR_ENV = TP_DIR_ENV  # worker/tp/launch.py's folder for the group (removed on its exit)
 
 
 def write_status(code: int) -> None:

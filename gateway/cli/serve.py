@@ -1,114 +1,21 @@
-"""The `rapid-mlx` command: serve models, list them, operate a running server."""
+"""`rapid-mlx serve`: start the gateway and the workers of its models."""
 
 from __future__ import annotations
 
-import json
-import os
-import sqlite3
 import sys
 from typing import Any
 
 import click
 
-from gateway.aliases import (
-    AliasEntry,
-    format_table,
-    load_aliases,
-    served_model,
-    unknown_model,
-    user_alias_file,
-)
+from gateway.aliases import load_aliases, user_alias_file
 from gateway.anthropic.models import parse_model_map
-from gateway.cli_options import Size, edge_options, listed
+from gateway.cli.options import Size, edge_options, listed
+from gateway.cli.serve_config import data_dir as prepared_data_dir
+from gateway.cli.serve_config import group_args, served_models
 from gateway.config import GatewayConfig
-from gateway.served import ServedModel
-from gateway.storage.paths import RESPONSES_DB, default_data_dir, prepare_data_dir
-from gateway.storage.schema import SchemaError, connect
-
-DEFAULT_ALIAS = "default"  # the embedded demo model (gateway/data/aliases.toml)
 
 
-class OneLineError(click.ClickException):
-    """An error shown as one `error: ...` line (no usage text), with its own exit code."""
-
-    exit_code = 2
-
-    def show(self, file: Any = None) -> None:
-        """Print the one line to stderr."""
-        click.echo(f"error: {self.message}", err=True)
-
-
-class DownloadError(OneLineError):
-    """`pull` could not download the model."""
-
-    exit_code = 1
-
-
-def _aliases(aliases_file: str | None) -> dict[str, AliasEntry]:
-    try:
-        return load_aliases(user_alias_file(aliases_file))
-    except ValueError as exc:
-        raise OneLineError(str(exc)) from exc
-
-
-def _served(models: tuple[str, ...], names: tuple[str, ...], tool_parser: str | None,
-            reasoning_parser: str | None, aliases_file: str | None) -> list[ServedModel]:
-    aliases = _aliases(aliases_file)
-    models = models or (DEFAULT_ALIAS,)
-    for model in models:
-        problem = unknown_model(model, aliases)
-        if problem:
-            raise OneLineError(problem)
-    if names and len(names) != len(models):
-        raise click.UsageError("--served-model-name must be given once per MODEL")
-    out = [served_model(model, names[i] if names else None, aliases, tool_parser,
-                        reasoning_parser) for i, model in enumerate(models)]
-    if len({s.alias for s in out}) != len(out):
-        raise click.UsageError("two models would share an alias; use --served-model-name")
-    return out
-
-
-def _data_dir(path: str | None) -> str:
-    """The data directory, created 0700 with its database now, so that a bad one (unwritable,
-    not a database, a newer schema) stops the start with its reason."""
-    try:
-        directory = prepare_data_dir(path or default_data_dir())
-        connect(directory / RESPONSES_DB).close()
-    except (OSError, ValueError, sqlite3.Error, SchemaError) as exc:
-        raise click.ClickException(f"--data-dir: {exc}") from exc
-    return str(directory)
-
-
-def _print_version(ctx: click.Context, _: click.Parameter, value: bool) -> None:
-    if not value or ctx.resilient_parsing:
-        return
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        click.echo(f"rapid-mlx {version('rapid-mlx')}")
-    except PackageNotFoundError:
-        click.echo("rapid-mlx (version unknown: the package is not installed)")
-    ctx.exit()
-
-
-@click.group()
-@click.option("--version", "-V", is_flag=True, expose_value=False, is_eager=True,
-              callback=_print_version, help="Print the version and exit.")
-def main() -> None:
-    """rapid-mlx: an OpenAI-compatible inference server on MLX."""
-
-
-def _group_args(ranks: int, hostfile: str | None, port: int) -> list[str]:
-    """Worker options of a tensor-parallel group (worker/tp/launch.py reads them)."""
-    if hostfile and ranks == 1:
-        raise click.UsageError("--tp-hostfile needs --tensor-parallel N (its number of hosts)")
-    if ranks == 1:
-        return []
-    return (["--tensor-parallel", str(ranks)] + (["--tp-hostfile", os.path.abspath(hostfile)] if hostfile else [])
-            + (["--tp-port", str(port)] if port else []))
-
-
-@main.command()
+@click.command()
 @click.argument("models", nargs=-1)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8000, show_default=True, type=int)
@@ -215,8 +122,9 @@ def _group_args(ranks: int, hostfile: str | None, port: int) -> list[str]:
 def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
           api_keys: tuple[str, ...], tool_call_parser: str | None, reasoning_parser: str | None,
           aliases_file: str | None, kv_cache_turboquant: str, kv_cache_memory: str,
-          disable_prefix_cache: bool, shared_prefix_cache: bool, speculative: str, num_draft_tokens: int | None,
-          draft_model: str | None, compile_decode: str, max_batch: int, prefill_budget: int, max_waiting: int,
+          disable_prefix_cache: bool, shared_prefix_cache: bool, speculative: str,
+          num_draft_tokens: int | None, draft_model: str | None, compile_decode: str,
+          max_batch: int, prefill_budget: int, max_waiting: int,
           context_length: int, worker_address: str, hang_timeout: float, log_level: str,
           replicas: int, tensor_parallel: int, tp_hostfile: str | None, tp_port: int,
           routing: str,
@@ -239,7 +147,7 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
         worker_args.append("--disable-prefix-cache")
     if context_length:
         worker_args += ["--context-length", str(context_length)]
-    worker_args += _group_args(tensor_parallel, tp_hostfile, tp_port)
+    worker_args += group_args(tensor_parallel, tp_hostfile, tp_port)
     aliases = load_aliases(user_alias_file(aliases_file))
     if speculative == "draft" and not draft_model:
         raise click.UsageError("--speculative draft needs --draft-model PATH|ALIAS")
@@ -250,7 +158,7 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
         if draft_model:
             entry = aliases.get(draft_model)
             worker_args += ["--draft-model", entry.repo if entry is not None else draft_model]
-    served = _served(models, names, tool_call_parser, reasoning_parser, aliases_file)
+    served = served_models(models, names, tool_call_parser, reasoning_parser, aliases_file)
     try:
         anthropic_map = parse_model_map(list(model_map), {m.alias for m in served})
     except ValueError as exc:
@@ -276,7 +184,7 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
         max_connections=edge["max_connections"], max_body_memory=edge["max_body_memory"],
         allow_image_urls=edge["allow_image_urls"],
         alias_models={name: entry.repo for name, entry in aliases.items()},
-        data_dir=None if no_store else _data_dir(data_dir), store_responses=not no_store,
+        data_dir=None if no_store else prepared_data_dir(data_dir), store_responses=not no_store,
         responses_max_count=responses_max_count, responses_max_age_days=responses_max_age,
         responses_max_bytes=responses_max_bytes,
         responses_max_bytes_per_key=responses_max_bytes_per_key)
@@ -293,168 +201,3 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
         run(config)
     except KeyboardInterrupt:  # interrupted before the server could take over the signals
         sys.exit(130)
-
-
-@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
-                                "help_option_names": []})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def worker(args: tuple[str, ...]) -> None:
-    """Run one model worker that connects to a gateway (`python -m worker`; try --help)."""
-    from gateway.plane.tp_group import tensor_parallel
-
-    cmd = [sys.executable, "-m", "worker", *args]
-    if tensor_parallel(list(args)) > 1:  # a worker group: worker.tp.launch starts its ranks
-        cmd = [sys.executable, "-m", "worker.tp.launch", "--", *cmd]
-    os.execv(sys.executable, cmd)
-
-
-@main.command("convert-embeddings",
-              context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
-                                "help_option_names": []})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def convert_embeddings(args: tuple[str, ...]) -> None:
-    """Convert a sentence-transformers checkpoint for serving: SRC DST (try --help)."""
-    # the converter imports mlx (through mlx-embeddings), which the gateway never does
-    os.execv(sys.executable, [sys.executable, "-m", "worker.kinds.embed.convert", *args])
-
-
-@main.command("convert-whisper")
-@click.argument("src", type=click.Path(exists=True, file_okay=False))
-@click.argument("dst", type=click.Path(file_okay=False))
-@click.option("--dtype", type=click.Choice(["float16", "float32"]), default="float16",
-              show_default=True, help="weights dtype in the output")
-def convert_whisper(src: str, dst: str, dtype: str) -> None:
-    """Convert a faster-whisper (CTranslate2) Whisper folder SRC into an MLX folder DST."""
-    import subprocess
-
-    cmd = [sys.executable, "-m", "worker.kinds.stt.convert_ct2", src, dst, "--dtype", dtype]
-    sys.exit(subprocess.run(cmd, check=False).returncode)
-
-
-@main.command("convert-kokoro",
-              context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
-                                "help_option_names": []})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def convert_kokoro(args: tuple[str, ...]) -> None:
-    """Convert a Kokoro-82M ONNX export for serving: SRC DST [--voices] [--vocab] (try --help)."""
-    os.execv(sys.executable, [sys.executable, "-m", "worker.kinds.tts.convert", *args])
-
-
-_URL = click.option("--url", default="http://127.0.0.1:8000", show_default=True,
-                    envvar="RAPID_MLX_URL", help="the running server")
-
-
-@main.command()
-@_URL
-@click.option("--api-key", default=None, envvar="RAPID_MLX_API_KEY")
-@click.option("--admin-key", default=None, envvar="RAPID_MLX_ADMIN_KEY",
-              help="the server's --admin-key: with it pids, paths and every request are shown")
-@click.option("--json", "as_json", is_flag=True, help="print the raw JSON")
-@click.option("-v", "--verbose", is_flag=True, help="one line per running request")
-def status(url: str, api_key: str | None, admin_key: str | None, as_json: bool,
-           verbose: bool) -> None:
-    """Show every worker of a running server as a table (an API key of a server with keys sees
-    no pids, paths or requests: those need the admin key)."""
-    from gateway.ops.opsctl import OpsError, call, table
-
-    try:
-        _, body = call(url, "/v1/workers", key=admin_key or api_key)
-    except OpsError as exc:
-        raise click.ClickException(str(exc)) from exc
-    click.echo(json.dumps(body, indent=2) if as_json else table(body["data"], verbose))
-
-
-@main.command()
-@click.argument("alias")
-@click.argument("model", required=False)
-@_URL
-@click.option("--revision", default=None, help="Hugging Face revision of MODEL")
-@click.option("--admin-key", default=None, envvar="RAPID_MLX_ADMIN_KEY")
-@click.option("--drain-timeout", default=None, type=float,
-              help="seconds running requests may take (default: the server's)")
-@click.option("--timeout", default=600.0, show_default=True, type=float,
-              help="seconds to wait for the new worker")
-def swap(alias: str, model: str | None, url: str, revision: str | None, admin_key: str | None,
-         drain_timeout: float | None, timeout: float) -> None:
-    """Restart ALIAS's worker on a running server, on MODEL if given (else the same model)."""
-    from gateway.ops.opsctl import OpsError, call
-
-    body = {"model": model, "revision": revision, "timeout": timeout,
-            "drain_timeout": drain_timeout}
-    try:
-        code, out = call(url, f"/admin/swap/{alias}", key=admin_key, body=body,
-                         timeout=timeout + 30)
-    except OpsError as exc:
-        raise click.ClickException(str(exc)) from exc
-    what = "swapped" if code == 200 else "swap started (not ready yet)"
-    click.echo(f"{alias}: {what}: model {out['model']}, boot {out['previous_boot_id']} -> "
-               f"{out['boot_id']}, state {out['state']}")
-
-
-@main.command()
-@click.argument("directory", type=click.Path(file_okay=False))
-@click.option("--worker", "workers", multiple=True,
-              help="create a key pair for this worker (named ALIAS@HOST: it may serve only ALIAS)")
-def keys(directory: str, workers: tuple[str, ...]) -> None:
-    """Create CURVE keys in DIRECTORY: the gateway's, and one pair per --worker."""
-    from gateway.plane.curve import generate_keys
-
-    for path in generate_keys(directory, list(workers)):
-        click.echo(f"wrote {path}")
-
-
-@main.command()
-@click.option("--aliases", "aliases_file", default=None, envvar="RAPID_MLX_ALIASES",
-              help="a TOML file of extra or overriding aliases")
-def models(aliases_file: str | None) -> None:
-    """List the models `serve` knows by name (built-in aliases plus the user's file)."""
-    try:
-        click.echo(format_table(load_aliases(user_alias_file(aliases_file))))
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from exc
-
-
-@main.command()
-@click.argument("model")
-@click.option("--revision", default=None, help="branch, tag or commit (default: main)")
-@click.option("--aliases", "aliases_file", default=None, envvar="RAPID_MLX_ALIASES",
-              help="a TOML file of extra or overriding aliases")
-def pull(model: str, revision: str | None, aliases_file: str | None) -> None:
-    """Download MODEL (an alias or Hugging Face repo id) into the local cache, ahead of serving."""
-    aliases = _aliases(aliases_file)
-    problem = unknown_model(model, aliases)
-    if problem:
-        raise OneLineError(problem)
-    from worker.model.fetch import EMBEDDED_PREFIX, CannotLoad, download, local_folder
-
-    repo = aliases[model].repo if model in aliases else model
-    if repo.startswith(EMBEDDED_PREFIX):
-        click.echo(f"{model}: the embedded demo model ships with rapid-mlx; nothing to download")
-        return
-    folder = local_folder(repo)
-    if folder is not None:
-        click.echo(f"{model}: a local folder ({folder.resolve()}); nothing to download")
-        return
-    try:
-        path = download(repo, revision)
-    except CannotLoad as exc:
-        todo = "check the network and HF_HUB_OFFLINE, then try again" if exc.offline else exc.todo
-        raise DownloadError(f"cannot download '{repo}': {exc.why}; {todo}") from exc
-    click.echo(f"{model}: {repo} is in the local cache: {path}")
-
-
-@main.command(context_settings={"ignore_unknown_options": True})
-@click.argument("client", type=click.Choice(["codex", "claude", "opencode", "aider"]))
-@click.argument("client_args", nargs=-1, type=click.UNPROCESSED)
-@_URL
-@click.option("--model", "alias", default=None, help="the alias to use (default: the first served)")
-@click.option("--api-key", default=None, envvar="RAPID_MLX_API_KEY")
-@click.option("--write", "do_write", is_flag=True,
-              help="merge it into the file the client reads (the old file is backed up)")
-@click.option("--no-exec", "no_exec", is_flag=True, help="only print or write; do not run CLIENT")
-def launch(client: str, client_args: tuple[str, ...], url: str, alias: str | None,
-           api_key: str | None, do_write: bool, no_exec: bool) -> None:
-    """Print the configuration pointing CLIENT at the running server, then run CLIENT."""
-    from gateway.launch.run import launch as run
-
-    run(client, url, alias, api_key, do_write, not no_exec, client_args)
