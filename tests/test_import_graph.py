@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,6 +104,18 @@ def test_each_package_keeps_its_import_rules() -> None:
         for imported in imports_of(name, path, known):
             if imported.split(".")[0] in banned:
                 broken.append(f"{name} imports {imported}")
+    assert not broken, broken
+
+
+def test_protocol_and_parsers_import_only_the_standard_library_and_their_own() -> None:
+    allowed = set(sys.stdlib_module_names) | {"__future__"}
+    mods = project_modules()
+    known = set(mods)
+    broken = [f"{name} imports {imported}" for name, path in mods.items()
+              if (top := name.split(".")[0]) in ("protocol", "parsers")
+              for imported in imports_of(name, path, known)
+              if imported.split(".")[0] not in allowed | {top} | ({"msgspec"} if top == "protocol"
+                                                                else set())]
     assert not broken, broken
 
 
