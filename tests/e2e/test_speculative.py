@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from tests.e2e.harness import Server, plain_and
-from tests.worker.spec_helpers import PROMPTS
+from tests.worker.spec.spec_helpers import PROMPTS
 
 pytestmark = pytest.mark.slow
 

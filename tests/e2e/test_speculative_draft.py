@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from tests.e2e.harness import Server, plain_and
-from tests.worker.test_draft_model import QUESTIONS
+from tests.worker.spec.test_draft_model import QUESTIONS
 
 pytestmark = pytest.mark.slow
 

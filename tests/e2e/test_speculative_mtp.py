@@ -13,7 +13,7 @@ import pytest
 
 from tests.e2e.harness import Server
 from tests.mtp_model import glm_mtp_model
-from tests.worker.spec_helpers import PROMPTS
+from tests.worker.spec.spec_helpers import PROMPTS
 
 pytestmark = pytest.mark.slow
 

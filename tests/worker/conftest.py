@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.worker.loop_harness import LoopRig
+from tests.worker.serve.loop_harness import LoopRig
 from worker.model.embedded import embedded_model_path
 from worker.model.load import LoadedModel, load_model
 

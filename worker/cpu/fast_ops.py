@@ -13,7 +13,7 @@ is seven ops (square, sum, scale, add, rsqrt, two products).
 fused: the rope's cos/sin once per forward (for the calls given that forward's offset array),
 its rotation and the norm's element-wise tail through ``mx.compile`` (float32 only). Fused
 element-wise kernels evaluate each op in its dtype as the separate kernels do, so the results
-are the same bits (``tests/worker/test_fast_ops.py`` compares them with ``mx.fast``). Every other
+are the same bits (``tests/worker/cpu/test_fast_ops.py`` compares them with ``mx.fast``). Every other
 call (outside our forwards: an mlx-lm peer on the same model; an int offset; other dtypes,
 variants or a GPU) goes to ``mx.fast`` unchanged.
 """

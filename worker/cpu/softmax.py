@@ -7,7 +7,7 @@ of its time in ``simd::exp``: scalar, six calls to libm's ``fmaf`` per float (be
 polynomial with inline FMA instructions, 8 lanes at a time, and the select and softmax in one
 kernel; ``sdpa`` is the fallback's graph built in C++ around it, and ``softmax`` is that kernel
 for worker/engine/sampling.py's top-p and min-p probabilities (over the vocabulary). Same float32 bits
-(tests/worker/test_cpu_softmax.py; also compared over all 2^32 inputs when it was written). When the extension is
+(tests/worker/cpu/test_softmax.py; also compared over all 2^32 inputs when it was written). When the extension is
 not built (``make install`` builds it on Linux x86-64), does not load, lacks AVX2/FMA or fails
 its check at first use, one line is logged and everything stays on MLX's own ops.
 """

@@ -14,7 +14,7 @@ from typing import Any
 
 from protocol.messages import RequestOutput, SamplingParams
 from worker.engine.compile_mode import AUTO_MAX_ROWS, MAX_WEIGHT_BYTES, mode_in_force, rows_for
-from worker.engine.core.dtype import model_dtype
+from worker.engine.dtype import model_dtype
 from worker.engine.executor import Executor
 from worker.engine.failures import EngineBroken, SendFailed
 from worker.engine.forward import Forward

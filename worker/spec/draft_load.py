@@ -91,7 +91,7 @@ def draft_drafter(name: str, target_tokenizer: Any, *, max_batch: int, context_l
                   page_size: int = 16, memory: str = "256MiB", revision: str | None = None,
                   compile: bool | None = True) -> Any:
     """A DraftModelDrafter over draft model NAME (checked against TARGET_TOKENIZER)."""
-    from worker.engine.core.dtype import model_dtype
+    from worker.engine.dtype import model_dtype
     from worker.spec.draft_model import DraftModelDrafter
 
     loaded = load_draft(name, target_tokenizer, revision)

@@ -129,7 +129,7 @@ def load_mtp(target: Any, path: Path, config: dict[str, Any]) -> MTPHead:
         raise CannotLoad(model, "--speculative mtp needs multi-token-prediction layers, and "
                          "this checkpoint has none (quantized conversions drop them)", how)
     weights = _rename(weights)
-    from worker.engine.core.dtype import model_dtype
+    from worker.engine.dtype import model_dtype
 
     dtype = model_dtype(target)
     module = sys.modules[type(target).__module__]
@@ -154,7 +154,7 @@ def load_mtp(target: Any, path: Path, config: dict[str, Any]) -> MTPHead:
 def mtp_drafter(loaded: Any, *, max_batch: int, context_length: int, page_size: int = 16,
                 memory: str = "256MiB") -> Any:
     """An MTPDrafter over the loaded target's next-n layer, its KV in its own full-precision pages."""
-    from worker.engine.core.dtype import model_dtype
+    from worker.engine.dtype import model_dtype
     from worker.kv.paged_kv import KVFormat, PagedKVStore
     from worker.kv.setup import parse_memory
     from worker.spec.mtp import MTPDrafter

@@ -43,7 +43,7 @@ def run_follower(args: argparse.Namespace, link: Link) -> int:
     """Load, shard and serve this rank's part of the model; 0 when rank 0 stopped us cleanly."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # mlx.launch ends the group: no clean-up here
     from worker.engine.attention import install as install_paged_attention
-    from worker.engine.core.dtype import model_dtype
+    from worker.engine.dtype import model_dtype
     from worker.engine.forward import Forward
     from worker.kv.calibrate import calibrate_centers
     from worker.kv.setup import UnsupportedModel

@@ -12,7 +12,7 @@ from worker.tp.link import Link
 def load_shard(args: argparse.Namespace, link: Link) -> tuple[Any, KVPlan]:
     """A follower's model (sharded) and KV pool (rank 0's size), as rank 0 makes its own."""
     from worker.cpu.blas import apply_blas_policy
-    from worker.engine.core.dtype import model_dtype
+    from worker.engine.dtype import model_dtype
     from worker.kv.setup import plan_kv
     from worker.model.load import load_model
     from worker.tp.shard import shard_model, share_store
