@@ -56,3 +56,26 @@ def test_an_upload_cannot_name_files_on_the_server(tone: dict[str, Path],
     with pytest.raises(AudioError) as err:
         AudioDecoder(b"ffconcat version 1.0\nfile tone.flac\n", 7200).read(10 * SAMPLE_RATE)
     assert err.value.param == "file"
+
+
+def _zero_total_samples(flac: bytes) -> bytes:
+    """FLAC bytes whose STREAMINFO says 0 samples ("unknown"): the header states no duration."""
+    data = bytearray(flac)
+    assert data[:4] == b"fLaC" and data[4] & 0x7F == 0  # STREAMINFO is the first block
+    data[21] &= 0xF0  # the low 36 bits of STREAMINFO bytes 10-17 are the total samples
+    data[22:26] = b"\0\0\0\0"
+    return bytes(data)
+
+
+def test_a_zeroed_flac_header_does_not_skip_the_duration_limit(
+        tmp_path: Path, tone: dict[str, Path]) -> None:
+    """A long FLAC whose header claims no length is refused before a sample is decoded (its
+    packets are counted), and a short one still decodes whole."""
+    t = np.arange(int(30.0 * 16000)) / 16000
+    long = encode((0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32), 16000,
+                  tmp_path / "long.flac", "flac")
+    with pytest.raises(AudioError, match="longer than"):
+        AudioDecoder(_zero_total_samples(long.read_bytes()), 10)  # refused at open
+    d = AudioDecoder(_zero_total_samples(tone["flac"].read_bytes()), 10)
+    x = d.read(10 * SAMPLE_RATE)
+    assert d.done and abs(x.size / SAMPLE_RATE - 2.0) < 0.1

@@ -35,6 +35,21 @@ class AudioDecoder:
         self.limit_s = limit_s
         self.decoded = 0  # samples handed out so far
         self.done = False
+        self._open(data)
+        declared = self._declared_seconds()
+        if declared is None or declared <= 0:  # no header duration (or a zeroed one): measure
+            declared = self._demuxed_seconds()
+            self.close()
+            self._open(data)  # from the start again, for decoding
+            self.done = False
+        if declared is not None and declared > limit_s + 1.0:
+            self.close()
+            raise _too_long(limit_s)
+        self._resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
+        self._frames: Iterator[av.AudioFrame] = self._container.decode(self._stream)
+
+    def _open(self, data: bytes) -> None:
+        """Open DATA's container and its first audio stream (AudioError when it has none)."""
         try:
             self._container = av.open(io.BytesIO(data), mode="r", metadata_errors="ignore",
                                       container_options={"format_whitelist": DEMUXERS})
@@ -47,12 +62,22 @@ class AudioDecoder:
         except Exception as exc:  # FFmpeg's many errors (InvalidDataError, ...) mean "not audio"
             raise AudioError(f"The file could not be decoded as audio ({_brief(exc)}). Supported "
                              "formats: wav, mp3, flac, m4a, ogg, webm (any FFmpeg reads).") from exc
-        declared = self._declared_seconds()
-        if declared is not None and declared > limit_s + 1.0:
-            self.close()
-            raise _too_long(limit_s)
-        self._resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
-        self._frames: Iterator[av.AudioFrame] = self._container.decode(self._stream)
+
+    def _demuxed_seconds(self) -> float | None:
+        """The packets' summed durations (demuxed, not decoded: milliseconds for hours of audio),
+        stopping past the limit; None when the packets carry none (then decoding counts)."""
+        time_base = self._stream.time_base
+        if time_base is None:
+            return None
+        total, stop = 0, (self.limit_s + 1.0) / float(time_base)
+        try:
+            for packet in self._container.demux(self._stream):
+                total += packet.duration or 0
+                if total > stop:
+                    break
+        except Exception:  # a damaged tail: decoding keeps what is sound and counts it
+            pass
+        return float(total * time_base) if total else None
 
     def _declared_seconds(self) -> float | None:
         """The duration the container states, if any (checked again while decoding)."""
