@@ -312,3 +312,30 @@ def decode_event(data: bytes) -> Event:
     """Decode a worker -> gateway frame."""
     event: Event = _event_decoder.decode(data)
     return event
+
+
+def peek_tag(data: bytes) -> str | None:
+    """The tag of an encoded message (its array's first element), read without decoding the
+    rest; None when DATA does not start like one of our messages."""
+    if not data:
+        return None
+    head, at = data[0], 1
+    if 0x90 <= head <= 0x9F:
+        pass
+    elif head == 0xDC:
+        at = 3
+    elif head == 0xDD:
+        at = 5
+    else:
+        return None
+    if len(data) <= at:
+        return None
+    kind = data[at]
+    if 0xA0 <= kind <= 0xBF:
+        start, size = at + 1, kind - 0xA0
+    elif kind == 0xD9 and len(data) > at + 1:
+        start, size = at + 2, data[at + 1]
+    else:
+        return None
+    raw = data[start : start + size]
+    return raw.decode("utf-8", "replace") if len(raw) == size else None

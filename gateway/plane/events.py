@@ -20,6 +20,11 @@ from protocol import messages as m
 
 log = logging.getLogger("rapid_mlx.gateway")
 
+# what a peer that is not (yet) an alias's worker may send, and how large (a Ready carries the
+# model's facts, chat template included); anything else is dropped before it is decoded
+STRANGER_TAGS = frozenset({"ready", "hb", "dead"})
+STRANGER_MAX_BYTES = 4 << 20
+
 
 class EventHub(AdoptingHub, Protocol):
     """What reading and routing worker events needs of the hub (gateway.plane.hub.Hub has it)."""
@@ -148,8 +153,11 @@ def on_frames(hub: EventHub, frames: list[zmq.Frame]) -> None:
     if len(frames) != 2:
         hub.rejections.drop(identity, "malformed", f"a {len(frames) - 1}-part message")
         return
+    data = frames[1].bytes
+    if not _from_a_replica(hub, identity) and _refused_unread(hub, identity, data):
+        return
     try:
-        event = m.decode_event(frames[1].bytes)
+        event = m.decode_event(data)
     except Exception as exc:
         hub.rejections.drop(identity, "undecodable", f"an undecodable frame ({exc})")
         return
@@ -162,6 +170,30 @@ def on_frames(hub: EventHub, frames: list[zmq.Frame]) -> None:
         with contextlib.suppress(zmq.ZMQError):
             peer = str(frames[1].get("Peer-Address"))  # tcp only: the worker's IP
     on_event(hub, identity, user_id, event, peer)
+
+
+def _from_a_replica(hub: EventHub, identity: bytes) -> bool:
+    """True when IDENTITY is the routing id of an accepted worker (its frames are decoded)."""
+    st = hub.aliases.get(identity.decode(errors="replace").split(":", 1)[0])
+    return st is not None and any(r.identity == identity for r in st.replicas.values())
+
+
+def _refused_unread(hub: EventHub, identity: bytes, data: bytes) -> bool:
+    """Drop a frame from a peer that is no worker yet before decoding it (True when dropped):
+    such a peer may only say Ready, Heartbeat or Dead, in a frame of bounded size, so a forged
+    frame costs its size's read, never a decode of millions of elements."""
+    if identity.decode(errors="replace").split(":", 1)[0] not in hub.aliases:
+        hub.rejections.drop(identity, "unknown_alias", "a frame")
+        return True
+    tag = m.peek_tag(data)
+    if tag not in STRANGER_TAGS:
+        hub.rejections.drop(identity, "not_owner", f"a {tag!r} frame from a peer that is no worker")
+        return True
+    if len(data) > STRANGER_MAX_BYTES:
+        hub.rejections.drop(identity, "oversized",
+                            f"a {len(data)}-byte {tag} frame from a peer that is no worker")
+        return True
+    return False
 
 
 def on_event(hub: EventHub, identity: bytes, user_id: str | None, ev: m.Event,

@@ -21,6 +21,7 @@ from protocol import messages as m
 log = logging.getLogger("rapid_mlx.gateway")
 
 LOG_INTERVAL = 10.0  # seconds between two log lines about the same peer
+GLOBAL_LINES = 20  # log lines about dropped frames per interval, all peers together
 
 
 class PeerAuth:
@@ -75,12 +76,16 @@ def _same(given: str, expected: str) -> bool:
 
 
 class Rejections:
-    """Counts dropped frames per reason; logs at most one line per peer per interval."""
+    """Counts dropped frames per reason; logs at most one line per peer per interval, and at
+    most GLOBAL_LINES lines per interval whatever the number of peers."""
 
-    def __init__(self, metrics: Metrics, interval: float = LOG_INTERVAL) -> None:
+    def __init__(self, metrics: Metrics, interval: float = LOG_INTERVAL,
+                 global_lines: int = GLOBAL_LINES) -> None:
         self.metrics = metrics
         self.interval = interval
+        self.global_lines = global_lines
         self._logged: dict[bytes, float] = {}
+        self._window = (-interval, 0, 0)  # (start, lines logged, lines held back) of this interval
 
     def drop(self, identity: bytes, reason: str, what: str = "") -> None:
         """Drop one frame from IDENTITY for REASON (WHAT: a short description for the log)."""
@@ -88,6 +93,16 @@ class Rejections:
         now = time.monotonic()
         if now - self._logged.get(identity, -self.interval) < self.interval:
             return
+        start, lines, held = self._window
+        if now - start >= self.interval:
+            if held:
+                log.warning("worker socket: %d more peers' dropped frames were not logged "
+                            "(rapid_mlx_worker_plane_rejected_total counts them)", held)
+            start, lines, held = now, 0, 0
+        if lines >= self.global_lines:
+            self._window = (start, lines, held + 1)
+            return
+        self._window = (start, lines + 1, held)
         if len(self._logged) > 1024:  # many peers: forget old ones rather than grow
             self._logged = {k: t for k, t in self._logged.items() if now - t < self.interval}
             if len(self._logged) > 4096:

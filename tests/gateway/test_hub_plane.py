@@ -133,6 +133,65 @@ async def test_events_only_from_the_owner_and_the_reader_survives_anything(addre
         await hub.close()
 
 
+def _drops(hub: Hub, reason: str) -> float:
+    return sum(s.value for metric in hub.metrics.plane_rejected.collect() for s in metric.samples
+               if s.name.endswith("_total") and s.labels.get("reason") == reason)
+
+
+async def test_a_peer_that_is_no_worker_is_refused_before_its_frame_is_decoded(
+        address: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forged StepOutputs or an oversized Ready from a stranger is dropped by its head and
+    size (never decoded), and a flood of strangers logs a bounded number of lines."""
+    decoded: list[int] = []
+    real = m.decode_event
+
+    def counting(data: bytes) -> m.Event:
+        decoded.append(len(data))
+        return real(data)
+
+    monkeypatch.setattr(m, "decode_event", counting)
+    hub = await _hub(address, external=True, insecure=True)
+    worker, forger = Peer(address, b"a:boot1"), Peer(address, b"a:evil")
+    nobody = Peer(address, b"nobody:1")
+    try:
+        worker.send(_ready("a", "boot1"))
+        await _until(lambda: hub.serving(hub.aliases["a"]))
+        decoded.clear()
+        outs = [m.RequestOutput(request_id="r", token_ids=[1])] * 200_000
+        big = m.encode(m.StepOutputs(boot_id="boot1", step=9, outputs=outs))
+        huge_facts = m.ModelFacts(model="x", special_tokens=["t"] * 3_000_000)
+        huge_ready = m.encode(m.Ready(alias="a", boot_id="evil", pid=1, facts=huge_facts,
+                                      protocol_version=m.PROTOCOL_VERSION))
+        assert len(huge_ready) > (4 << 20)
+        before = (_drops(hub, "not_owner"), _drops(hub, "oversized"))
+        forger.send(big)
+        forger.send(huge_ready)
+        nobody.send(big)
+        await _until(lambda: (_drops(hub, "not_owner"), _drops(hub, "oversized"))
+                     == (before[0] + 1, before[1] + 1) and _drops(hub, "unknown_alias") >= 1)
+        assert decoded == []  # none of the three was decoded
+        worker.send(m.encode(m.Heartbeat(boot_id="boot1", step=1, running=0, waiting=0)))
+        await _until(lambda: decoded != [])  # the worker's own frames still are
+        assert hub.reader_alive() and hub.serving(hub.aliases["a"])
+    finally:
+        worker.close()
+        forger.close()
+        nobody.close()
+        await hub.close()
+
+
+def test_dropped_frames_log_a_bounded_number_of_lines(caplog: pytest.LogCaptureFixture) -> None:
+    """300 peers dropping frames in one interval log GLOBAL_LINES lines, not 300."""
+    from gateway.plane.metrics import Metrics
+    from gateway.plane.peers import GLOBAL_LINES, Rejections
+
+    rejections = Rejections(Metrics(lambda: []))
+    with caplog.at_level("WARNING", logger="rapid_mlx.gateway"):
+        for i in range(300):
+            rejections.drop(f"a:forged{i}".encode(), "not_owner")
+    assert len(caplog.records) == GLOBAL_LINES
+
+
 async def test_a_full_send_queue_is_a_503_at_once(address: str) -> None:
     hub = Hub(address, external=True, insecure=True)
     hub.add_alias("a", "demo")

@@ -75,3 +75,22 @@ def test_frames_are_tagged_arrays() -> None:
 def test_garbage_is_rejected_not_crashing() -> None:
     with pytest.raises((msgspec.DecodeError, msgspec.ValidationError)):
         m.decode_job(b"\x93\xa3gen\x01")
+
+
+@pytest.mark.parametrize("msg", [*_jobs(), *_events()], ids=lambda x: type(x).__name__)
+def test_a_frames_tag_is_read_without_decoding_it(msg: m.Job | m.Event) -> None:
+    data = m.encode(msg)
+    assert m.peek_tag(data) == type(msg).__struct_config__.tag
+    for cut in range(len(m.peek_tag(data) or "") + 1):  # a cut-off head names no tag
+        assert m.peek_tag(data[:cut]) is None
+
+
+def test_a_tag_behind_long_array_headers_and_str8() -> None:
+    import msgspec
+
+    many = msgspec.msgpack.encode(["step", *range(20)])  # array16 header
+    assert many[0] == 0xDC and m.peek_tag(many) == "step"
+    long_tag = msgspec.msgpack.encode(["x" * 40, 1])  # str8 tag
+    assert m.peek_tag(long_tag) == "x" * 40
+    for data in (b"", b"\x91", b"\x91\x01", b"\xa4step", b"\xc1", b"\x92\xd9"):
+        assert m.peek_tag(data) is None
