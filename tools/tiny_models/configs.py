@@ -1,0 +1,66 @@
+"""Per model_type, a tiny config that keeps the real checkpoints' structural features.
+
+Sizes are small (hidden 128-256, 2-6 layers); what is kept is what the engine must handle: the
+layer pattern (linear attention vs full attention, sliding vs global), windows, sinks, MLA ranks,
+MoE routing. ``vocab_size`` and the special tokens come from the demo tokenizer (``build.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Qwen3.5 / Qwen3.6 (Gated DeltaNet + attention every 4th layer; mlx-community's text_config)
+_QWEN3_5_TEXT: dict[str, Any] = {
+    "model_type": "qwen3_5_text",
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "rms_norm_eps": 1e-6,
+    "linear_num_value_heads": 4,
+    "linear_num_key_heads": 2,
+    "linear_key_head_dim": 32,
+    "linear_value_head_dim": 32,
+    "linear_conv_kernel_dim": 4,
+    "full_attention_interval": 4,
+    "tie_word_embeddings": True,
+    "attention_bias": False,
+    "max_position_embeddings": 4096,
+    "rope_parameters": {"rope_type": "default", "mrope_section": [11, 11, 10],
+                        "rope_theta": 100000, "partial_rotary_factor": 0.25},
+}
+
+CONFIGS: dict[str, dict[str, Any]] = {
+    "qwen3": {
+        "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+        "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": True,
+        "max_position_embeddings": 4096,
+    },
+    "qwen3_5": {"text_config": _QWEN3_5_TEXT, "tie_word_embeddings": True},
+    "qwen3_5_moe": {"text_config": {
+        **_QWEN3_5_TEXT, "model_type": "qwen3_5_moe_text", "num_experts": 4,
+        "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+        "shared_expert_intermediate_size": 64, "decoder_sparse_step": 1,
+    }, "tie_word_embeddings": True},
+    "qwen3_next": {
+        "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 4,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+        "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
+        "linear_num_value_heads": 4, "linear_num_key_heads": 2, "linear_key_head_dim": 32,
+        "linear_value_head_dim": 32, "linear_conv_kernel_dim": 4, "full_attention_interval": 4,
+        "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+        "shared_expert_intermediate_size": 64, "decoder_sparse_step": 1, "norm_topk_prob": True,
+        "mlp_only_layers": [], "tie_word_embeddings": False, "attention_bias": False,
+        "max_position_embeddings": 4096,
+    },
+}
+
+
+def config_for(model_type: str) -> dict[str, Any]:
+    """A copy of MODEL_TYPE's tiny config (KeyError: no tiny config for it)."""
+    import copy
+
+    return {"model_type": model_type, **copy.deepcopy(CONFIGS[model_type])}
