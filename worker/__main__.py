@@ -223,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
         spec = None
         if link is not None and args.speculative != "none":
             logging.warning("--speculative is off in a tensor-parallel group (not supported yet)")
+        elif plan.store.states is not None and args.speculative != "none":
+            logging.warning("--speculative is off for %s: a rejected draft would have to roll "
+                            "back its recurrent layers' states (not supported yet)", args.model)
         else:
             spec = build_speculator(args.speculative, loaded, num_draft=args.num_draft_tokens,
                                     draft_model=args.draft_model, max_batch=args.max_batch,
@@ -233,8 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         return _give_up(sock, args.alias, boot_id, "signal", 0)
     except (CannotLoad, UnsupportedModel) as exc:  # a restart would not help
         line = str(exc) if isinstance(exc, CannotLoad) else (
-            f"cannot serve '{args.model}': {exc}; pick a model with plain attention layers "
-            "(see 'rapid-mlx models')")
+            f"cannot serve '{args.model}': {exc} (see 'rapid-mlx models')")
         # a gateway that spawned us prints the line it gets in our Dead; alone, we print it
         logging.log(logging.DEBUG if args.parent_pid else logging.ERROR, "%s", line)
         logging.debug("details", exc_info=True)

@@ -342,7 +342,8 @@ def install() -> None:
 
 
 def routes_attention(model: Any) -> bool:
-    """True when every attention layer of MODEL calls the routed attention function."""
+    """True when every attention layer of MODEL calls the routed attention function (a hybrid
+    model's recurrent layers aside)."""
     install()
     routed = {f for f in (_installed["routed"], _installed.get("vlm_routed")) if f is not None}
     layers = getattr(getattr(model, "model", model), "layers", None) or getattr(model, "layers", [])
@@ -350,6 +351,8 @@ def routes_attention(model: Any) -> bool:
     for layer in layers:
         attn = next((getattr(layer, a) for a in ("self_attn", "attention", "attn")
                      if hasattr(layer, a)), None)
+        if attn is None and hasattr(layer, "linear_attn"):
+            continue  # a hybrid model's recurrent layer (worker/kv/state_view.py)
         if attn is None:
             return False
         module = sys.modules.get(type(attn).__module__)

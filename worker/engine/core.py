@@ -45,10 +45,11 @@ class Engine:
                  spec: Speculator | None = None, compile_decode: str = "auto") -> None:
         self.model = model
         self.tokenizer = tokenizer
-        self.kv = KVManager(store, prefix_cache=prefix_cache)
+        self.kv = KVManager(store, prefix_cache=prefix_cache, max_batch=max_batch)
         self.dtype = model_dtype(model)
         self.compile_decode = mode_in_force(compile_decode)  # --compile-decode (worker/engine/compile_mode.py)
-        rows = rows_for(self.compile_decode, max_batch, model)
+        # a hybrid model's recurrent states are written outside the compiled step's inputs
+        rows = rows_for(self.compile_decode, max_batch, model) if store.states is None else 0
         forward = Forward(model, store, self.dtype, compile_rows=rows)
         self.compiled = forward.compiled  # None when no decode step runs compiled
         if self.compile_decode == "auto" and 0 < rows < max_batch:

@@ -14,22 +14,34 @@ from worker.engine.compile_mode import AUTO_MAX_ROWS, rows_for
 from worker.engine.compiled_decode import CompiledDecode
 from worker.kinds.vision.inputs import KEY_BASE
 from worker.kv.dense import DenseCache, pays_for
-from worker.kv.manager import RequestPages
 from worker.kv.paged_kv import PagedKVStore
+from worker.kv.request_pages import RequestPages
+from worker.kv.state_view import StateRows
 from worker.spec.compiled_verify import CompiledVerify
 
 # Architectures whose Model.__call__ is exactly `head(model(inputs, cache))`: for these the head
 # runs on the last position only, and not at all for prompt chunks that need no logits.
-_PLAIN_HEAD = {"llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "glm4_moe"}
+_PLAIN_HEAD = {"llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "glm4_moe",
+               "qwen3_next"}
+# Architectures whose Model.__call__ is exactly `language_model(inputs, cache)`, itself plain
+_WRAPPED_HEAD = {"qwen3_5", "qwen3_5_moe"}
 
 
 def _split(model: Any) -> tuple[Any, Callable[[mx.array], mx.array]] | None:
     if hasattr(model, "split"):  # a vision model (worker/kinds/vision/model.py) says itself
         return model.split()  # type: ignore[no-any-return]
+    if getattr(model, "model_type", None) in _WRAPPED_HEAD and hasattr(model, "language_model"):
+        model = model.language_model
+        return _plain_split(model, getattr(model, "args", None), getattr(model, "model", None))
     args = getattr(model, "args", None)
     inner = getattr(model, "model", None)
     if getattr(model, "model_type", getattr(args, "model_type", None)) not in _PLAIN_HEAD:
         return None
+    return _plain_split(model, args, inner)
+
+
+def _plain_split(model: Any, args: Any, inner: Any) -> tuple[Any, Callable[[mx.array], mx.array]] | None:
+    """(body, head) of a model computing ``head(body(inputs, cache))``."""
     if inner is None or args is None:
         return None
     if getattr(args, "tie_word_embeddings", False):
@@ -235,6 +247,9 @@ class Forward:
                positions: mx.array | None = None, every: bool = False) -> mx.array | None:
         batch = PagedBatch(self.store, [kv.pages for kv in kvs], starts, lengths, self.dtype,
                            tails=[kv.tail for kv in kvs], cascade=self.cascade, dense=self.dense)
+        if self.store.states is not None:  # a hybrid model's recurrent layers
+            batch.states = StateRows(self.store.states, kvs, starts, lengths,
+                                     self.store.fmt.page_size)
         return self._run(tokens, batch, want_logits, inputs, positions, every, (kvs, starts))
 
     def _decode(self, tokens: mx.array, batch: PagedBatch) -> mx.array:

@@ -11,7 +11,7 @@ import mlx.core as mx
 from protocol.messages import SamplingParams
 from worker.engine.sampling import RowSampler
 from worker.engine.stops import StopMatcher
-from worker.kv.manager import RequestPages
+from worker.kv.request_pages import RequestPages
 
 
 @dataclass(eq=False)

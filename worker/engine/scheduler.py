@@ -116,7 +116,7 @@ class Scheduler:
                 r.computed = self.kv.match(r, limit)
                 if not r.generated:
                     r.cached_tokens = r.computed
-            n = min(budget, r.need - r.computed)
+            n = self.kv.chunk(r, min(budget, r.need - r.computed))
             if n > 0 and self.reserve([(r, n)]):
                 plan.append((r, n))
                 budget -= n

@@ -35,7 +35,12 @@ def calibrate_centers(model: Any, tokenizer: Any, store: PagedKVStore) -> None:
     """Run the calibration text once and set the store's per-layer key and value means."""
     ids = list(tokenizer.encode(CALIBRATION_TEXT))[:256] or [0]
     caches = [_Recorder() for _ in range(store.fmt.num_layers)]  # type: ignore[no-untyped-call]
-    model(mx.array([ids]), cache=caches)
+    layers: list[Any] = list(caches)
+    if store.states is not None:  # a hybrid model: its recurrent layers keep mlx-lm's caches
+        made = model.make_cache()
+        for i in store.states.layout.layers:
+            layers.insert(i, made[i])
+    model(mx.array([ids]), cache=layers)
     keys = [c.seen[0][0].astype(mx.float32).mean(axis=1) for c in caches]  # (H, D) per layer
     values = [c.seen[1][0].astype(mx.float32).mean(axis=1) for c in caches]
     store.set_centers(keys, values)

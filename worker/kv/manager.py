@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from worker.kv.page_pool import OutOfPages, PagePool
 from worker.kv.paged_kv import PagedKVStore
-from worker.kv.radix_cache import Node, RadixCache, common_pages
+from worker.kv.radix_cache import RadixCache, common_pages
+from worker.kv.request_pages import RequestPages
+from worker.kv.snapshots import Snapshots
 
 
 class PagedRequest(Protocol):
@@ -18,16 +20,6 @@ class PagedRequest(Protocol):
     computed: int
     kv: RequestPages
     cache_salt: str  # the prefix-cache namespace (a tenant's; "": shared)
-
-
-@dataclass
-class RequestPages:
-    """A request's block table: leading `shared` pages belong to the tree (locked via node)."""
-
-    pages: list[int] = field(default_factory=list)
-    node: Node | None = None
-    shared: int = 0
-    tail: int = 0  # K8V4: the full-precision tail page of the page being written (0: none)
 
 
 @dataclass
@@ -41,11 +33,15 @@ class CacheStats:
 class KVManager:
     """Owns the page pool, the prefix tree and the page arrays."""
 
-    def __init__(self, store: PagedKVStore, prefix_cache: bool = True) -> None:
+    def __init__(self, store: PagedKVStore, prefix_cache: bool = True, max_batch: int = 0) -> None:
         self.store = store
         self.page_size = store.fmt.page_size
         self.pool = PagePool(store.num_pages)
-        self.radix = RadixCache(self.page_size) if prefix_cache else None
+        # a hybrid model's recurrent-state slots and the tree's snapshots of them
+        self.snapshots = (Snapshots(store.states, max_batch) if store.states is not None
+                          else None)
+        on_evict = self.snapshots.dropped if self.snapshots is not None else None
+        self.radix = RadixCache(self.page_size, on_evict) if prefix_cache else None
         self.tails = PagePool(store.tail_pages) if store.tail_pages else None
         self.stats = CacheStats()
 
@@ -83,8 +79,16 @@ class KVManager:
         if self.radix is None:
             return 0
         pages, node = self.radix.match_prefix(r.tokens, limit, r.cache_salt)
+        if self.snapshots is not None:  # a hybrid resumes from the deepest state snapshot
+            held = self.snapshots.hold(r.kv)  # first: taking a slot may evict snapshots
+            node, depth = self.radix.snapshot_above(node, len(pages) * self.page_size)
+            while not held and node.parent is not None:  # no slot: no hit (the root)
+                node, depth = node.parent, 0
+            pages = pages[: depth // self.page_size]
+            if depth:
+                self.snapshots.resume(r.kv, node)
         self.radix.lock(node)
-        r.kv = RequestPages(pages=list(pages), node=node, shared=len(pages), tail=r.kv.tail)
+        r.kv.pages, r.kv.node, r.kv.shared = list(pages), node, len(pages)
         hit = len(pages) * self.page_size
         self.stats.hits += hit
         return hit
@@ -96,6 +100,11 @@ class KVManager:
                 r.kv.tail = self.tails.alloc(1)[0]
             except OutOfPages:
                 return False
+        if self.snapshots is not None:
+            if not self.snapshots.hold(r.kv):
+                return False
+            if upto % self.page_size == 0 and self.radix is not None:
+                self.snapshots.boundary(r.kv)  # this step's state is a snapshot candidate
         need = self.pages_for(upto) - len(r.kv.pages)
         if need <= 0:
             return True
@@ -106,6 +115,15 @@ class KVManager:
         except OutOfPages:
             return False
         return True
+
+    def chunk(self, r: PagedRequest, n: int) -> int:
+        """A prompt chunk of at most N tokens from r.computed; a hybrid model with the prefix
+        cache on cuts it at its last page boundary, so that the state there can be kept."""
+        if self.snapshots is None or self.radix is None:
+            return n
+        start, end = r.computed, r.computed + n
+        boundary = end - end % self.page_size
+        return boundary - start if start < boundary < end else n
 
     def truncate(self, r: PagedRequest, upto: int) -> None:
         """Free r's pages past those holding positions < UPTO (rejected draft tokens' KV)."""
@@ -131,6 +149,8 @@ class KVManager:
         if kv.node is not None:
             self.radix.unlock(kv.node)
         kv.node, kv.shared = node, full
+        if self.snapshots is not None:
+            self.snapshots.attach(kv, node, full * self.page_size)
 
     def release(self, r: PagedRequest, cache: bool = True) -> None:
         """Free r's pages, keeping its full computed pages cached when the tree is on (and CACHE)."""
@@ -142,6 +162,8 @@ class KVManager:
             self.radix.unlock(kv.node)
         if kv.tail and self.tails is not None:
             self.tails.free([kv.tail])
+        if self.snapshots is not None:
+            self.snapshots.release(kv)
         r.kv = RequestPages()
 
     def check(self) -> None:

@@ -19,6 +19,7 @@ import numpy as np
 from worker.kv import fresh as kv_fresh
 from worker.kv.dense import DenseCache, DensePlan, apply_dense, plan_dense
 from worker.kv.paged_kv import PagedKVStore
+from worker.kv.state_view import StateRows
 from worker.kv.working import DecodePlan, flush_tail, plan_decode, plan_flush, write_decode
 
 CASCADE_MIN_PAGES = 2  # shared pages below this are attended per row
@@ -48,6 +49,7 @@ class PagedBatch:
         h = len(heads)
         n = max(lengths)
         self.store, self.dtype, self.n, self.lengths = store, dtype, n, lengths
+        self.states: StateRows | None = None  # a hybrid model's recurrent rows (set by its caller)
         self.single = len(starts) == 1 and not bucket
         self.bucket = bucket  # a compiled step's batch: nothing may be evaluated while tracing
         self.quantized = store.quantized
@@ -175,9 +177,24 @@ class PagedBatch:
         """Pool rows after the shared prefix (B, H, L - S)."""
         return mx.array(self._rows[:, :, self.shared :])
 
-    def views(self) -> list[PagedView]:
-        """One cache object per layer for the model call."""
-        return [PagedView(self, layer) for layer in range(self.store.fmt.num_layers)]
+    def views(self) -> list[Any]:
+        """One cache object per model layer for the model call: attention layers' pages, and a
+        hybrid model's recurrent layers' states (``states``) where those layers sit."""
+        attention = self.store.fmt.num_layers
+        pool = self.store.states
+        if pool is None:
+            return [PagedView(self, layer) for layer in range(attention)]
+        assert self.states is not None, "a hybrid model's batch needs its state rows"
+        recurrent = pool.layout.layers
+        views: list[Any] = []
+        pages = 0
+        for i in range(attention + len(recurrent)):
+            if i in recurrent:
+                views.append(self.states.views(recurrent.index(i)))
+            else:
+                views.append(PagedView(self, pages))
+                pages += 1
+        return views
 
 
 def key_bucket(pages: int) -> int:

@@ -28,12 +28,12 @@ from typing import NamedTuple, Protocol
 import mlx.core as mx
 
 from worker.kv.paged_kv_work import WorkingSet
+from worker.kv.scatter import PutRows, scatter_rows
+from worker.kv.state_pool import StatePool
 
 KEY_BITS = 8
 VALUE_BITS = 4
 CENTER_CACHE_BYTES = 16 << 20  # K8V4 centers kept at decode batches' shapes (``centers``)
-# how the store writes rows: (array (N, C), rows (R,), values (R, C)) -> the written array
-PutRows = Callable[[mx.array, mx.array, mx.array], mx.array]
 
 
 class CompletePages(Protocol):
@@ -49,13 +49,6 @@ class CompletePages(Protocol):
              values: list[mx.array], pool_rows: mx.array, copy_rows: mx.array,
              group_size: int) -> list[mx.array] | None:
         """(k_tail, v_tail) with POOL_ROWS' float copies at COPY_ROWS, or None."""
-
-
-def scatter_rows(dst: mx.array, rows: mx.array, values: mx.array) -> mx.array:
-    """DST with ROWS set to VALUES through MLX's scatter (in DST's buffer when nothing else
-    holds it when the write is evaluated, else into a copy of all of DST)."""
-    dst[rows] = values
-    return dst
 
 
 class QuantizedPages(NamedTuple):
@@ -141,6 +134,8 @@ class PagedKVStore:
                 self.k_tail.append(mx.zeros((tail_rows, d), dtype=fmt.dtype))
                 self.v_tail.append(mx.zeros((tail_rows, d), dtype=fmt.dtype))
         self.query_heads = 0  # the value centers' last query heads (``centers``)
+        # a hybrid model's recurrent-layer state slots (its attention layers are the fmt's layers)
+        self.states: StatePool | None = None
         self._center_rows()
         mx.eval(self.k, self.v, self.k_tail, self.v_tail)
 
@@ -377,7 +372,8 @@ class PagedKVStore:
 
     def arrays(self) -> list[mx.array]:
         """Every page array (to materialize pending writes)."""
-        return [a for arrays in (*self.k, *self.v) for a in arrays] + self.k_tail + self.v_tail
+        pages = [a for arrays in (*self.k, *self.v) for a in arrays] + self.k_tail + self.v_tail
+        return pages if self.states is None else pages + self.states.all_arrays()
 
     def nbytes(self) -> int:
         """Bytes held by all page arrays."""

@@ -8,6 +8,9 @@ is touched, and checked when popped (lazy invalidation), so finding the next vic
 O(log n) instead of a walk over every node; the evictable page count is kept as nodes lock,
 unlock, join and leave.
 
+A hybrid model's nodes may also hold a snapshot: the recurrent state after the node's last token
+(worker/kv/snapshots.py); a hit on such a model resumes from the deepest one on its path.
+
 Namespaces (a tenant's cache salt) isolate prefixes: each has its own root, so the same tokens
 under two salts never share pages (one tenant cannot learn from a cache hit what another sent),
 while eviction stays global (one LRU heap and page budget over every namespace). The empty salt
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 _clock = itertools.count()
 
@@ -44,6 +47,7 @@ class Node:
         self.last_access = next(_clock)
         self.evicted = False
         self.queued: int | None = None  # the access time of its entry in the eviction heap
+        self.snapshot = 0  # a hybrid model's recurrent-state slot after this node's last token
 
     @property
     def is_leaf(self) -> bool:
@@ -54,8 +58,9 @@ class Node:
 class RadixCache:
     """Prefix sharing of KV pages between requests."""
 
-    def __init__(self, page_size: int) -> None:
+    def __init__(self, page_size: int, on_evict: Callable[[Node], None] | None = None) -> None:
         self.page_size = page_size
+        self.on_evict = on_evict  # told of every node evicted (its snapshot goes too)
         self.root = Node((), [], None)  # the shared namespace's ("")
         self.root.lock_ref = 1  # never evicted
         self.roots: dict[str, Node] = {"": self.root}
@@ -160,6 +165,14 @@ class RadixCache:
             node = new
         return tree_pages, node
 
+    def snapshot_above(self, node: Node, depth: int) -> tuple[Node, int]:
+        """The deepest node at or above NODE (ending DEPTH tokens deep) that holds a snapshot,
+        with its depth; NODE's namespace root and 0 when none does."""
+        while node.parent is not None and not node.snapshot:
+            depth -= len(node.key)
+            node = node.parent
+        return node, depth
+
     def lock(self, node: Node) -> None:
         """Protect NODE and its ancestors from eviction."""
         n: Node | None = node
@@ -219,6 +232,8 @@ class RadixCache:
             self._evictable -= len(node.pages)
             self._nodes_alive -= 1
             node.evicted = True
+            if self.on_evict is not None:
+                self.on_evict(node)
             parent = node.parent
             assert parent is not None
             del parent.children[self._first(node.key)]

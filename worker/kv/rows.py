@@ -16,7 +16,7 @@ from typing import Any
 import mlx.core as mx
 
 from worker.cpu.native import load
-from worker.kv.paged_kv import PutRows, scatter_rows
+from worker.kv.scatter import PutRows, scatter_rows
 
 ENABLED = True  # tests and benches compare against MLX's scatter with this off
 INDEX_DTYPES = (mx.int32, mx.uint32, mx.int64, mx.uint64)

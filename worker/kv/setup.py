@@ -12,10 +12,11 @@ from worker.engine.attention import routes_attention
 from worker.kv.paged_kv import KVFormat, PagedKVStore, k8v4_supported
 from worker.kv.pages import completer
 from worker.kv.rows import writer
+from worker.kv.state_pool import StateLayout, StatePool
 
 
 class UnsupportedModel(Exception):
-    """The model's layers do not use a plain key/value cache."""
+    """The model's layers keep something per sequence the paged engine cannot hold."""
 
 
 @dataclass
@@ -45,22 +46,53 @@ class _Probe:
         return None
 
 
-def probe_kv_shape(model: Any) -> tuple[int, int, int]:
-    """(layers, kv heads, head dim) found by running one token through the model."""
-    layers = len(model.layers)
+_ATTENTION_CACHES = {"KVCache", "RotatingKVCache"}
+_STATE_CACHES = {"ArraysCache"}  # a recurrent layer's fixed-size states (Gated DeltaNet)
+
+
+@dataclass(frozen=True)
+class ModelLayers:
+    """What a model's layers keep per sequence: attention KV (layers, heads, head dim) and, in a
+    hybrid model, recurrent states."""
+
+    attention_layers: int
+    kv_heads: int
+    head_dim: int
+    states: StateLayout | None
+
+
+def probe_layers(model: Any) -> ModelLayers:
+    """The model's per-sequence memory, found by running one token through it."""
     make_cache = getattr(model, "make_cache", None)
-    if make_cache is not None:
-        kinds = {type(c).__name__ for c in make_cache()}
-        if not kinds <= {"KVCache", "RotatingKVCache"}:
-            raise UnsupportedModel(f"model uses {sorted(kinds)} caches; only attention KV caches "
-                                   "are supported by the paged engine")
-    probes = [_Probe() for _ in range(layers)]
-    mx.eval(model(mx.array([[0]]), cache=probes))
-    shapes = {p.shape[1:2] + p.shape[3:] for p in probes if p.shape is not None}
-    if len(shapes) != 1 or any(p.v_dim != p.shape[-1] for p in probes if p.shape):
+    made = list(make_cache()) if make_cache is not None else [None] * len(model.layers)
+    kinds = [type(c).__name__ if c is not None else "KVCache" for c in made]
+    unknown = set(kinds) - _ATTENTION_CACHES - _STATE_CACHES
+    if unknown:
+        raise UnsupportedModel(f"model uses {sorted(set(kinds))} caches; the paged engine "
+                               f"serves attention KV caches and recurrent states, not "
+                               f"{sorted(unknown)}")
+    probes = {i: _Probe() for i, k in enumerate(kinds) if k in _ATTENTION_CACHES}
+    caches = [probes.get(i, made[i]) for i in range(len(kinds))]
+    mx.eval(model(mx.array([[0]]), cache=caches))
+    found = [p for p in probes.values() if p.shape is not None]
+    shapes = {p.shape[1:2] + p.shape[3:] for p in found if p.shape is not None}
+    if len(shapes) != 1 or any(p.v_dim != p.shape[-1] for p in found if p.shape):
         raise UnsupportedModel(f"layers have differing KV shapes {shapes}")
     heads, dim = next(iter(shapes))
-    return layers, heads, dim
+    recurrent = tuple(i for i, k in enumerate(kinds) if k in _STATE_CACHES)
+    states = None
+    if recurrent:
+        first = made[recurrent[0]]
+        states = StateLayout(recurrent, tuple((tuple(a.shape[1:]), a.dtype) for a in first.cache))
+    return ModelLayers(len(probes), heads, dim, states)
+
+
+def probe_kv_shape(model: Any) -> tuple[int, int, int]:
+    """(attention layers, kv heads, head dim) of a model with attention layers only."""
+    found = probe_layers(model)
+    if found.states is not None:
+        raise UnsupportedModel("a model with recurrent layers cannot serve here")
+    return found.attention_layers, found.kv_heads, found.head_dim
 
 
 def parse_memory(spec: str) -> int:
@@ -86,7 +118,8 @@ def plan_kv(model: Any, dtype: mx.Dtype, *, kind: str, memory: str, page_size: i
     most every running row's whole context. What is left after both is the store's
     ``spare_bytes``: the most the dense decode cache (worker/kv/dense.py) may hold.
     """
-    layers, heads, dim = probe_kv_shape(model)
+    found = probe_layers(model)
+    layers, heads, dim = found.attention_layers, found.kv_heads, found.head_dim
     reason = "requested"
     if kind == "k8v4" and not k8v4_supported(dim, group_size):
         kind, reason = "none", (f"head_dim {dim} is not a multiple of the quantization group "
@@ -99,7 +132,10 @@ def plan_kv(model: Any, dtype: mx.Dtype, *, kind: str, memory: str, page_size: i
     useful = 2 * max_batch * per_context + 1  # every slot busy, plus as much again for prefixes
     tails = max_batch + 2 if kind == "k8v4" else 0  # one per running request, plus scratch
     float_page = replace(fmt, kind="none").bytes_per_page()
-    left = max(parse_memory(memory) - tails * float_page, 0)  # tails: full-precision pages
+    budget = parse_memory(memory)
+    slots = state_slots(found.states, budget, max_batch) if found.states else 0
+    left = max(budget - tails * float_page - slots * (
+        found.states.bytes_per_slot() if found.states else 0), 0)  # tails: full precision
     work = 0
     if tails and working_set:  # K8V4: float copies of running rows' full pages
         spare = (left - min(left // fmt.bytes_per_page(), useful) * fmt.bytes_per_page())
@@ -107,5 +143,15 @@ def plan_kv(model: Any, dtype: mx.Dtype, *, kind: str, memory: str, page_size: i
         left -= work * float_page
     num_pages = max(min(left // fmt.bytes_per_page(), useful), per_context + 2)
     spare = max(left - num_pages * fmt.bytes_per_page(), 0)  # the dense decode cache's at most
-    return KVPlan(PagedKVStore(fmt, num_pages, tail_pages=tails, work_pages=work,
-                               spare_bytes=spare, put_rows=writer(), complete=completer()), kind, reason)
+    store = PagedKVStore(fmt, num_pages, tail_pages=tails, work_pages=work, spare_bytes=spare,
+                         put_rows=writer(), complete=completer())
+    if found.states is not None:
+        store.states = StatePool(found.states, slots, put_rows=writer())
+    return KVPlan(store, kind, reason)
+
+
+def state_slots(layout: StateLayout, budget: int, max_batch: int) -> int:
+    """Recurrent-state slots: scratch, one per running request, and for boundary states and
+    prefix-cache snapshots twice as many again plus 8, within a quarter of the memory budget."""
+    spare = max(budget // 4 // layout.bytes_per_slot() - max_batch, 0)
+    return 1 + max_batch + min(2 * max_batch + 8, spare)

@@ -45,6 +45,7 @@ def kv_status(e: Engine) -> dict[str, Any]:
         "kv_bytes_per_token_per_layer": fmt.bytes_per_token_per_layer(),
         "kv_bytes_total": e.kv.store.nbytes(),
         "kv_full_precision_tail_pages": e.kv.tails.total if e.kv.tails else 0,
+        **layer_kinds_status(e),
         **working_set_status(e.kv.store), **dense_status(f.dense for f in e.forwards().values()),
         **row_write_status(), **page_status(),
         "prefix_cache": e.kv.radix is not None,
@@ -63,3 +64,14 @@ def kv_status(e: Engine) -> dict[str, Any]:
         if s.drafted_tokens else None,
         **compile_status(e.compile_decode, getattr(e, "compiled", None)),
     }
+
+
+def layer_kinds_status(e: Engine) -> dict[str, Any]:
+    """Memory per layer kind: attention layers hold pages, a hybrid's recurrent layers hold state
+    slots (per running request, and the prefix cache's snapshots)."""
+    states = e.kv.store.states
+    out: dict[str, Any] = {"kv_attention_layers": e.kv.store.fmt.num_layers,
+                           "kv_recurrent_layers": len(states.layout.layers) if states else 0}
+    if states is not None and e.kv.snapshots is not None:
+        out.update(e.kv.snapshots.status(), state_bytes_total=states.nbytes())
+    return out

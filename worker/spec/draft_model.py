@@ -17,7 +17,8 @@ import mlx.core as mx
 from worker.engine.compile_mode import AUTO_MAX_ROWS, rows_for
 from worker.engine.forward import Forward
 from worker.engine.sampling import RowSampler, draw, prepare
-from worker.kv.manager import KVManager, RequestPages
+from worker.kv.manager import KVManager
+from worker.kv.request_pages import RequestPages
 from worker.spec.fused_draft import FusedDraft
 
 if TYPE_CHECKING:

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import mlx.core as mx
 
-from worker.kv.manager import KVManager, RequestPages
+from worker.kv.manager import KVManager
 from worker.kv.paged_batch import PagedBatch
+from worker.kv.request_pages import RequestPages
 from worker.spec.draft_model import DraftModelDrafter
 from worker.spec.mtp_hidden import MTPRow
 

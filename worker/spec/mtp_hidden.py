@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import mlx.core as mx
 
-from worker.kv.manager import RequestPages
+from worker.kv.request_pages import RequestPages
 
 WINDOW = 2048  # positions kept ahead of the MTP KV; older ones go (its context restarts later)
 

@@ -6,7 +6,7 @@ import argparse
 import logging
 import signal
 
-from worker.kv.manager import RequestPages
+from worker.kv.request_pages import RequestPages
 from worker.tp import plan as p
 from worker.tp.link import Link
 

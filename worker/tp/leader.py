@@ -7,7 +7,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from worker.kv.manager import RequestPages
+from worker.kv.request_pages import RequestPages
 from worker.tp import plan as p
 from worker.tp.link import Link
 

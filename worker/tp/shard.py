@@ -27,6 +27,9 @@ def shard_model(model: Any, link: Link) -> None:
         kind = getattr(model, "model_type", type(model).__module__)
         raise UnsupportedModel(f"mlx-lm cannot shard '{kind}' models (no Model.shard); "
                                "tensor parallel needs one of llama, qwen2, qwen3, ...")
+    if any(hasattr(layer, "linear_attn") for layer in model.layers):
+        raise UnsupportedModel("tensor parallel does not serve models with recurrent "
+                               "(linear-attention) layers yet; serve it on one rank")
     for layer in model.layers:
         attn = layer.self_attn
         heads = getattr(attn, "n_heads", 0) or getattr(attn, "num_attention_heads", 0)

@@ -10,7 +10,7 @@ from mlx_lm import load
 from protocol.messages import SamplingParams
 from tests.worker.engine.test_engine import PROMPTS, _reference, make_engine
 from worker.engine.failures import verify
-from worker.kv.manager import RequestPages
+from worker.kv.request_pages import RequestPages
 from worker.model.embedded import embedded_model_path
 
 GREEDY = SamplingParams(max_tokens=8, temperature=0.0)

@@ -169,7 +169,7 @@ def _texts(mdl: Any, tok: Any, n: int = 16, length: int = 110) -> list[list[int]
 
 def _teacher_forced_logprobs(engine: Any, ids: list[int], chunk: int = 8) -> mx.array:
     """Log-probs at every position, feeding the text in chunks through paged KV."""
-    from worker.kv.manager import RequestPages
+    from worker.kv.request_pages import RequestPages
 
     class _R:
         tokens = ids

@@ -16,7 +16,7 @@ import worker.kv.rows as kv_rows
 from tests.conftest import shared_model
 from tests.worker.engine.test_engine import make_engine
 from tests.worker.kv.test_dense import _prompts, _run
-from worker.kv.paged_kv import scatter_rows
+from worker.kv.scatter import scatter_rows
 
 # make install builds it on Linux x86-64 (worker/cpu/native/build.py); there it must load
 pytestmark = pytest.mark.skipif(sys.platform != "linux" or platform.machine() != "x86_64",
