@@ -49,12 +49,12 @@ def build(model_type: str, dest: Path, *, bits: int | None = None, seed: int = 0
     model.update(tree_map(lambda p: p.astype(mx.float32), model.parameters()))
     if bits is not None:
         config["quantization"] = {"group_size": 32, "bits": bits}
-        nn.quantize(model, group_size=32, bits=bits,
+        nn.quantize(model, group_size=32, bits=bits,  # type: ignore[attr-defined]
                     class_predicate=lambda _, m: hasattr(m, "to_quantized")
                     and m.weight.shape[-1] % 32 == 0)
     dest.mkdir(parents=True, exist_ok=True)
     weights = dict(tree_flatten(model.parameters()))
-    mx.save_safetensors(str(dest / "model.safetensors"), weights)  # type: ignore[arg-type]
+    mx.save_safetensors(str(dest / "model.safetensors"), weights)
     save_config(config, dest / "config.json")
     for name in TOKENIZER_FILES:
         if (src / name).exists():

@@ -82,7 +82,7 @@ def probe_layers(model: Any) -> ModelLayers:
     recurrent = tuple(i for i, k in enumerate(kinds) if k in _STATE_CACHES)
     states = None
     if recurrent:
-        first = made[recurrent[0]]
+        first: Any = made[recurrent[0]]
         states = StateLayout(recurrent, tuple((tuple(a.shape[1:]), a.dtype) for a in first.cache))
     return ModelLayers(len(probes), heads, dim, states)
 
