@@ -27,6 +27,7 @@ from typing import NamedTuple, Protocol
 
 import mlx.core as mx
 
+from worker.kv.layer_kinds import FULL, LayerKinds
 from worker.kv.paged_kv_work import WorkingSet
 
 KEY_BITS = 8
@@ -141,6 +142,8 @@ class PagedKVStore:
                 self.k_tail.append(mx.zeros((tail_rows, d), dtype=fmt.dtype))
                 self.v_tail.append(mx.zeros((tail_rows, d), dtype=fmt.dtype))
         self.query_heads = 0  # the value centers' last query heads (``centers``)
+        # per layer: full, sliding window or chunked attention (worker/kv/layer_kinds.py)
+        self.kinds = LayerKinds((FULL,) * fmt.num_layers, (0,) * fmt.num_layers)
         self._center_rows()
         mx.eval(self.k, self.v, self.k_tail, self.v_tail)
 

@@ -9,6 +9,7 @@ from typing import Any
 import mlx.core as mx
 
 from worker.engine.attention import routes_attention
+from worker.kv.layer_kinds import UnknownCache, layer_kinds
 from worker.kv.paged_kv import KVFormat, PagedKVStore, k8v4_supported
 from worker.kv.pages import completer
 from worker.kv.rows import writer
@@ -31,6 +32,10 @@ class _Probe:
     """A cache that records the shape of the keys and values a layer writes."""
 
     offset = 0
+    start_position = 0  # llama4 reads these of its chunked caches
+
+    def maybe_trim_front(self) -> None:
+        """Nothing to trim."""
 
     def __init__(self) -> None:
         self.shape: tuple[int, ...] | None = None
@@ -48,12 +53,10 @@ class _Probe:
 def probe_kv_shape(model: Any) -> tuple[int, int, int]:
     """(layers, kv heads, head dim) found by running one token through the model."""
     layers = len(model.layers)
-    make_cache = getattr(model, "make_cache", None)
-    if make_cache is not None:
-        kinds = {type(c).__name__ for c in make_cache()}
-        if not kinds <= {"KVCache", "RotatingKVCache"}:
-            raise UnsupportedModel(f"model uses {sorted(kinds)} caches; only attention KV caches "
-                                   "are supported by the paged engine")
+    try:
+        layer_kinds(model, layers)
+    except UnknownCache as e:
+        raise UnsupportedModel(str(e)) from None
     probes = [_Probe() for _ in range(layers)]
     mx.eval(model(mx.array([[0]]), cache=probes))
     shapes = {p.shape[1:2] + p.shape[3:] for p in probes if p.shape is not None}
@@ -107,5 +110,7 @@ def plan_kv(model: Any, dtype: mx.Dtype, *, kind: str, memory: str, page_size: i
         left -= work * float_page
     num_pages = max(min(left // fmt.bytes_per_page(), useful), per_context + 2)
     spare = max(left - num_pages * fmt.bytes_per_page(), 0)  # the dense decode cache's at most
-    return KVPlan(PagedKVStore(fmt, num_pages, tail_pages=tails, work_pages=work,
-                               spare_bytes=spare, put_rows=writer(), complete=completer()), kind, reason)
+    store = PagedKVStore(fmt, num_pages, tail_pages=tails, work_pages=work, spare_bytes=spare,
+                         put_rows=writer(), complete=completer())
+    store.kinds = layer_kinds(model, layers)
+    return KVPlan(store, kind, reason)
