@@ -85,3 +85,20 @@ def layer_kinds(model: Any, layers: int) -> LayerKinds:
                   else int(getattr(c, "chunk_size", 0) or 0) if k == CHUNKED else 0
                   for c, k in zip(caches, kinds, strict=True))
     return LayerKinds(kinds, sizes)
+
+
+def kinds_status(kinds: LayerKinds, rows: list[tuple[int, int]], page_size: int
+                 ) -> dict[str, Any]:
+    """The worker status fields of the layer kinds over running ROWS (pages held, next
+    position): layers and window per kind, and the pages each kind's layers need of the rows
+    (a windowed kind: only the pages its window still sees; pages are released per position,
+    for all layers at once, so the pool holds the full layers' count)."""
+    layers: dict[str, dict[str, int]] = {}
+    for kind, size in zip(kinds.kinds, kinds.sizes, strict=True):
+        entry = layers.setdefault(kind, {"layers": 0, "window": size})
+        entry["layers"] += 1
+    needed: dict[str, int] = dict.fromkeys(layers, 0)
+    for pages, position in rows:
+        for kind, count in kinds.held_pages(pages, position, page_size).items():
+            needed[kind] += count
+    return {"kv_layer_kinds": layers, "kv_pages_needed_by_kind": needed}
