@@ -42,7 +42,7 @@ def _model_call(self: Any, inputs: mx.array, cache: Any = None) -> mx.array:
     global_mask = _originals["create_attention_mask"](h, cache[3])
     for idx, (layer, c) in enumerate(zip(self.layers, cache, strict=True)):
         h = layer(h, chunk_mask if (idx + 1) % 4 != 0 else global_mask, cache=c)
-    return self.norm(h)
+    return self.norm(h)  # type: ignore[no-any-return]
 
 
 def _attention_call(self: Any, x: mx.array, mask: Any = None, cache: Any = None) -> mx.array:
