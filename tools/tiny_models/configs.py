@@ -56,6 +56,41 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "mlp_only_layers": [], "tie_word_embeddings": False, "attention_bias": False,
         "max_position_embeddings": 4096,
     },
+    # gpt-oss-20b/120b: a learned sink logit per query head, sliding-window (128) layers
+    # alternating with full ones, yarn RoPE, MoE (window 24 here: short prompts cross it)
+    "gpt_oss": {
+        "hidden_size": 128, "intermediate_size": 128, "num_hidden_layers": 4,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+        "num_local_experts": 4, "num_experts_per_tok": 2, "rms_norm_eps": 1e-5,
+        "sliding_window": 24, "rope_theta": 150000,
+        "layer_types": ["sliding_attention", "full_attention"] * 2,
+        "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0,
+                         "beta_slow": 1.0, "truncate": False,
+                         "original_max_position_embeddings": 4096},
+        "tie_word_embeddings": False,
+    },
+    # Llama 4 Scout (mlx-community's config: model_type llama4 with a text_config): chunked
+    # attention (attention_chunk_size 8192, 32 here) on 3 of 4 layers, NoPE + temperature
+    # tuning on every 4th, MoE with a shared expert (floor_scale scaled with the chunk)
+    "llama4": {"text_config": {
+        "model_type": "llama4_text", "attention_bias": False, "attention_chunk_size": 32,
+        "head_dim": 32, "hidden_size": 128, "interleave_moe_layer_step": 1,
+        "intermediate_size": 128, "intermediate_size_mlp": 256,
+        "max_position_embeddings": 4096, "num_attention_heads": 4, "num_experts_per_tok": 1,
+        "num_hidden_layers": 4, "num_key_value_heads": 2, "num_local_experts": 4,
+        "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "use_qk_norm": True,
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "high_freq_factor": 4.0,
+                         "low_freq_factor": 1.0, "original_max_position_embeddings": 8192},
+        "attn_temperature_tuning": True, "floor_scale": 32, "attn_scale": 0.1,
+    }},
+    # Gemma 3 text: sliding window (512-1024 in the checkpoints, 32 here) on 5 of 6 layers
+    "gemma3_text": {
+        "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 6,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+        "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+        "query_pre_attn_scalar": 32, "sliding_window": 32, "sliding_window_pattern": 6,
+        "max_position_embeddings": 4096, "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+    },
 }
 
 

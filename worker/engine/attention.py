@@ -29,6 +29,7 @@ import mlx.core as mx
 import numpy as np
 
 from worker.cpu import softmax as cpu_softmax
+from worker.engine import llama4_rows
 from worker.kv.paged_batch import LayerKV, PagedBatch, PagedView
 from worker.kv.paged_kv import PagedKVStore, QuantizedPages, dequantize
 
@@ -41,6 +42,21 @@ NUMPY_AT = 1 << 16  # CPU score arrays from this size get their exponentials fro
 UNDERFLOW = -200.0  # 2^x is 0 in float32 well above this: such scores skip powf
 
 
+class Sinks(NamedTuple):
+    """Attention sinks: a logit per query head (Hq,), and (K8V4) the value (Hkv, D) the sink
+    holds in the pages' centered space: minus the value center (0 before centering), so that
+    adding the center back after the softmax stays exact though the keys' weights sum below one."""
+
+    logits: mx.array
+    value: mx.array | None
+
+
+def _sinks(sinks: mx.array | None, store: PagedKVStore, layer: int) -> Sinks | None:
+    if sinks is None:
+        return None
+    return Sinks(sinks, -store.v_center[layer].astype(mx.float32) if store.quantized else None)
+
+
 class Segment(NamedTuple):
     """Keys and values (full precision or quantized) and the mask (B, 1, n, L) or None."""
 
@@ -49,16 +65,22 @@ class Segment(NamedTuple):
     mask: mx.array | None
 
 
-def paged_attention(queries: mx.array, kv: LayerKV, scale: float, mask: Any) -> mx.array:
-    """Softmax attention of queries (B, Hq, n, D) over one layer's paged KV."""
+def paged_attention(queries: mx.array, kv: LayerKV, scale: float, mask: Any,
+                    sinks: mx.array | None = None) -> mx.array:
+    """Softmax attention of queries (B, Hq, n, D) over one layer's paged KV.
+
+    SINKS (Hq,): a learned logit per query head that enters each softmax's denominator
+    (gpt-oss's attention sinks): a key with no value.
+    """
     b, layer = kv.batch, kv.layer
+    sink = _sinks(sinks, b.store, layer)
     standard = mask is b.mask or mask is None or isinstance(mask, str)
     if not isinstance(mask, mx.array):
         mask = b.mask
     if kv.keys is not None and kv.values is not None:
-        return _dense_cache(queries, kv, kv.keys, kv.values, scale, mask, standard)
+        return _dense_cache(queries, kv, kv.keys, kv.values, scale, mask, standard, sinks)
     if kv.dense:
-        return _working_set(queries, kv, scale, mask, standard)
+        return _working_set(queries, kv, scale, mask, standard, sinks)
     host = not b.bucket  # a compiled step cannot evaluate mid-graph (numpy's exp2)
     store = b.store
     rows_mask, window = mask, None
@@ -73,10 +95,11 @@ def paged_attention(queries: mx.array, kv: LayerKV, scale: float, mask: Any) -> 
     if b.shared and standard:
         shared = _segment(store.gather(layer, b.shared_table, b.dtype), None)
         rest = _segment(store.gather(layer, b.rest_table, b.dtype), rows_mask[..., b.shared :])
-        out = _cascade(queries, scale, shared, [rest] + ([window] if window else []), host)
+        out = _cascade(queries, scale, shared, [rest] + ([window] if window else []), host,
+                       sink)
     elif not store.quantized:
         keys, values = (_dense(x) for x in store.gather(layer, b.table, b.dtype))
-        out = _fused(queries, keys, values, scale, mask)
+        out = _fused(queries, keys, values, scale, mask, sinks)
     else:
         hkv = store.fmt.num_kv_heads
         if kv.pages is not None and queries.shape[1] // hkv * queries.shape[2] >= DEQUANTIZE_AT:
@@ -84,42 +107,43 @@ def paged_attention(queries: mx.array, kv: LayerKV, scale: float, mask: Any) -> 
         else:
             pages = _segment(store.gather(layer, b.table, b.dtype), rows_mask)
         segments = [pages] + ([window] if window else [])
-        if queries.shape[2] > 1 and (mx.default_device() == mx.gpu or _fused_fits(
-                queries, segments, b.dtype)):
+        if queries.shape[2] > 1 and sinks is None and (
+                mx.default_device() == mx.gpu or _fused_fits(queries, segments, b.dtype)):
             keys, values, both = _concat(segments)
             out = _fused(queries, keys, values, scale, both)
-        else:
-            out = _normalized(queries, scale, segments, host)
+        else:  # sinks: centered values need the sink's own value (``Sinks``)
+            out = _normalized(queries, scale, segments, host, sink)
     return _add_value_center(out, store, layer) if store.quantized else out
 
 
-def _working_set(queries: mx.array, kv: LayerKV, scale: float, mask: mx.array, standard: bool
-                 ) -> mx.array:
+def _working_set(queries: mx.array, kv: LayerKV, scale: float, mask: mx.array, standard: bool,
+                 sinks: mx.array | None = None) -> mx.array:
     """K8V4 decode over float copies of the older pages and the tail (worker/kv/working.py)."""
     plan = kv.batch.work
     assert plan is not None
     keys, values = kv.batch.store.k_tail[kv.layer], kv.batch.store.v_tail[kv.layer]
     if plan.shared_table is not None and plan.rest_table is not None and standard:
         return _float_rows(queries, kv, keys[plan.rest_table], values[plan.rest_table], scale,
-                           mask, (keys[plan.shared_table], values[plan.shared_table]))
+                           mask, (keys[plan.shared_table], values[plan.shared_table]), sinks)
     table = plan.whole_table()
-    return _float_rows(queries, kv, keys[table], values[table], scale, mask)
+    return _float_rows(queries, kv, keys[table], values[table], scale, mask, sinks=sinks)
 
 
 def _dense_cache(queries: mx.array, kv: LayerKV, keys: mx.array, values: mx.array, scale: float,
-                 mask: mx.array, standard: bool) -> mx.array:
+                 mask: mx.array, standard: bool, sinks: mx.array | None = None) -> mx.array:
     """Decode over the dense decode cache (worker/kv/dense.py): what the gathers read."""
     s = kv.batch.shared
     if s and standard:
         return _float_rows(queries, kv, keys[:, :, s:], values[:, :, s:], scale, mask,
-                           (keys[:1, :, :s], values[:1, :, :s]))
+                           (keys[:1, :, :s], values[:1, :, :s]), sinks)
     if not kv.batch.store.quantized:
-        return _fused(queries, keys, values, scale, mask)
-    return _float_rows(queries, kv, keys, values, scale, mask)
+        return _fused(queries, keys, values, scale, mask, sinks)
+    return _float_rows(queries, kv, keys, values, scale, mask, sinks=sinks)
 
 
 def _float_rows(queries: mx.array, kv: LayerKV, keys: mx.array, values: mx.array, scale: float,
-                mask: mx.array, shared: tuple[mx.array, mx.array] | None = None) -> mx.array:
+                mask: mx.array, shared: tuple[mx.array, mx.array] | None = None,
+                sinks: mx.array | None = None) -> mx.array:
     """Decode over float keys/values read for each row (the working set's, the dense cache's).
 
     KEYS/VALUES (B, H, L, D) are attended cast to the batch's dtype; with SHARED, the prefix
@@ -130,15 +154,19 @@ def _float_rows(queries: mx.array, kv: LayerKV, keys: mx.array, values: mx.array
     host = not b.bucket  # a compiled step cannot evaluate mid-graph (numpy's exp2)
     if shared is not None:
         rest = Segment(keys, values, mask[..., b.shared :])
-        out = _cascade(queries, scale, Segment(*shared, None), [rest], host)
+        out = _cascade(queries, scale, Segment(*shared, None), [rest], host,
+                       _sinks(sinks, store, kv.layer))
+    elif store.quantized and sinks is not None:  # the sink's value in centered space
+        out = _normalized(queries, scale, [Segment(keys, values, mask)], host,
+                          _sinks(sinks, store, kv.layer))
     else:  # plain float keys: the fused kernel (on the CPU, one native softmax op)
         if keys.dtype != b.dtype:
             keys, values = keys.astype(b.dtype), values.astype(b.dtype)
-        if store.quantized and queries.shape[2] == 1 and cpu_softmax.fits(
+        if store.quantized and queries.shape[2] == 1 and sinks is None and cpu_softmax.fits(
                 queries, keys, values, mask):  # the center summed onto by the last product
             addend = store.value_addend(kv.layer, queries.shape[0], queries.shape[1])
             return cpu_softmax.sdpa(queries, keys, values, scale, mask, addend)
-        out = _fused(queries, keys, values, scale, mask)
+        out = _fused(queries, keys, values, scale, mask, sinks)
     return _add_value_center(out, store, kv.layer) if store.quantized else out
 
 
@@ -146,9 +174,14 @@ def _segment(kv: tuple[Any, Any], mask: mx.array | None) -> Segment:
     return Segment(kv[0], kv[1], mask)
 
 
-def _fused(queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask: Any
-           ) -> mx.array:
-    """The fused kernel; on CPU its fallback's ops with the FMA softmax (the same bits)."""
+def _fused(queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask: Any,
+           sinks: mx.array | None = None) -> mx.array:
+    """The fused kernel; on CPU its fallback's ops with the FMA softmax (the same bits).
+
+    With SINKS the fused kernel itself (the native softmax has no sink column)."""
+    if sinks is not None:
+        return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale,
+                                                    mask=mask, sinks=sinks)
     if cpu_softmax.fits(queries, keys, values, mask):
         return cpu_softmax.sdpa(queries, keys, values, scale, mask)
     return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask)
@@ -192,11 +225,12 @@ def _kv_heads(x: mx.array | QuantizedPages) -> int:
     return (x.w if isinstance(x, QuantizedPages) else x).shape[1]
 
 
-def _partial(q: mx.array, n: int, segments: list[Segment], host: bool = True
-             ) -> tuple[mx.array, mx.array]:
+def _partial(q: mx.array, n: int, segments: list[Segment], host: bool = True,
+             sinks: Sinks | None = None) -> tuple[mx.array, mx.array]:
     """Softmax attention of q (B, Hkv, rep*n, D) over the segments: (output, base-2 log-sum).
 
     HOST: large score arrays may be evaluated for numpy (not while a compiled step traces).
+    SINKS: one more score per query head (scaled to base 2 here), with its value if any.
     """
     bsz, hkv, m, _ = q.shape
     rep = m // n
@@ -206,7 +240,11 @@ def _partial(q: mx.array, n: int, segments: list[Segment], host: bool = True
         if s.mask is not None:
             sc = mx.where(s.mask[:, :, None], sc, MASKED)
         scores.append(sc.astype(mx.float32))
-    allsc = mx.concatenate(scores, axis=-1) if len(scores) > 1 else scores[0]
+    columns = scores
+    if sinks is not None:  # query head h * rep + r reads KV head h
+        sink = (sinks.logits.astype(mx.float32) * LOG2E).reshape(1, hkv, rep, 1, 1)
+        columns = [*scores, mx.broadcast_to(sink, (bsz, hkv, rep, n, 1))]
+    allsc = mx.concatenate(columns, axis=-1) if len(columns) > 1 else columns[0]
     probs, top, total = _exp2_normalizers(allsc, host, skip_masked=n > 1)
     out = None
     start = 0
@@ -217,6 +255,9 @@ def _partial(q: mx.array, n: int, segments: list[Segment], host: bool = True
         part = _apply(p, s.values)
         out = part if out is None else out + part
     assert out is not None
+    if sinks is not None and sinks.value is not None:  # the sink column holds its value
+        p = probs[..., -1:].reshape(bsz, hkv, m, 1)
+        out = out + p * sinks.value.reshape(1, hkv, 1, -1)
     lse = (top + mx.log2(total)).reshape(bsz, hkv, m, 1)
     return out / total.reshape(bsz, hkv, m, 1), lse
 
@@ -268,17 +309,20 @@ def _apply(p: mx.array, values: mx.array | QuantizedPages) -> mx.array:
     return p.astype(values.dtype) @ values
 
 
-def _normalized(queries: mx.array, scale: float, segments: list[Segment], host: bool = True
-                ) -> mx.array:
+def _normalized(queries: mx.array, scale: float, segments: list[Segment], host: bool = True,
+                sinks: Sinks | None = None) -> mx.array:
     """Attention of each row over its own segments."""
     bsz, hq, n, d = queries.shape
-    out, _ = _partial(_gqa(queries, _kv_heads(segments[0].keys), scale), n, segments, host)
+    out, _ = _partial(_gqa(queries, _kv_heads(segments[0].keys), scale), n, segments, host,
+                      sinks)
     return out.reshape(bsz, hq, n, d).astype(queries.dtype)
 
 
 def _cascade(queries: mx.array, scale: float, shared: Segment, rows: list[Segment],
-             host: bool = True) -> mx.array:
-    """Shared prefix attended once by all rows' queries, merged with each row's own keys."""
+             host: bool = True, sinks: Sinks | None = None) -> mx.array:
+    """Shared prefix attended once by all rows' queries, merged with each row's own keys.
+
+    SINKS enter the rows' part only (once: the merge sums both parts' denominators)."""
     bsz, hq, n, d = queries.shape
     hkv = _kv_heads(shared.keys)
     q = _gqa(queries, hkv, scale)  # (B, Hkv, rep*n, D)
@@ -287,7 +331,7 @@ def _cascade(queries: mx.array, scale: float, shared: Segment, rows: list[Segmen
     s_out, s_lse = _partial(stacked, bsz * m, [shared], host)
     s_out = s_out.reshape(hkv, bsz, m, d).transpose(1, 0, 2, 3)
     s_lse = s_lse.reshape(hkv, bsz, m, 1).transpose(1, 0, 2, 3)
-    r_out, r_lse = _partial(q, n, rows, host)
+    r_out, r_lse = _partial(q, n, rows, host, sinks)
     top = mx.maximum(s_lse, r_lse)
     ws, wr = mx.power(2.0, s_lse - top), mx.power(2.0, r_lse - top)
     out = (s_out * ws + r_out * wr) / (ws + wr)
@@ -309,9 +353,7 @@ def _router(original: Any) -> Any:
     def sdpa(queries: mx.array, keys: Any, values: Any, cache: Any, scale: float, mask: Any,
              sinks: Any = None) -> mx.array:
         if isinstance(keys, LayerKV):
-            if sinks is not None:
-                raise ValueError("paged attention does not support attention sinks")
-            return paged_attention(queries, keys, scale, mask)
+            return paged_attention(queries, keys, scale, mask, sinks)
         if (sinks is None and isinstance(cache, PagedView)  # full-precision pages, gathered
                 and cpu_softmax.fits(queries, keys, values, mask)):
             return cpu_softmax.sdpa(queries, keys, values, scale, mask)
@@ -326,6 +368,7 @@ def install() -> None:
     """Route paged KV to paged_attention in every loaded mlx-lm (and mlx-vlm) model module."""
     import mlx_lm.models.base as base
 
+    llama4_rows.install()
     original = _installed.setdefault("original", base.scaled_dot_product_attention)
     routed = _installed.setdefault("routed", _router(original))
     pairs = [("mlx_lm.models.", original, routed)]

@@ -203,7 +203,7 @@ def batch_inputs(batch: PagedBatch) -> tuple[tuple[str, ...], list[mx.array]]:
     if not batch.quantized and batch.dense is None:
         if batch.shared:
             _ = batch.shared_table, batch.rest_table
-        else:
+        if not batch.shared or batch.store.kinds.windowed:  # windowed layers read whole rows
             _ = batch.table
     names = tuple(k for k, a in batch.__dict__.items() if isinstance(a, mx.array))
     return names, [batch.__dict__[a] for a in names]

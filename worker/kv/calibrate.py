@@ -24,6 +24,11 @@ CALIBRATION_TEXT = (
 class _Recorder(KVCache):
     """A plain KV cache that also keeps what it was given."""
 
+    start_position = 0  # llama4 reads these of its chunked caches
+
+    def maybe_trim_front(self) -> None:
+        """Nothing to trim: the calibration text is one forward."""
+
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         self.seen = (keys, values)
         result: tuple[mx.array, mx.array] = super().update_and_fetch(  # type: ignore[no-untyped-call]

@@ -303,11 +303,20 @@ class PagedView:
                      pages=(deq_k, deq_v))
         return kv, kv
 
-    def make_mask(self, n: int, return_array: bool = False, window_size: int | None = None) -> Any:
-        """Causal mask over each row's own positions (optionally windowed)."""
+    start_position = 0  # llama4 reads a chunked cache's first kept position (all are kept)
+
+    def maybe_trim_front(self) -> None:
+        """Paged chunked layers keep every position (llama4 trims its own cache here)."""
+
+    def make_mask(self, n: int, return_array: bool = False, window_size: int | None = None,
+                  chunk_size: int | None = None) -> Any:
+        """Causal mask over each row's own positions (optionally windowed, or chunked: keys of
+        the query's own chunk of CHUNK_SIZE positions)."""
         b = self.batch
         if window_size is not None:
             return b.mask & (b.k_pos > b.q_pos - window_size)
+        if chunk_size is not None:
+            return b.mask & (b.k_pos // chunk_size == b.q_pos // chunk_size)
         if b.single and not b.quantized and not return_array:
             return None if n == 1 else "causal"
         return b.mask

@@ -27,6 +27,7 @@ from typing import NamedTuple, Protocol
 
 import mlx.core as mx
 
+from worker.kv.layer_kinds import FULL, LayerKinds
 from worker.kv.paged_kv_work import WorkingSet
 from worker.kv.scatter import PutRows, scatter_rows
 from worker.kv.state_pool import StatePool
@@ -136,6 +137,8 @@ class PagedKVStore:
         self.query_heads = 0  # the value centers' last query heads (``centers``)
         # a hybrid model's recurrent-layer state slots (its attention layers are the fmt's layers)
         self.states: StatePool | None = None
+        # per layer: full, sliding window or chunked attention (worker/kv/layer_kinds.py)
+        self.kinds = LayerKinds((FULL,) * fmt.num_layers, (0,) * fmt.num_layers)
         self._center_rows()
         mx.eval(self.k, self.v, self.k_tail, self.v_tail)
 

@@ -9,6 +9,7 @@ from typing import Any
 import mlx.core as mx
 
 from worker.engine.attention import routes_attention
+from worker.kv.layer_kinds import ATTENTION_CACHES, RECURRENT_CACHES, layer_kinds
 from worker.kv.paged_kv import KVFormat, PagedKVStore, k8v4_supported
 from worker.kv.pages import completer
 from worker.kv.rows import writer
@@ -32,6 +33,10 @@ class _Probe:
     """A cache that records the shape of the keys and values a layer writes."""
 
     offset = 0
+    start_position = 0  # llama4 reads these of its chunked caches
+
+    def maybe_trim_front(self) -> None:
+        """Nothing to trim."""
 
     def __init__(self) -> None:
         self.shape: tuple[int, ...] | None = None
@@ -46,8 +51,8 @@ class _Probe:
         return None
 
 
-_ATTENTION_CACHES = {"KVCache", "RotatingKVCache"}
-_STATE_CACHES = {"ArraysCache"}  # a recurrent layer's fixed-size states (Gated DeltaNet)
+_ATTENTION_CACHES = set(ATTENTION_CACHES)  # full, sliding window, chunked
+_STATE_CACHES = set(RECURRENT_CACHES)  # a recurrent layer's fixed-size states (Gated DeltaNet)
 
 
 @dataclass(frozen=True)
@@ -147,6 +152,7 @@ def plan_kv(model: Any, dtype: mx.Dtype, *, kind: str, memory: str, page_size: i
                          put_rows=writer(), complete=completer())
     if found.states is not None:
         store.states = StatePool(found.states, slots, put_rows=writer())
+    store.kinds = layer_kinds(model, store.fmt.num_layers)
     return KVPlan(store, kind, reason)
 
 

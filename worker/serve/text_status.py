@@ -8,6 +8,7 @@ from typing import Any
 from worker.engine.compile_mode import compile_status
 from worker.engine.core import Engine
 from worker.kv.dense import dense_status
+from worker.kv.layer_kinds import kinds_status
 from worker.kv.pages import page_status
 from worker.kv.rows import row_write_status
 from worker.kv.working import working_set_status
@@ -48,6 +49,8 @@ def kv_status(e: Engine) -> dict[str, Any]:
         **layer_kinds_status(e),
         **working_set_status(e.kv.store), **dense_status(f.dense for f in e.forwards().values()),
         **row_write_status(), **page_status(),
+        **kinds_status(e.kv.store.kinds, [(len(r.kv.pages), r.computed) for r in e.running],
+                       fmt.page_size),
         "prefix_cache": e.kv.radix is not None,
         "prefix_cache_pages": e.kv.radix.num_pages if e.kv.radix else 0,
         "prefix_cache_queries": e.kv.stats.queries, "prefix_cache_hits": e.kv.stats.hits,
