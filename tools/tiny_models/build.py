@@ -47,7 +47,7 @@ def build(model_type: str, dest: Path, *, bits: int | None = None, seed: int = 0
     model = model_class(args_class.from_dict(config))
     # float32 weights at a scale that keeps activations finite over a few layers
     model.update(tree_map(lambda p: p.astype(mx.float32), model.parameters()))
-    flat: list[tuple[str, Any]] = tree_flatten(model.parameters())
+    flat: Any = tree_flatten(model.parameters())
     sinks = [(k, v) for k, v in flat if k.endswith(".sinks")]
     if sinks:  # attention sinks start at zero: random logits, so that they matter
         model.load_weights([(k, mx.random.normal(v.shape)) for k, v in sinks], strict=False)

@@ -34,8 +34,14 @@ def test_kinds_from_make_cache() -> None:
     assert kinds.sizes == (24, 0, 32, 0)
     assert kinds.windowed and kinds.counts == {SLIDING: 1, FULL: 2, CHUNKED: 1}
     assert not layer_kinds(object(), 3).windowed  # no make_cache: every layer full
-    with pytest.raises(UnknownCache, match="ArraysCache"):
-        layer_kinds(_Model([ArraysCache(2), KVCache()]), 2)
+    # a hybrid's recurrent layers hold states, not pages: only its attention layers have kinds
+    assert layer_kinds(_Model([ArraysCache(2), KVCache()]), 1).kinds == (FULL,)
+
+    class MambaCache(ArraysCache):
+        """A cache kind the paged engine does not know."""
+
+    with pytest.raises(UnknownCache, match="MambaCache"):
+        layer_kinds(_Model([MambaCache(2), KVCache()]), 2)
 
 
 def test_needed_positions_and_pages() -> None:
