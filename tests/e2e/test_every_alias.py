@@ -51,7 +51,7 @@ class Pair:
         self.model_type = model_type
         self.path = cached_build(model_type, root)
         self.path4 = cached_build(model_type, root, bits=4)
-        self.alias = aliases_of(model_type)[0]
+        self.alias = [a for a in aliases_of(model_type) if a != "default"][0]
         self.window = window_of(json.loads((self.path / "config.json").read_text()))
         self.long = max(3 * PREFILL + 3, 2 * self.window + PREFILL) if self.window else 40
         self.context = -(-max(128, self.long + TOKENS + 16) // 16) * 16

@@ -65,14 +65,14 @@ def build(model_type: str, dest: Path, *, bits: int | None = None, seed: int = 0
     model.update(tree_map_with_path(_gained, model.parameters()))
     if bits is not None:
         config["quantization"] = {"group_size": 32, "bits": bits}
-        nn.quantize(model, group_size=32, bits=bits,
+        nn.quantize(model, group_size=32, bits=bits,  # type: ignore[attr-defined]
                     class_predicate=lambda _, m: hasattr(m, "to_quantized")
                     and m.weight.shape[-1] % 32 == 0)
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
     weights = dict(tree_flatten(model.parameters()))
-    mx.save_safetensors(str(dest / "model.safetensors"), weights)  # type: ignore[arg-type]
+    mx.save_safetensors(str(dest / "model.safetensors"), weights)
     save_config(config, dest / "config.json")
     for name in TOKENIZER_FILES:
         if (src / name).exists():
