@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -65,11 +66,19 @@ class Pair:
         self._ready: set[str] = set()
 
     def server(self, which: str) -> Server:
-        """The `full` or `k8v4` server, once ready."""
+        """The `full` or `k8v4` server, once ready; fails at once if it exited (a model the
+        engine refuses: exit 78) and again for every later test of the same server."""
         srv: Server = getattr(self, which)
-        if which not in self._ready:
-            srv.wait_ready(180)
-            self._ready.add(which)
+        deadline = time.monotonic() + 180
+        while which not in self._ready:
+            if any(line.startswith("Ready: ") for line in srv.lines):
+                self._ready.add(which)
+            elif srv.proc.poll() is not None or time.monotonic() > deadline:
+                time.sleep(0.5)  # the rest of its output
+                pytest.fail(f"{which} server of {self.model_type} not ready (exit "
+                            f"{srv.proc.poll()}):\n" + "".join(srv.lines[-30:]))
+            else:
+                time.sleep(0.1)
         return srv
 
     def stop(self) -> None:

@@ -72,7 +72,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "moe_intermediate_size": 64, "decoder_sparse_step": 1, "mlp_only_layers": [],
         "norm_topk_prob": True,
     },
-    # GLM-4 9B: q/k/v biases, half the head dims rotated (traditional rope), GQA 16:1, untied
+    # GLM-4 9B: q/k/v biases, half the head dims rotated (traditional rope), GQA (16:1 there,
+    # 4:1 here: head_dim is hidden / heads), untied
     "glm4": {
         "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 32,
