@@ -4,10 +4,10 @@ worker gives, with full-precision pages, greedy tokens equal to mlx-lm's alone, 
 preemption, after a prefix hit, with prompt chunks that cross a window boundary and through its
 alias; with K8V4 pages (float32 and 4-bit weights) the same tokens alone and in a batch.
 
-One module-scoped pair of servers per model_type: `full` (--kv-cache-turboquant none) serves the
-folder and the type's first alias (a user aliases file pointing it at the folder), `k8v4` serves
-the float32 and 4-bit folders. Both run with a KV pool of one context (rows get preempted) and a
-prefill budget of PREFILL tokens per step (prompts are computed in chunks).
+One module-scoped pair of servers per model_type: `full` (--kv-cache-turboquant none, a KV pool
+of one context: rows get preempted) serves the folder and the type's first alias (a user aliases
+file pointing it at the folder); `k8v4` (the default pool: K8V4 working set and dense decode
+cache on) serves the float32 and 4-bit folders. Both compute prompts PREFILL tokens per step.
 """
 
 from __future__ import annotations
@@ -58,10 +58,11 @@ class Pair:
         self.context = -(-max(128, self.long + TOKENS + 16) // 16) * 16
         aliases = tmp / "aliases.toml"
         aliases.write_text(f'["{self.alias}"]\nrepo = "{self.path}"\n')
-        common = ("--max-batch", str(BATCH), "--kv-cache-memory", "1000",  # the minimum pool
-                  "--context-length", str(self.context), "--prefill-budget", str(PREFILL))
+        common = ("--max-batch", str(BATCH), "--context-length", str(self.context),
+                  "--prefill-budget", str(PREFILL))
         self.full = Server(str(self.path), self.alias, "--aliases", str(aliases),
-                           "--kv-cache-turboquant", "none", *common)
+                           "--kv-cache-turboquant", "none", "--kv-cache-memory", "1000", *common)
+        # the default pool: room for the K8V4 working set and the dense decode cache
         self.k8v4 = Server(str(self.path), str(self.path4), *common)  # starts meanwhile
         self._ready: set[str] = set()
 
