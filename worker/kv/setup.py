@@ -158,6 +158,7 @@ def plan_kv(model: Any, dtype: mx.Dtype, *, kind: str, memory: str, page_size: i
 
 def state_slots(layout: StateLayout, budget: int, max_batch: int) -> int:
     """Recurrent-state slots: scratch, one per running request, and for boundary states and
-    prefix-cache snapshots twice as many again plus 8, within a quarter of the memory budget."""
+    prefix-cache snapshots twice as many again plus 8 within a quarter of the memory budget
+    (at least 8, like the pool's least pages: a prefix hit needs a snapshot)."""
     spare = max(budget // 4 // layout.bytes_per_slot() - max_batch, 0)
-    return 1 + max_batch + min(2 * max_batch + 8, spare)
+    return 1 + max_batch + max(min(2 * max_batch + 8, spare), 8)
