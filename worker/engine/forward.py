@@ -9,6 +9,7 @@ import mlx.core as mx
 
 from worker.cpu.fast_ops import wrap_fast_ops
 from worker.cpu.gemv import running, wrap_gemv
+from worker.cpu.qmatmul import wrap_quantized
 from worker.engine.attention import PagedBatch, routes_attention
 from worker.engine.compile_mode import AUTO_MAX_ROWS, rows_for
 from worker.engine.compiled_decode import CompiledDecode
@@ -83,6 +84,8 @@ class Forward:
         # float32 products of few rows in OpenBLAS's order without its packing
         # (worker/cpu/gemv.py); before _split, which binds the tied head's method
         self.gemv = wrap_gemv(model)
+        # affine-quantized layers' products dequantized in registers (worker/cpu/qmatmul.py)
+        self.quantized_layers = wrap_quantized(model)
         self.split = _split(model)
         self.cascade = routes_attention(model)
         self.tap: Tap | None = None  # rank 0 of a tensor-parallel group sets it
