@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -52,6 +53,9 @@ def convert(src: str | Path, out: str | Path, dtype: str = "float16",
         _write_json(tmp / "tokenizer_config.json", tok_config)
         _write_json(tmp / "generation_config.json", generation_config(gguf))
         _write_json(tmp / "gguf_import.json", summary)
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o777 & ~umask)  # mkdtemp made it 0700
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
