@@ -94,7 +94,7 @@ def _write_folder(gguf: GGUFFile, folder: Path, np_dtype: Any, dtype: str,
             shard[key] = arr
             shard_bytes += arr.nbytes
         if log:
-            log(f"{module}: {qtype} -> {'affine %d-bit' % bits if bits else dtype}")
+            log(f"{module}: {qtype} -> {f'affine {bits}-bit' if bits else dtype}")
         if shard_bytes >= SHARD_BYTES:
             flush()
     flush()

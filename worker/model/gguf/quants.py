@@ -36,7 +36,8 @@ def pack(q: np.ndarray, bits: int) -> np.ndarray:
     if bits in (2, 4, 8):
         per = 32 // bits
         lanes = q.reshape(rows, cols // per, per) << (np.arange(per, dtype=np.uint32) * bits)
-        return np.bitwise_or.reduce(lanes, axis=2).astype(np.uint32)
+        words: np.ndarray = np.bitwise_or.reduce(lanes, axis=2).astype(np.uint32)
+        return words
     stream = np.unpackbits(q.astype(np.uint8)[..., None], axis=-1, bitorder="little")[..., :bits]
     packed = np.packbits(stream.reshape(rows, cols * bits), axis=-1, bitorder="little")
     return np.ascontiguousarray(packed).view("<u4")
@@ -91,7 +92,7 @@ def _blocks(qtype: T, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
         q = np.stack([chunks & 15, chunks >> 4], axis=2).reshape(n, 8, 32)
         if qtype == T.Q5_K:  # sub-block s takes bit s of each of the 32 qh bytes
             qh = b[:, 16:48].reshape(n, 1, 32)
-            q = q | (((qh >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)) & 1) << 4)
+            q = (q | (((qh >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)) & 1) << 4)).astype(np.uint8)
         return q.reshape(n, 256), d * sc, -dmin * mn, 5 if qtype == T.Q5_K else 4
     raise KeyError(qtype)
 

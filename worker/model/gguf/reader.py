@@ -27,7 +27,7 @@ class RawTensor:
     @property
     def type_name(self) -> str:
         """The GGML type's name (Q4_K, F32, ...)."""
-        return self.qtype.name
+        return str(self.qtype.name)
 
 
 class GGUFFile:
@@ -41,7 +41,7 @@ class GGUFFile:
             if key in _BULK or key.startswith("GGUF."):
                 continue
             self.meta[key] = field.contents()
-        self.tensors = {t.name: RawTensor(t.name, t.tensor_type,
+        self.tensors: dict[str, RawTensor] = {t.name: RawTensor(t.name, t.tensor_type,
                                           tuple(int(n) for n in reversed(t.shape)), t.data)
                         for t in self._reader.tensors}
 

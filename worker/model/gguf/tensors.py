@@ -63,7 +63,8 @@ def _dense(t: RawTensor, lo: int, hi: int) -> np.ndarray:
         if t.qtype == T.BF16:
             return (np.asarray(part).astype(np.uint32) << 16).view(np.float32)
         return np.asarray(part, dtype=np.float32)
-    return gguf_quants.dequantize(np.asarray(part), t.qtype).astype(np.float32)
+    values: np.ndarray = gguf_quants.dequantize(np.asarray(part), t.qtype).astype(np.float32)
+    return values
 
 
 def convert_tensor(gguf: GGUFFile, t: RawTensor, dtype: np.dtype) -> tuple[dict[str, np.ndarray],
