@@ -21,6 +21,8 @@ PROMPTS = ["What is the capital of France?", "Name a primary color.", "Say hello
            "What is 2 + 2?", "Name a planet.", "What do bees make?", "Name a fruit.",
            "What color is the sky?"]
 MAX_TOKENS = {SMOL: 16, QWEN: 6}
+# real checkpoints on a CPU: minutes per test (a 1.5B 4-bit model decodes at seconds per token)
+pytestmark = pytest.mark.timeout(3600)
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Get the current weather in a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}},

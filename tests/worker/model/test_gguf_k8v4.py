@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import mlx.core as mx
+import pytest
 from mlx_lm import load
 
 from tests.real_weights import SMOL, converted_or_skip
@@ -26,6 +27,7 @@ TEXT = (
 )
 
 
+@pytest.mark.timeout(1200)
 def test_k8v4_top1_agreement_with_full_precision_on_smollm2() -> None:
     model, tok = load(str(converted_or_skip(SMOL)))[:2]
     choose_dtype(model)
