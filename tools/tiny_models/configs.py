@@ -163,7 +163,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "deepseek_v3": {
         "hidden_size": 128, "intermediate_size": 256, "moe_intermediate_size": 64,
         "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 4,
-        "q_lora_rank": 64, "kv_lora_rank": 64, "qk_rope_head_dim": 16, "qk_nope_head_dim": 32,
+        "q_lora_rank": 64, "kv_lora_rank": 64, "qk_rope_head_dim": 32, "qk_nope_head_dim": 32,
         "v_head_dim": 32, "n_routed_experts": 16, "n_shared_experts": 1,
         "num_experts_per_tok": 4, "first_k_dense_replace": 1, "moe_layer_freq": 1,
         "topk_method": "noaux_tc", "scoring_func": "sigmoid", "n_group": 4, "topk_group": 2,
@@ -179,7 +179,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "glm4_moe_lite": {
         "hidden_size": 128, "intermediate_size": 256, "moe_intermediate_size": 64,
         "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 4,
-        "q_lora_rank": 96, "kv_lora_rank": 128, "qk_rope_head_dim": 16, "qk_nope_head_dim": 48,
+        "q_lora_rank": 96, "kv_lora_rank": 128, "qk_rope_head_dim": 32, "qk_nope_head_dim": 48,
         "v_head_dim": 64, "n_routed_experts": 8, "n_shared_experts": 1,
         "num_experts_per_tok": 4, "first_k_dense_replace": 1, "moe_layer_freq": 1,
         "topk_method": "noaux_tc", "scoring_func": "sigmoid", "n_group": 1, "topk_group": 1,

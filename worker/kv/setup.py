@@ -15,7 +15,6 @@ from worker.kv.pages import completer
 from worker.kv.rows import writer
 from worker.kv.state_pool import StateLayout, StatePool
 
-
 MLA_REASON = ("MLA layers (compressed latent and RoPE part as keys and values of different "
               "widths) compute attention themselves from gathered pages, and the latent serves as "
               "both key and value, so K8V4's 4-bit values and value centering do not apply; "
