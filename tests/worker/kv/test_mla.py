@@ -19,7 +19,7 @@ from worker.engine.attention import install
 from worker.kv.dense import DenseCache
 from worker.kv.paged_batch import LayerKV, PagedBatch
 from worker.kv.paged_kv import KVFormat, PagedKVStore
-from worker.kv.setup import MLA_REASON, UnsupportedModel, plan_kv, probe_kv_shape, probe_kv_widths
+from worker.kv.setup import MLA_REASON, UnsupportedModel, plan_kv, probe_kv_shape, probe_layers
 
 
 @pytest.fixture(scope="module", params=["deepseek_v3", "glm4_moe_lite"])
@@ -33,8 +33,9 @@ def test_the_probe_accepts_mla_widths_and_the_plan_keeps_full_precision(tiny: tu
                                                                         ) -> None:
     name, model = tiny
     cfg = config_for(name)
-    layers, heads, dim, v_dim = probe_kv_widths(model)
-    assert (layers, heads, dim, v_dim) == (cfg["num_hidden_layers"], 1, cfg["kv_lora_rank"],
+    found = probe_layers(model)
+    dim, v_dim = found.head_dim, found.value_dim
+    assert (found.attention_layers, found.kv_heads, dim, v_dim) == (cfg["num_hidden_layers"], 1, cfg["kv_lora_rank"],
                                            cfg["qk_rope_head_dim"])
     with pytest.raises(UnsupportedModel, match="different|width"):
         probe_kv_shape(model)  # callers that need one width (a draft model) refuse it
@@ -68,7 +69,7 @@ class _Mismatched:
 
 def test_the_probe_refuses_layers_of_differing_shapes() -> None:
     with pytest.raises(UnsupportedModel, match="differing KV shapes"):
-        probe_kv_widths(_Mismatched())
+        probe_layers(_Mismatched())
 
 
 def test_k8v4_pages_need_one_width() -> None:
