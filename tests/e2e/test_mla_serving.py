@@ -19,6 +19,7 @@ from mlx_lm.generate import generate_step
 
 from tests.e2e.harness import Server
 from tools.tiny_models.build import build
+from tools.tiny_models.configs import config_for
 from worker.kv.setup import MLA_REASON
 
 pytestmark = pytest.mark.slow
@@ -80,6 +81,11 @@ def test_mla_serves_token_identical(served: tuple[str, Server, dict[str, str]]) 
     model = _model(server)
     status = _status(server, model)
     assert status["kv_format"] == "none" and MLA_REASON in str(status["kv_format_note"])
+    config = config_for(name.partition("-")[0])
+    assert (status["kv_key_width"], status["kv_value_width"]) == (
+        config["kv_lora_rank"], config["qk_rope_head_dim"])
+    assert status["kv_bytes_per_token_per_layer"] == (config["kv_lora_rank"]
+                                                      + config["qk_rope_head_dim"]) * 4
     for prompt in PROMPTS[:2]:  # alone
         assert asyncio.run(_complete(server, model, prompt))["choices"][0]["text"] == ref[prompt]
 
