@@ -1,6 +1,7 @@
 """The paged engine on MLA models (tiny DeepSeek-V3 and GLM-4.7-Flash) against mlx-lm's greedy
 decode: alone, batched with chunked prefill, through the dense decode cache and the compiled
-step, across preemption and after a prefix-cache hit. Full-precision pages must be exact."""
+step, across preemption, after a prefix-cache hit and in speculative verify batches.
+Full-precision pages must be exact."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from mlx_lm import load
 from protocol.messages import SamplingParams
 from tests.worker.engine.test_engine import PROMPTS, _reference, _run, make_engine
 from tools.tiny_models.build import build
+from worker.spec.controller import Speculator
+from worker.spec.ngram import NgramDrafter
 
 PARAMS = SamplingParams(max_tokens=24, temperature=0.0)
 
@@ -65,3 +68,38 @@ def test_preemption_and_prefix_hits(tiny: Any) -> None:
         outs.extend(engine.step())
     assert [t for o in outs for t in o.token_ids] == want
     assert outs[-1].cached_tokens >= len(long) // 8 * 8 - 8
+
+
+class _Oracle(NgramDrafter):
+    """Drafts mlx-lm's own next tokens with every third one wrong: verify batches keep some
+    drafts and roll the rest back."""
+
+    def __init__(self, want: dict[tuple[int, ...], list[int]]) -> None:
+        super().__init__()
+        self.want = want
+
+    def propose(self, rows: list[Any], ks: list[int]) -> list[list[int]]:
+        """Up to ks[i] tokens: the reference's next ones, every third replaced."""
+        out = []
+        for r, k in zip(rows, ks, strict=True):
+            ref = self.want[tuple(r.tokens[: r.prompt_len])]
+            done = len(r.tokens) - r.prompt_len
+            draft = ref[done : done + k]
+            out.append([t if (done + i) % 3 else (t + 1) % 4096 for i, t in enumerate(draft)])
+        return out
+
+    def hopeful(self, row: Any) -> bool:
+        """Always: the oracle has a draft."""
+        return True
+
+
+def test_speculative_verify_batches(tiny: Any) -> None:
+    """Drafts verified over MLA pages (several positions per row, rejected drafts' positions
+    rolled back), in batches of 8 rows: the tokens stay mlx-lm's."""
+    model, tok, prompts, ref = tiny
+    rows = dict(list(prompts.items())[:8])
+    oracle = _Oracle({tuple(ids): ref[rid] for rid, ids in rows.items()})
+    engine = make_engine(model, tok, max_batch=8, spec=Speculator(oracle, 4, pause=False,
+                                                                  first_draft_at=1))
+    assert _run(engine, rows, PARAMS) == {rid: ref[rid] for rid in rows}
+    assert 0 < engine.stats.accepted_tokens < engine.stats.drafted_tokens
