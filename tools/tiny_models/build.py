@@ -67,6 +67,12 @@ def build(model_type: str, dest: Path, *, bits: int | None = None, seed: int = 0
     sinks = [(k, v) for k, v in flat if k.endswith(".sinks")]
     if sinks:  # attention sinks start at zero: random logits, so that they matter
         model.load_weights([(k, mx.random.normal(v.shape)) for k, v in sinks], strict=False)
+    # router weights some architectures start at zero (DeepSeek-V3's MoEGate): random, so that
+    # tokens reach different experts
+    zero_gates = [(k, mx.random.normal(v.shape) * 0.5) for k, v in flat
+                  if k.endswith("gate.weight") and v.ndim == 2 and not mx.any(v).item()]
+    if zero_gates:
+        model.load_weights(zero_gates, strict=False)
     if bits is not None:
         config["quantization"] = {"group_size": 32, "bits": bits}
         nn.quantize(model, group_size=32, bits=bits,  # type: ignore[attr-defined]

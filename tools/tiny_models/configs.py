@@ -157,6 +157,37 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "query_pre_attn_scalar": 32, "sliding_window": 32, "sliding_window_pattern": 6,
         "max_position_embeddings": 4096, "rope_scaling": {"rope_type": "linear", "factor": 8.0},
     },
+    # DeepSeek-V3.1: MLA (q and kv LoRA ranks, RoPE part apart), yarn RoPE, the first
+    # first_k_dense_replace layers dense and the rest MoE with noaux_tc group routing
+    # (real: 256 experts in 8 groups, 4 groups kept, 8 experts a token; here 16 in 4, 2, 4)
+    "deepseek_v3": {
+        "hidden_size": 128, "intermediate_size": 256, "moe_intermediate_size": 64,
+        "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 4,
+        "q_lora_rank": 64, "kv_lora_rank": 64, "qk_rope_head_dim": 32, "qk_nope_head_dim": 32,
+        "v_head_dim": 32, "n_routed_experts": 16, "n_shared_experts": 1,
+        "num_experts_per_tok": 4, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+        "topk_method": "noaux_tc", "scoring_func": "sigmoid", "n_group": 4, "topk_group": 2,
+        "norm_topk_prob": True, "routed_scaling_factor": 2.5, "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0, "max_position_embeddings": 163840, "tie_word_embeddings": False,
+        "attention_bias": False,
+        "rope_scaling": {"type": "yarn", "factor": 40, "beta_fast": 32, "beta_slow": 1,
+                         "mscale": 1.0, "mscale_all_dim": 1.0,
+                         "original_max_position_embeddings": 4096},
+    },
+    # GLM-4.7-Flash: MLA like DeepSeek-V3 (wider nope and value heads), plain RoPE, one dense
+    # layer then MoE (real: 64 experts, 4 a token, one group)
+    "glm4_moe_lite": {
+        "hidden_size": 128, "intermediate_size": 256, "moe_intermediate_size": 64,
+        "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 4,
+        "q_lora_rank": 96, "kv_lora_rank": 128, "qk_rope_head_dim": 32, "qk_nope_head_dim": 48,
+        "v_head_dim": 64, "n_routed_experts": 8, "n_shared_experts": 1,
+        "num_experts_per_tok": 4, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+        "topk_method": "noaux_tc", "scoring_func": "sigmoid", "n_group": 1, "topk_group": 1,
+        "norm_topk_prob": True, "routed_scaling_factor": 1.8, "rms_norm_eps": 1e-5,
+        "rope_theta": 1000000.0, "max_position_embeddings": 202752,
+        "tie_word_embeddings": False, "attention_bias": False, "partial_rotary_factor": 1.0,
+        "num_nextn_predict_layers": 1,
+    },
 }
 
 
