@@ -18,6 +18,7 @@ mlx-lm's layout (loadable with ``mlx_lm.load``); reused when its build record ma
 from __future__ import annotations
 
 import argparse
+import copy
 import hashlib
 import json
 import shutil
@@ -127,7 +128,7 @@ def build(out: Path = DEFAULT_OUT, seed: int = 0, force: bool = False, quiet: bo
     (tmp / "generation_config.json").write_text(dump({"eos_token_id": CONFIG["eos_token_id"],
                                                       "pad_token_id": CONFIG["pad_token_id"]}))
     model_class, args_class = _get_classes(CONFIG)
-    model = model_class(args_class.from_dict(CONFIG))
+    model = model_class(args_class.from_dict(copy.deepcopy(CONFIG)))  # mlx-lm edits rope_parameters
     flat: Any = tree_flatten(model.parameters())
     shapes = {k: tuple(v.shape) for k, v in flat}
     weights = {k: mx.array(v) for k, v in build_weights(seed, shapes).items()}

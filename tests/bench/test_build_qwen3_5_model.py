@@ -20,7 +20,9 @@ def test_weights_are_deterministic() -> None:
 
 def test_builds_a_hybrid_mlx_lm_loads(tmp_path: Path) -> None:
     out = build(tmp_path / "m", quiet=True)
-    assert build(out, quiet=True) == out  # current: reused
+    stamp = (out / "model.safetensors").stat().st_mtime_ns
+    assert build(out, quiet=True) == out
+    assert (out / "model.safetensors").stat().st_mtime_ns == stamp  # current: reused, not rebuilt
     model, tok = load(str(out))[:2]
     assert [hasattr(layer, "linear_attn") for layer in model.layers] == [True, True, True, False]
     assert tok.eos_token_id == 2 and len(tok.encode("hello there")) > 0
