@@ -103,3 +103,21 @@ def test_disabled_keeps_mlx_lm_path(model: tuple[Any, Any], monkeypatch: pytest.
     assert _run(make_engine(mdl, tok), {"a": ids}, params)["a"] == _reference(mdl, tok, ids, 8)
     assert gated_delta.chunked_calls() == before
 
+
+
+def test_routing_applies_to_long_calls_inside_our_forwards() -> None:
+    """The name mlx-lm's Qwen3.5 module calls: chunked only inside ``running()`` for 16+ steps."""
+    import mlx_lm.models.qwen3_5 as qwen3_5
+
+    gated_delta.install()
+    q, k, v, a, beta_logit, a_log, dt_bias = _inputs(1, 20, 1, 2, 32, 32, seed=3)
+    update = qwen3_5.gated_delta_update
+    n = gated_delta.chunked_calls()
+    y_seq, s_seq = update(q, k, v, a, beta_logit, a_log, dt_bias)  # outside our forwards
+    assert gated_delta.chunked_calls() == n
+    with gated_delta.running():
+        update(q[:, :1], k[:, :1], v[:, :1], a[:, :1], beta_logit[:, :1], a_log, dt_bias)
+        assert gated_delta.chunked_calls() == n  # one step (decode): mlx-lm's
+        y, s = update(q, k, v, a, beta_logit, a_log, dt_bias)
+    assert gated_delta.chunked_calls() == n + 1
+    assert mx.allclose(y, y_seq, atol=1e-6).item() and mx.allclose(s, s_seq, atol=1e-6).item()
