@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
 from bench.peers import serving_cpu
+from bench.servers import Server
 
 
 def test_an_unknown_model_is_refused_before_any_server_starts(
@@ -36,17 +38,21 @@ def test_the_hybrid_model_is_built_then_served(monkeypatch: pytest.MonkeyPatch) 
     """--models qwen3_5 builds (or reuses) the Qwen3.5 bench model before its servers start."""
     import bench.build_qwen3_5_model as builder
 
-    built: list[object] = []
-    started: list[list[serving_cpu.Server]] = []
+    built: list[Path] = []
+    started: list[list[Server]] = []
 
     class Stop(Exception):
         pass
 
-    def group(servers: list[serving_cpu.Server]) -> None:
+    def group(servers: list[Server]) -> None:
         started.append(servers)
         raise Stop
 
-    monkeypatch.setattr(builder, "build", lambda path: built.append(path) or path)
+    def build(path: Path) -> Path:
+        built.append(path)
+        return path
+
+    monkeypatch.setattr(builder, "build", build)
     monkeypatch.setattr(serving_cpu, "ServerGroup", group)
     before = signal.getsignal(signal.SIGTERM)
     try:
@@ -54,6 +60,6 @@ def test_the_hybrid_model_is_built_then_served(monkeypatch: pytest.MonkeyPatch) 
             serving_cpu.main(["--models", "qwen3_5", "--peers", "mlx_lm"])
     finally:
         signal.signal(signal.SIGTERM, before)
-    assert [getattr(p, "name", None) for p in built] == ["qwen3_5-4l-512"]
+    assert [p.name for p in built] == ["qwen3_5-4l-512"]
     assert [(s.kind, s.model_path) for s in started[0]] == [
         ("mlx_lm", str(built[0])), ("ours", str(built[0]))]
