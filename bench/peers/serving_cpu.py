@@ -1,6 +1,6 @@
 """CPU per generated token of every process under concurrent streaming load: ours vs peers.
 
-    .venv/bin/python -m bench.peers.serving_cpu [--models stories] [--concurrency 8,32] [--rounds 3]
+    .venv/bin/python -m bench.peers.serving_cpu [--models stories,qwen3,qwen3_5] [--concurrency 8,32] [--rounds 3]
         [--peers mlx_lm] [--baseline ../checkout] [--scale 4] [--hold SECONDS]
 
 Starts the servers side by side and runs ``bench.run_all``'s chat workload (closed loop, 2 x
@@ -83,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     from bench.run_all import MLX_LM_FLAGS, STORIES
     from bench.servers import ROOT
 
-    paths = {"stories": STORIES, "qwen3": ROOT / "bench" / ".models" / "qwen3-4l-512"}
+    paths = {"stories": STORIES, "qwen3": ROOT / "bench" / ".models" / "qwen3-4l-512",
+             "qwen3_5": ROOT / "bench" / ".models" / "qwen3_5-4l-512"}
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--models", default="stories")
     ap.add_argument("--concurrency", default="8,32")
@@ -107,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     exit_on_sigterm()
     concs = [int(c) for c in a.concurrency.split(",")]
     for name in a.models.split(","):
+        if name == "qwen3_5":  # the hybrid bench model: built on first use (bench.build_qwen3_5_model)
+            from bench.build_qwen3_5_model import build
+
+            build(paths[name])
         path = str(paths[name])
         scale = a.scale or (4 if name == "stories" else 1)
         servers: list[Server] = []

@@ -15,6 +15,7 @@ import pytest
 
 from tests.e2e.harness import Server
 from tests.real_weights import QWEN, SMOL, cache_env, converted_or_skip, gguf_or_skip
+from worker.cpu.qmatmul import wrap_quantized
 from worker.model.load import choose_dtype
 
 PROMPTS = ["What is the capital of France?", "Name a primary color.", "Say hello in Spanish.",
@@ -39,6 +40,9 @@ def served(request: pytest.FixtureRequest) -> Iterator[tuple[str, Server, Any]]:
     gguf = gguf_or_skip(name)
     model, tok = mlx_lm.load(str(converted_or_skip(name)))[:2]
     choose_dtype(model)  # the dtype the worker runs it at (float32 on CPU)
+    # the worker's quantized products (worker/cpu/qmatmul.py; against MLX's own kernel:
+    # tests/worker/cpu/test_qmatmul.py): mlx-lm's generation loop, at the worker's speed
+    wrap_quantized(model)
     srv = Server(str(gguf), "--kv-cache-turboquant", "none", "--max-batch", "8",
                  env=cache_env()).wait_ready(timeout=900)
     yield name, srv, (model, tok)

@@ -76,8 +76,9 @@ class Order(NamedTuple):
 
 # Debian's OpenBLAS 0.3.21: Zen/Haswell cores (sgemm_kernel_16x4_haswell, GEMM_Q 320)
 # and SkylakeX cores (sgemm_kernel_16x4_skylakex_3 with GEMM_Q 448, and its small-matrix TN
-# kernel for small products). Other cores: MLX's matmul (the check fails)
-ORDERS = (Order("haswell", 0, 320), Order("skylakex", 1, 448))
+# kernel for small products), and Zen 4 EPYCs, which it runs as Cooperlake (the SkylakeX
+# kernels with GEMM_Q 320). Other cores: MLX's matmul (the check fails)
+ORDERS = (Order("haswell", 0, 320), Order("skylakex", 1, 448), Order("cooperlake", 1, 320))
 # the probe shapes of ``detect`` (tests, benches): both blocking rules, small and large products
 PROBE_SHAPES = ((512, 512), (256, 512), (1536, 512), (512, 1536), (4096, 192), (64, 1000))
 

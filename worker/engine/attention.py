@@ -29,7 +29,7 @@ import mlx.core as mx
 import numpy as np
 
 from worker.cpu import softmax as cpu_softmax
-from worker.engine import llama4_rows
+from worker.engine import gated_delta, llama4_rows
 from worker.kv.paged_batch import LayerKV, PagedBatch, PagedView
 from worker.kv.paged_kv import PagedKVStore, QuantizedPages, dequantize
 
@@ -369,6 +369,7 @@ def install() -> None:
     import mlx_lm.models.base as base
 
     llama4_rows.install()
+    gated_delta.install()
     original = _installed.setdefault("original", base.scaled_dot_product_attention)
     routed = _installed.setdefault("routed", _router(original))
     pairs = [("mlx_lm.models.", original, routed)]

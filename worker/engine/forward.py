@@ -10,6 +10,7 @@ import mlx.core as mx
 from worker.cpu.fast_ops import wrap_fast_ops
 from worker.cpu.gemv import running, wrap_gemv
 from worker.cpu.qmatmul import wrap_quantized
+from worker.engine import gated_delta
 from worker.engine.attention import PagedBatch, routes_attention
 from worker.engine.compile_mode import AUTO_MAX_ROWS, rows_for
 from worker.engine.compiled_decode import CompiledDecode
@@ -275,7 +276,7 @@ class Forward:
              inputs: mx.array | None = None, positions: mx.array | None = None,
              every: bool = False, rows: tuple[list[RequestPages], list[int]] | None = None
              ) -> mx.array | None:
-        with running(self.gemv):
+        with running(self.gemv), gated_delta.running():
             if self.fast_ops is None:
                 return self._model(tokens, batch, want_logits, inputs, positions, every, rows)
             self.fast_ops.use(batch.offset)

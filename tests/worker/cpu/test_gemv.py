@@ -52,7 +52,7 @@ def native() -> Any:
 
 
 # OpenBLAS core name -> the order measured on it, and the vendor of the processors measured
-# (AMD's Zen 4 also reports Cooperlake, and its sums match neither order)
+# (AMD's Zen 4 also reports Cooperlake: its sums are the "cooperlake" order's, found by detect)
 KNOWN_CORES = {"Haswell": ("haswell", "GenuineIntel"), "Zen": ("haswell", "AuthenticAMD"),
                "SkylakeX": ("skylakex", "GenuineIntel"),
                "Cooperlake": ("skylakex", "GenuineIntel"),
