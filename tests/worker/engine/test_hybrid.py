@@ -134,13 +134,15 @@ class _Oracle:
         """Nothing kept per row."""
 
 
-@pytest.mark.parametrize("kind", ["none", "k8v4"])
-def test_rejected_drafts_roll_the_states_back(model: tuple[Any, Any], kind: str) -> None:
+@pytest.mark.parametrize(("kind", "k"), [("none", 4), ("k8v4", 4), ("none", 16)])
+def test_rejected_drafts_roll_the_states_back(model: tuple[Any, Any], kind: str, k: int) -> None:
+    """K 16: verify calls as long as the chunked prefill's (worker/engine/gated_delta.py), which
+    keep the captured step-by-step path."""
     mdl, tok = model
     prompts = {str(i): tok.encode(p) for i, p in enumerate(PROMPTS[:6])}
     plain = _run(make_engine(mdl, tok, kind=kind), prompts, GREEDY)
     drafter = _Oracle({tuple(prompts[r]): plain[r] for r in prompts}, mdl_vocab(mdl))
-    engine = make_engine(mdl, tok, kind=kind, spec=Speculator(drafter, 4, pause=False,
+    engine = make_engine(mdl, tok, kind=kind, spec=Speculator(drafter, k, pause=False,
                                                                first_draft_at=1))
     assert _run(engine, prompts, GREEDY) == plain
     s = engine.stats
