@@ -3,23 +3,35 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+TEST_STAMP := $(VENV)/.test-stamp
+SERVE_EXTRAS := embeddings,audio,vision,native
 ARGS ?=
 
 .PHONY: install native serve test lint check bench clean
 
+# What serving needs: the package with the extras of every served kind, plus nanobind for
+# worker/cpu/native's build. Nothing here uses apt-get or npm; ensure-blas.sh --check only says
+# whether a system OpenBLAS will be preloaded (and how to get one).
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev,embeddings,audio,vision,tts-convert]'
+	$(BIN)/python -m pip install -q -e '.[$(SERVE_EXTRAS)]'
+	sh deploy/ensure-blas.sh --check
+	touch $(STAMP)
+
+# The test world on top: test libraries, OpenBLAS, Chromium and espeak-ng (apt-get where allowed),
+# the reference venv, the agent CLIs (npm) and the real tokenizer files.
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,$(SERVE_EXTRAS),tts-convert]'
 	sh deploy/ensure-blas.sh
 	sh deploy/ensure-test-browser.sh
 	sh deploy/ensure-audio-tools.sh
 	PYTHON=$(PY) sh deploy/ensure-reference-venv.sh $(VENV)/refs
 	sh deploy/ensure-agent-clis.sh $(VENV)/agent-clis
 	PYTHON=$(BIN)/python sh deploy/ensure-tokenizer-files.sh $(VENV)/tokenizer-files
-	touch $(STAMP)
+	touch $(TEST_STAMP)
 
-install: $(STAMP) native
+install: $(TEST_STAMP) native
 
 # worker/cpu/native's MLX extensions (an FMA softmax and few-row products in OpenBLAS's order, for
 # MLX's CPU build); skipped with one line where they cannot be built (then MLX's own ops run).
@@ -31,11 +43,11 @@ serve: $(STAMP) native
 	$(BIN)/rapid-mlx serve $(ARGS)
 
 # The test process runs MLX too: preload the same optimized BLAS the workers use (worker/cpu/blas.py).
-test: $(STAMP) native
+test: $(TEST_STAMP) native
 	sh deploy/ensure-agent-clis.sh $(VENV)/agent-clis
 	LD_PRELOAD="$$($(BIN)/python -m worker.cpu.blas)" $(BIN)/python -m pytest -q -ra --durations=25
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
