@@ -11,6 +11,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from gateway.audio.openai_voices import openai_voice
 from gateway.audio.speech_schemas import (
     SpeechAudioDelta,
     SpeechAudioDone,
@@ -19,7 +20,6 @@ from gateway.audio.speech_schemas import (
     SpeechVoiceList,
     SpeechVoices,
 )
-from gateway.audio.openai_voices import openai_voice
 from gateway.doors.disconnect import until_disconnected
 from gateway.doors.kinds import require_kind
 from gateway.doors.relay import abort_all, error_for, outputs, peek_first, submit_all
