@@ -4,25 +4,32 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 TEST_STAMP := $(VENV)/.test-stamp
-SERVE_EXTRAS := embeddings,audio,vision,native
+comma := ,
+EXTRAS ?=
+EXTRAS_STAMP := $(VENV)/.extras-$(subst $(comma),-,$(EXTRAS))
+TEST_EXTRAS := dev,embeddings,audio,vision,tts-convert,native
 ARGS ?=
 
 .PHONY: install native serve test lint check bench clean
 
-# What serving needs: the package with the extras of every served kind, plus nanobind for
-# worker/cpu/native's build. Nothing here uses apt-get or npm; ensure-blas.sh --check only says
-# whether a system OpenBLAS will be preloaded (and how to get one).
+# What serving needs: the package (text models) plus nanobind for worker/cpu/native's build;
+# `make serve EXTRAS=audio,vision,embeddings` adds the extras other kinds of models need. Nothing uses
+# apt-get or npm; ensure-blas.sh --check only says whether a system OpenBLAS will be preloaded.
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[$(SERVE_EXTRAS)]'
+	$(BIN)/python -m pip install -q -e '.[native]'
 	sh deploy/ensure-blas.sh --check
 	touch $(STAMP)
+
+$(EXTRAS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[$(EXTRAS),native]'
+	touch $(EXTRAS_STAMP)
 
 # The test world on top: test libraries, OpenBLAS, Chromium and espeak-ng (apt-get where allowed),
 # the reference venv, the agent CLIs (npm) and the real tokenizer files.
 $(TEST_STAMP): $(STAMP)
-	$(BIN)/python -m pip install -q -e '.[dev,$(SERVE_EXTRAS),tts-convert]'
+	$(BIN)/python -m pip install -q -e '.[$(TEST_EXTRAS)]'
 	sh deploy/ensure-blas.sh
 	sh deploy/ensure-test-browser.sh
 	sh deploy/ensure-audio-tools.sh
@@ -39,7 +46,7 @@ install: $(TEST_STAMP) native
 native: $(STAMP)
 	$(BIN)/python -m worker.cpu.native.build
 
-serve: $(STAMP) native
+serve: $(STAMP) $(if $(EXTRAS),$(EXTRAS_STAMP)) native
 	$(BIN)/rapid-mlx serve $(ARGS)
 
 # The test process runs MLX too: preload the same optimized BLAS the workers use (worker/cpu/blas.py).
