@@ -9,6 +9,7 @@ import click
 
 from gateway.aliases import load_aliases, user_alias_file
 from gateway.anthropic.models import parse_model_map
+from gateway.cli.common import OneLineError
 from gateway.cli.options import Size, edge_options, listed
 from gateway.cli.serve_config import data_dir as prepared_data_dir
 from gateway.cli.serve_config import group_args, served_models
@@ -148,7 +149,7 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
           responses_max_bytes: int, responses_max_bytes_per_key: int, **edge: Any) -> None:
     """Serve MODELS (aliases, Hugging Face repo ids or local folders); none: the embedded demo."""
     if enable_dflash:
-        raise click.ClickException(DFLASH_REFUSAL)
+        raise OneLineError(DFLASH_REFUSAL)
     if no_spawn_workers and not worker_address:
         raise click.UsageError("--no-spawn-workers needs --worker-address (where workers connect)")
 
