@@ -13,6 +13,7 @@ import openai
 import pytest
 from tokenizers import Tokenizer
 
+from tests.audio.mlx_whisper_copy import mlx_whisper_copy
 from tests.audio.wer import wer
 from tests.e2e.harness import Server
 from worker.kinds.detect import detect_kind
@@ -24,15 +25,7 @@ MAX_WER = 0.25
 @pytest.fixture(scope="module")
 def mlx_whisper_dir(whisper_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """tiny.en rewritten in mlx-whisper's layout."""
-    import mlx.core as mx
-
-    out = tmp_path_factory.mktemp("whisper-tiny-mlx")
-    config = json.loads((whisper_dir / "config.json").read_text())
-    config.pop("model_type")
-    (out / "config.json").write_text(json.dumps(config))
-    weights = mx.load(str(whisper_dir / "model.safetensors"))
-    mx.savez(str(out / "weights.npz"), **weights)  # type: ignore[arg-type]
-    return out
+    return mlx_whisper_copy(whisper_dir, tmp_path_factory.mktemp("whisper-tiny-mlx"))
 
 
 def test_built_tokenizer_equals_the_real_one(whisper_dir: Path) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import shlex
 import tomllib
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
