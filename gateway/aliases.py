@@ -44,6 +44,7 @@ class AliasEntry(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True)
     num_draft_tokens: int | None = None
     draft_model: str | None = None  # --speculative draft: a folder, repo id or another alias
     compile_decode: Literal["auto", "on", "off"] | None = None  # overrides --compile-decode
+    unavailable: str | None = None  # why `serve ALIAS` is refused (one line)
 
 
 def _read(path: Path) -> dict[str, dict[str, Any]]:
@@ -119,6 +120,9 @@ def closest(name: str, aliases: dict[str, AliasEntry], n: int = 3) -> list[str]:
 
 def unknown_model(model: str, aliases: dict[str, AliasEntry]) -> str | None:
     """Why `serve MODEL` cannot work (one line), or None for an alias, folder or repo id."""
+    entry = aliases.get(model)
+    if entry is not None and entry.unavailable:
+        return f"cannot serve '{model}': {entry.unavailable}"
     if model in aliases or model.startswith(EMBEDDED_PREFIX) or Path(model).expanduser().is_dir():
         return None
     if _REPO_ID.fullmatch(model):
@@ -150,5 +154,6 @@ def format_table(aliases: dict[str, AliasEntry]) -> str:
     lines = [head]
     for name, e in sorted(aliases.items()):
         lines.append(f"{name:<34} {e.tool_call_parser or '-':<16} {e.reasoning_parser or '-':<12} "
-                     f"{'yes' if e.is_moe else 'no':<4} {e.context_length or 0:>7}  {e.repo}")
+                     f"{'yes' if e.is_moe else 'no':<4} {e.context_length or 0:>7}  {e.repo}"
+                     + ("  (refused: see `rapid-mlx serve` " + name + ")" if e.unavailable else ""))
     return "\n".join(lines)

@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from parsers.closedschema import closed
 from parsers.schema import schema_types
 
 Lit = Callable[[str], str]
@@ -35,8 +36,9 @@ def args_schema(params: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def json_term(schema: dict[str, Any]) -> str:
-    """An embedded JSON-schema term (the value written in JSON_LAYOUT)."""
-    return "%json " + json.dumps(compact(schema), ensure_ascii=False)
+    """An embedded JSON-schema term (the value written in JSON_LAYOUT), its objects closed
+    (parsers/closedschema.py)."""
+    return "%json " + json.dumps(compact(closed(schema)), ensure_ascii=False)
 
 
 def plain_string(schema: dict[str, Any]) -> bool:

@@ -44,8 +44,9 @@ class LlamaToolParser(StateMachineToolParser):
     call: {...}") and several calls may be separated by ``;`` (the separators between calls
     are dropped; all other text is kept as content exactly); as in SGLang's ``pythonic``
     parser, so may a pythonic call list. After prose only such calls (see ``prose_calls``)
-    of at most ``PROSE_MAX`` characters count. Text that merely starts with ``{`` or
-    ``[`` but is not a call comes back as content.
+    of at most ``PROSE_MAX`` characters count. When the request declares tools, a call without
+    ``<|python_tag|>`` (at the start too) must name one of them. Text that merely starts with
+    ``{`` or ``[`` but is not a call comes back as content.
     """
 
     def __init__(self, tools: list[dict[str, Any]] | None = None) -> None:
@@ -139,6 +140,8 @@ class LlamaToolParser(StateMachineToolParser):
             calls = prose_calls(self._kind, text[start:end], self._known)
         else:
             calls = parse_candidate(self._kind, text[start:end])
+            if calls and not self._after_tag and self._undeclared(calls):
+                calls = None  # an answer that is JSON data, such as {"name": "John"}
         if not calls or not self.emit_calls(out, calls):
             return self._reject(out, end if self._kind == "{" or self._prose else start)
         self._sep = ""
@@ -147,6 +150,10 @@ class LlamaToolParser(StateMachineToolParser):
         self._after_tag = False
         self._state = _State.LEAD
         return True
+
+    def _undeclared(self, calls: list[tuple[str, dict[str, Any]]]) -> bool:
+        """True when the request declares tools and a call names another function."""
+        return bool(self._known) and any(name not in self._known for name, _ in calls)
 
     def _reject(self, out: ParseDelta, upto: int) -> bool:
         """The candidate is text: emit it up to ``upto`` and scan on as content."""

@@ -44,6 +44,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--compile-decode", choices=["auto", "on", "off"], default="auto",
                    help="decode steps through mx.compile: where it measured faster (auto), "
                         "every decode batch it covers (on), or never (off)")
+    p.add_argument("--audio-mode", action="store_true",
+                   help="fail at start unless the model is a text-to-speech or speech-to-text one")
     p.add_argument("--log-level", default="INFO")
     p.add_argument("--tensor-parallel", type=int, default=1,
                    help="this process is one rank of an mlx.launch group of N (worker/tp)")
@@ -118,6 +120,16 @@ def model_kind(model: str, revision: str | None) -> str:
 
     path = resolve(model, revision)
     return detect_kind(path, read_config(model, path))
+
+
+def check_audio_mode(model: str, kind: str) -> None:
+    """--audio-mode: CannotLoad (one line) unless KIND is a speech kind."""
+    from worker.model.fetch import CannotLoad
+
+    if kind not in ("speech", "transcribe"):
+        what = {"generate": "a text-generation", "embed": "an embedding"}.get(kind, kind)
+        raise CannotLoad(model, f"--audio-mode serves text-to-speech and speech-to-text models, "
+                         f"and it is {what} model", "serve it without --audio-mode")
 
 
 def serve_kind(kind: str, args: argparse.Namespace, sock: Any, boot_id: str, secret: str) -> int:
@@ -195,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     sock.connect(args.connect)
     try:
         kind = model_kind(args.model, args.revision)
+        if args.audio_mode:
+            check_audio_mode(args.model, kind)
         if kind != "generate":
             return serve_kind(kind, args, sock, boot_id, secret)
         loaded = load_model(args.model, args.revision)

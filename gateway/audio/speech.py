@@ -11,6 +11,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from gateway.audio.openai_voices import openai_voice
 from gateway.audio.speech_schemas import (
     SpeechAudioDelta,
     SpeechAudioDone,
@@ -39,12 +40,15 @@ CONTENT_TYPES = {"mp3": "audio/mpeg", "opus": "audio/ogg", "aac": "audio/aac",
 
 
 def check_voice(voice: str, facts: ModelFacts | None, alias: str) -> str:
-    """VOICE if the model has it (the default voice when empty); a 400 listing its voices if not."""
+    """VOICE if the model has it (the default voice when empty, an OpenAI voice name mapped by
+    gateway/audio/openai_voices.py); a 400 listing its voices if not."""
     voices = facts.voices if facts is not None else []
     if not voices:
         return voice
     if not voice:
         return voices[0]
+    if voice not in voices and (mapped := openai_voice(voice, voices)) is not None:
+        return mapped
     if voice not in voices:
         raise bad_request(f"The voice '{voice}' is not a voice of the model '{alias}'. Its voices "
                           f"are: {', '.join(voices)} (GET /v1/audio/voices lists them).",

@@ -10,10 +10,15 @@ import click
 from gateway.aliases import load_aliases, user_alias_file
 from gateway.anthropic.models import parse_model_map
 from gateway.cli.gguf import gguf_folders
+from gateway.cli.common import OneLineError
 from gateway.cli.options import Size, edge_options, listed
 from gateway.cli.serve_config import data_dir as prepared_data_dir
 from gateway.cli.serve_config import group_args, served_models
 from gateway.config import GatewayConfig
+
+DFLASH_REFUSAL = ("--enable-dflash: DFlash block-diffusion drafting is not built in rapid-mlx (its "
+                  "drafts cannot be verified losslessly by the paged engine yet); use "
+                  "--speculative ngram, draft or mtp for lossless speculative decoding")
 
 
 @click.command()
@@ -50,6 +55,12 @@ from gateway.config import GatewayConfig
                    "for ngram, 4 otherwise)")
 @click.option("--draft-model", default=None,
               help="--speculative draft: the draft model (folder, repo id or alias)")
+@click.option("--enable-dflash", is_flag=True,
+              help="DFlash block-diffusion drafting: not built; the flag stops the start saying "
+                   "why (use --speculative)")
+@click.option("--audio-mode", is_flag=True,
+              help="the served models are speech models (text-to-speech or speech-to-text): a "
+                   "worker whose model is of another kind fails at start saying so")
 @click.option("--compile-decode", type=click.Choice(["auto", "on", "off"]), default="auto",
               show_default=True,
               help="decode steps through mx.compile: where it measured faster (up to 8 rows of "
@@ -124,7 +135,8 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
           api_keys: tuple[str, ...], tool_call_parser: str | None, reasoning_parser: str | None,
           aliases_file: str | None, kv_cache_turboquant: str, kv_cache_memory: str,
           disable_prefix_cache: bool, shared_prefix_cache: bool, speculative: str,
-          num_draft_tokens: int | None, draft_model: str | None, compile_decode: str,
+          num_draft_tokens: int | None, draft_model: str | None, enable_dflash: bool,
+          audio_mode: bool, compile_decode: str,
           max_batch: int, prefill_budget: int, max_waiting: int,
           context_length: int, worker_address: str, hang_timeout: float, log_level: str,
           replicas: int, tensor_parallel: int, tp_hostfile: str | None, tp_port: int,
@@ -138,6 +150,8 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
           responses_max_bytes: int, responses_max_bytes_per_key: int, **edge: Any) -> None:
     """Serve MODELS (aliases, Hugging Face repo ids, local folders or .gguf files); none: the
     embedded demo."""
+    if enable_dflash:
+        raise OneLineError(DFLASH_REFUSAL)
     if no_spawn_workers and not worker_address:
         raise click.UsageError("--no-spawn-workers needs --worker-address (where workers connect)")
 
@@ -147,6 +161,8 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
                    "--kv-cache-memory", kv_cache_memory, "--compile-decode", compile_decode]
     if disable_prefix_cache:
         worker_args.append("--disable-prefix-cache")
+    if audio_mode:
+        worker_args.append("--audio-mode")
     if context_length:
         worker_args += ["--context-length", str(context_length)]
     worker_args += group_args(tensor_parallel, tp_hostfile, tp_port)

@@ -182,7 +182,7 @@ def _continue(req: CreateResponse, items: list[dict[str, Any]],
 
 
 def _echo(req: CreateResponse, params: SamplingParams, store: bool) -> dict[str, Any]:
-    """The request fields the response object repeats."""
+    """The request fields the response object repeats (optional ones only when given)."""
     choice: Any = req.tool_choice if isinstance(req.tool_choice, str) or req.tool_choice is None \
         else msgspec.to_builtins(req.tool_choice)
     effort = req.reasoning.effort if req.reasoning else None
@@ -194,4 +194,5 @@ def _echo(req: CreateResponse, params: SamplingParams, store: bool) -> dict[str,
             "tools": [{"type": t.type, "name": t.name, "description": t.description,
                        "parameters": t.parameters, "strict": t.strict} for t in req.tools or []],
             "top_p": params.top_p,
-            "truncation": "disabled", "user": req.user, "metadata": req.metadata or {}}
+            "truncation": "disabled", "metadata": req.metadata or {},
+            **({"user": req.user} if req.user is not None else {})}  # OpenAI's `user` is never null

@@ -40,13 +40,14 @@ class ResponseBuilder:
 
     def response(self, status: str, usage: dict[str, Any] | None = None,
                  error: dict[str, str] | None = None) -> dict[str, Any]:
-        """The response object in STATUS."""
+        """The response object in STATUS (`usage` only once known: OpenAI's schema has no null)."""
         done = status in ("completed", "incomplete")
         return {"id": self.rid, "object": "response", "created_at": self.created_at,
                 "completed_at": int(time.time()) if done else None, "status": status,
                 "error": error, "incomplete_details": {"reason": "max_output_tokens"}
                 if status == "incomplete" else None, "output": self.output if status !=
-                "in_progress" else [], "usage": usage, **self.echo}
+                "in_progress" else [], **({"usage": usage} if usage is not None else {}),
+                **self.echo}
 
     def start(self) -> list[dict[str, Any]]:
         """response.created and response.in_progress."""

@@ -85,8 +85,8 @@ class ResponseObject(msgspec.Struct, kw_only=True):
     tools: list[dict[str, Any]]
     top_p: float
     truncation: str
-    usage: ResponseUsage | None
-    user: str | None
+    usage: ResponseUsage | msgspec.UnsetType = msgspec.UNSET  # absent until the response ends
+    user: str | msgspec.UnsetType = msgspec.UNSET  # absent unless the request gave one
     metadata: dict[str, str]
 
 

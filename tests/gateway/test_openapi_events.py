@@ -40,7 +40,7 @@ ECHO: dict[str, Any] = {
     "instructions": None, "max_output_tokens": 5, "model": "m", "parallel_tool_calls": True,
     "previous_response_id": None, "reasoning": {"effort": None, "summary": None}, "store": False,
     "temperature": 1.0, "text": {"format": {"type": "text"}}, "tool_choice": "auto", "tools": [],
-    "top_p": 1.0, "truncation": "disabled", "user": None, "metadata": {}}
+    "top_p": 1.0, "truncation": "disabled", "metadata": {}}
 USAGE = {"input_tokens": 3, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 3},
          "output_tokens": 4, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 7}
 STEPS = [Delta(reasoning="Let me think."), Delta(content="Hello"), Delta(content=" there"),

@@ -110,6 +110,24 @@ CASES = [
         calls=(("f", {}),),
         tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
     ),
+    Case(
+        "start-json-undeclared-name-is-text",
+        '{"name": "John"} is the answer.',
+        content='{"name": "John"} is the answer.',
+        tools=[{"type": "function", "function": {"name": "get_weather", "parameters": {}}}],
+    ),
+    Case(
+        "start-json-declared-name-is-a-call",
+        '{"name": "get_weather", "parameters": {"city": "SF"}}',
+        calls=(SF,),
+        tools=[{"type": "function", "function": {"name": "get_weather", "parameters": {}}}],
+    ),
+    Case(
+        "tagged-builtin-stays-a-call-with-tools",
+        '<|python_tag|>{"name": "brave_search", "parameters": {"q": "x"}}',
+        calls=(("brave_search", {"q": "x"}),),
+        tools=[{"type": "function", "function": {"name": "get_weather", "parameters": {}}}],
+    ),
     Case("prose-brace-text", "Use {x} or {", content="Use {x} or {"),
     Case(
         "call-then-semicolon-text",

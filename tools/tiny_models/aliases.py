@@ -52,9 +52,13 @@ VISION_ALIASES: dict[str, tuple[str, str]] = {
     "gemma-3-12b-4bit": ("gemma3", "gemma3_text"),
 }
 
-# served by other kinds of worker (/v1/embeddings): not text generation
+# served by other kinds of worker (/v1/embeddings, /v1/audio/*): not text generation; and
+# qwen3.5-9b-mtp-4bit, which `serve` refuses with its alias's `unavailable` reason
 OTHER_ALIASES: frozenset[str] = frozenset(
-    {"all-minilm-l6-v2", "embeddinggemma-300m", "qwen3-embedding-0.6b"})
+    {"all-minilm-l6-v2", "embeddinggemma-300m", "embeddinggemma-300m-6bit",
+     "qwen3-embedding-0.6b", "kokoro-tts", "whisper-large-v3-turbo", "whisper-large-v3",
+     "whisper-medium", "whisper-small", "whisper-base", "whisper-tiny", "parakeet-tdt-0.6b-v2",
+     "parakeet-tdt-0.6b-v3", "qwen3.5-9b-mtp-4bit"})
 
 
 def text_model_types() -> list[str]:

@@ -11,6 +11,13 @@ TTS_TYPES = {"kokoro", "istftnet"}
 # decoder families whose embedding models ship without sentence-transformers files in some MLX
 # conversions (e.g. mlx-lm's Qwen3-Embedding): recognised by "embedding" in the folder's name
 NAMED_EMBED_TYPES = {"qwen3", "gemma3_text"}
+# mlx-whisper's config.json: Whisper's dimensions and no model_type (mlx-community/whisper-*)
+WHISPER_DIMS = {"n_mels", "n_audio_state", "n_audio_layer", "n_text_state", "n_vocab"}
+
+
+def is_mlx_whisper(config: dict[str, Any]) -> bool:
+    """True for mlx-whisper's folder layout (config.json of dimensions, no model_type)."""
+    return "model_type" not in config and WHISPER_DIMS <= set(config)
 
 
 def detect_kind(path: Path, config: dict[str, Any]) -> str:
@@ -23,7 +30,7 @@ def detect_kind(path: Path, config: dict[str, Any]) -> str:
         return "embed"
     if model_type in NAMED_EMBED_TYPES and "embedding" in str(path).lower():
         return "embed"  # e.g. .../models--mlx-community--Qwen3-Embedding-0.6B-4bit-DWQ/...
-    if model_type in STT_TYPES or "whisper" in archs or "parakeet" in archs:
+    if model_type in STT_TYPES or "whisper" in archs or "parakeet" in archs or is_mlx_whisper(config):
         return "transcribe"
     if model_type in TTS_TYPES or "istftnet" in config or "kokoro" in archs:
         return "speech"

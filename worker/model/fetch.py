@@ -13,7 +13,8 @@ from protocol.process import EXIT_CANNOT_LOAD as EXIT_CANNOT_LOAD  # a determini
 
 log = logging.getLogger("rapid_mlx.worker")
 
-PATTERNS = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "*.tiktoken", "*.py"]
+PATTERNS = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "*.tiktoken", "*.py",
+            "*.npz"]  # mlx-whisper folders keep their weights in weights.npz
 
 
 class CannotLoad(Exception):

@@ -10,6 +10,7 @@ from typing import Any
 import mlx.core as mx
 
 from worker.kinds.stt.cpu_softmax import use_numpy_softmax
+from worker.kinds.stt.whisper_vocab import tokenizer_folder
 
 PARAKEET_TYPES = {"parakeet", "parakeet_tdt", "parakeet_ctc", "parakeet_rnnt", "parakeet_tdt_ctc"}
 
@@ -29,24 +30,28 @@ def whisper_dtype() -> mx.Dtype:
 
 
 def load_whisper(path: Path, config: dict[str, Any], dtype: mx.Dtype | None = None) -> Any:
-    """mlx-audio's Whisper Model with its weights, quantization and processor (tokenizer)."""
+    """mlx-audio's Whisper Model with its weights, quantization and processor (tokenizer); reads
+    mlx-audio's folders and mlx-whisper's (no model_type, weights.npz, no tokenizer files)."""
     from mlx_audio.stt.models.whisper import whisper as mw
     from mlx_audio.utils import apply_quantization
 
     dtype = dtype or whisper_dtype()
     model = mw.Model(mw.ModelDimensions.from_dict(config), dtype)
     weights: dict[str, mx.array] = {}
-    for file in sorted(glob.glob(str(path / "*.safetensors"))):
+    files = sorted(glob.glob(str(path / "*.safetensors"))) or sorted(glob.glob(str(path / "*.npz")))
+    for file in files:  # mlx-whisper's layout: weights.safetensors or weights.npz
         loaded: Any = mx.load(file)
         weights.update(loaded)
     if not weights:
-        raise FileNotFoundError(f"no *.safetensors weights in {path}")
+        raise FileNotFoundError(f"no *.safetensors or *.npz weights in {path}")
     weights = model.sanitize(weights)
     apply_quantization(model, config, weights, None)  # only if config has "quantization"
     model.load_weights(list(weights.items()), strict=True)
     mx.eval(model.parameters())
     model.eval()
-    model = mw.Model.post_load_hook(model, path)
+    # mlx-whisper's folders carry no tokenizer files: build them from Whisper's vocabularies
+    tokenizer = path if (path / "tokenizer.json").exists() else tokenizer_folder(config)
+    model = mw.Model.post_load_hook(model, tokenizer)
     if getattr(model, "_processor", None) is None:
         raise FileNotFoundError(f"{path} has no Whisper tokenizer files (tokenizer.json, "
                                 "tokenizer_config.json, preprocessor_config.json)")
