@@ -9,8 +9,8 @@ import click
 
 from gateway.aliases import load_aliases, user_alias_file
 from gateway.anthropic.models import parse_model_map
-from gateway.cli.gguf import gguf_folders
 from gateway.cli.common import OneLineError
+from gateway.cli.gguf import gguf_folders
 from gateway.cli.options import Size, edge_options, listed
 from gateway.cli.serve_config import data_dir as prepared_data_dir
 from gateway.cli.serve_config import group_args, served_models
