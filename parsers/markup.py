@@ -34,6 +34,9 @@ class MarkupToolParser(StateMachineToolParser):
 
     BLOCK_OPEN: ClassVar[tuple[str, ...]] = ()
     BLOCK_CLOSE: ClassVar[str] = ""
+    # openers whose blocks end with their own closer (a Markdown fence: "```json" ... "```");
+    # they are not reasoning exits
+    OWN_CLOSE: ClassVar[dict[str, str]] = {}
     CALL_OPEN: ClassVar[str | None] = None
     CALL_CLOSE: ClassVar[str | None] = None
     BARE_CALLS: ClassVar[bool] = False
@@ -44,8 +47,11 @@ class MarkupToolParser(StateMachineToolParser):
         cls = type(self)
         bare = (cls.CALL_OPEN,) if cls.BARE_CALLS and cls.CALL_OPEN else ()
         self._text_marks = MarkerSet(cls.BLOCK_OPEN + bare)
-        self._block_marks = MarkerSet((cls.CALL_OPEN or "", cls.BLOCK_CLOSE))
-        self._body_marks = MarkerSet((cls.CALL_CLOSE or "", cls.BLOCK_CLOSE))
+        self._marks = {close: (MarkerSet((cls.CALL_OPEN or "", close)),
+                               MarkerSet((cls.CALL_CLOSE or "", close)))
+                       for close in {cls.BLOCK_CLOSE, *cls.OWN_CLOSE.values()}}
+        self._block_marks, self._body_marks = self._marks[cls.BLOCK_CLOSE]
+        self.opener = ""  # the marker that opened the current block
         self._buf = TextBuffer()
         self._state = _State.TEXT
         self._raw_from = 0  # where raw text starts if the current block must become content
@@ -55,7 +61,8 @@ class MarkupToolParser(StateMachineToolParser):
 
     def reasoning_exits(self) -> tuple[tuple[str, str], ...]:
         """The block markers: a block may end a ``<think>`` section (``parsers.thinkcalls``)."""
-        return tuple((opener, self.BLOCK_CLOSE) for opener in self.BLOCK_OPEN)
+        return tuple((opener, self.BLOCK_CLOSE) for opener in self.BLOCK_OPEN
+                     if opener not in self.OWN_CLOSE)
 
     # -- hooks -------------------------------------------------------------------------
     def read_header(self, text: str, pos: int, end: int) -> Header:
@@ -93,6 +100,9 @@ class MarkupToolParser(StateMachineToolParser):
         self._raw_from = buf.pos
         self._block_calls = 0
         buf.pos += len(marker)
+        self.opener = marker
+        self._block_marks, self._body_marks = self._marks[
+            self.OWN_CLOSE.get(marker, self.BLOCK_CLOSE)]
         self._implicit = marker not in self.BLOCK_OPEN
         if self._implicit or self.CALL_OPEN is None:
             self._state = _State.HEADER
@@ -176,8 +186,9 @@ class MarkupToolParser(StateMachineToolParser):
         if self._name is not None:
             args = self.parse_args(self._name, body, closed)
             self.emit_args(out, dumps_canonical(args) or "{}")
-        else:
-            calls = self.parse_deferred(body)
+        else:  # a fenced block is a call only once its fence closes
+            calls = (self.parse_deferred(body) if closed or self.opener not in self.OWN_CLOSE
+                     else None)
             if calls and self.emit_calls(out, calls):
                 self._block_calls += len(calls)
             else:

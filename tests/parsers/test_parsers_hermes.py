@@ -7,6 +7,8 @@ import pytest
 from tests.parsers.parsers_harness import Case, check_case, ids, tool_factory
 
 W = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+_WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}}}}
 CASES = [
     Case("plain", "Hello, world!", content="Hello, world!"),
     Case("empty", "", content=""),
@@ -130,6 +132,18 @@ CASES = [
         calls=(("f", {}),),
     ),
     Case("partial-open-at-end", "Use the <tool", content="Use the <tool"),
+    # Qwen2.5-Coder-1.5B's real answer to a get_weather request: a fenced JSON call
+    Case("fenced-call", f"```json\n{W}\n```", tools=[_WEATHER],
+         calls=(("get_weather", {"city": "Paris"}),)),
+    Case("fenced-call-text-around", f"Sure.\n```json\n{W}\n```\nDone.", tools=[_WEATHER],
+         content="Sure.\nDone.", calls=(("get_weather", {"city": "Paris"}),)),
+    # a fenced block naming no declared tool, or no call at all, is content, exactly
+    Case("fenced-undeclared", f"```json\n{W}\n```", content=f"```json\n{W}\n```"),
+    Case("fenced-other-json", 'See:\n```json\n{"a": 1}\n```', tools=[_WEATHER],
+         content='See:\n```json\n{"a": 1}\n```'),
+    Case("fenced-unclosed", f"```json\n{W}", tools=[_WEATHER], content=f"```json\n{W}"),
+    Case("fenced-python", "```python\nprint(1)\n```", tools=[_WEATHER],
+         content="```python\nprint(1)\n```"),
     Case("other-tags", "a <tool> b <tool_calls> c", content="a <tool> b <tool_calls> c"),
     Case("stray-close", "x </tool_call> y", content="x </tool_call> y"),
     Case(
