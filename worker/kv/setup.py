@@ -14,6 +14,7 @@ from worker.kv.paged_kv import KVFormat, PagedKVStore, k8v4_supported
 from worker.kv.pages import completer
 from worker.kv.rows import writer
 from worker.kv.state_pool import StateLayout, StatePool
+from worker.kv.window_group import WindowGroup, group_for
 
 
 class UnsupportedModel(Exception):
@@ -146,14 +147,39 @@ def plan_kv(model: Any, dtype: mx.Dtype, *, kind: str, memory: str, page_size: i
         spare = (left - min(left // fmt.bytes_per_page(), useful) * fmt.bytes_per_page())
         work = min(max(spare, int(left * work_share)) // float_page, max_batch * per_context)
         left -= work * float_page
-    num_pages = max(min(left // fmt.bytes_per_page(), useful), per_context + 2)
-    spare = max(left - num_pages * fmt.bytes_per_page(), 0)  # the dense decode cache's at most
+    kinds = layer_kinds(model, layers)
+    group = group_for(kinds, page_size, kind, found.states is not None)
+    window_pages, full_page = 0, fmt.bytes_per_page()
+    if group is not None:
+        layer_page = fmt.bytes_per_page() // layers
+        window_pages = window_pool_pages(group, max_batch, per_context)
+        if window_pages < min(left // full_page, useful):  # else releasing pages saves nothing
+            full_page = layer_page * (layers - len(group.layers))
+            left = max(left - window_pages * layer_page * len(group.layers), 0)
+            reason += (f"; {len(group.layers)} windowed layers in their own pool of "
+                       f"{window_pages} pages, released as they leave the window")
+        else:
+            window_pages = 0
+    elif kinds.windowed:
+        reason += ("; windowed layers keep every page of a sequence (one layer group: K8V4 "
+                   "pages, a hybrid model, or no full layer)")
+    num_pages = max(min(left // full_page, useful), per_context + 2)
+    spare = max(left - num_pages * full_page, 0)  # the dense decode cache's at most
     store = PagedKVStore(fmt, num_pages, tail_pages=tails, work_pages=work, spare_bytes=spare,
-                         put_rows=writer(), complete=completer())
+                         put_rows=writer(), complete=completer(),
+                         window_layers=group.layers if group is not None and window_pages else (),
+                         window_pages=window_pages)
     if found.states is not None:
         store.states = StatePool(found.states, slots, put_rows=writer())
-    store.kinds = layer_kinds(model, store.fmt.num_layers)
+    store.kinds = kinds
     return KVPlan(store, kind, reason)
+
+
+def window_pool_pages(group: WindowGroup, max_batch: int, per_context: int) -> int:
+    """The windowed layer group's pool: scratch, every running row's window, as much again
+    for the prefix cache's, and one prompt chunk of a whole context (its pages are written at
+    once)."""
+    return 1 + 2 * max_batch * group.seq_pages() + per_context
 
 
 def state_slots(layout: StateLayout, budget: int, max_batch: int) -> int:
