@@ -165,12 +165,15 @@ class KVManager:
             self.radix.window_freed = []
 
     def slide(self, r: PagedRequest) -> None:
-        """Release r's windowed-group pages that no query after its last computed one sees
-        (the tree's stay in the tree: only r's entries go)."""
+        """Release r's windowed-group pages that neither a query after its last computed one
+        nor a prefix hit at its last page boundary (its published depth) sees (the tree's stay
+        in the tree: only r's entries go)."""
         if self.window is None or r.computed <= 0:
             return
         kv = r.kv
-        end = min(self.window.first_page(r.computed - 1), len(kv.window))
+        boundary = r.computed - r.computed % self.page_size
+        end = min(self.window.first_page(r.computed - 1), self.window.first_page(boundary),
+                  len(kv.window))
         own = [kv.window[i] for i in range(max(kv.window_from, kv.shared), end) if kv.window[i]]
         for i in range(kv.window_from, end):
             kv.window[i] = 0

@@ -116,13 +116,15 @@ def parse_memory(spec: str) -> int:
 
 def plan_kv(model: Any, dtype: mx.Dtype, *, kind: str, memory: str, page_size: int,
             group_size: int, max_batch: int, context_length: int, working_set: bool = True,
-            work_share: float = 0.0) -> KVPlan:
+            work_share: float = 0.0, prefill_budget: int = 512) -> KVPlan:
     """Choose K8V4 when it fits the head dim, size the pool, allocate it.
 
     With K8V4 and WORKING_SET, float copies of running rows' full pages (worker/kv/working.py)
     get the budget the pool leaves, or WORK_SHARE of the budget taken from the pool if more, at
     most every running row's whole context. What is left after both is the store's
-    ``spare_bytes``: the most the dense decode cache (worker/kv/dense.py) may hold.
+    ``spare_bytes``: the most the dense decode cache (worker/kv/dense.py) may hold. A model with
+    sliding or chunked layers keeps those in their own smaller pool (worker/kv/window_group.py)
+    when that leaves the full layers more pages; PREFILL_BUDGET (a step's prompt tokens) sizes it.
     """
     found = probe_layers(model)
     layers, heads, dim = found.attention_layers, found.kv_heads, found.head_dim
@@ -152,7 +154,8 @@ def plan_kv(model: Any, dtype: mx.Dtype, *, kind: str, memory: str, page_size: i
     window_pages, full_page = 0, fmt.bytes_per_page()
     if group is not None:
         layer_page = fmt.bytes_per_page() // layers
-        window_pages = window_pool_pages(group, max_batch, per_context)
+        chunk = -(-min(prefill_budget, context_length) // page_size) + 1
+        window_pages = window_pool_pages(group, max_batch, chunk)
         if window_pages < min(left // full_page, useful):  # else releasing pages saves nothing
             full_page = layer_page * (layers - len(group.layers))
             left = max(left - window_pages * layer_page * len(group.layers), 0)
@@ -175,11 +178,10 @@ def plan_kv(model: Any, dtype: mx.Dtype, *, kind: str, memory: str, page_size: i
     return KVPlan(store, kind, reason)
 
 
-def window_pool_pages(group: WindowGroup, max_batch: int, per_context: int) -> int:
+def window_pool_pages(group: WindowGroup, max_batch: int, chunk: int) -> int:
     """The windowed layer group's pool: scratch, every running row's window, as much again
-    for the prefix cache's, and one prompt chunk of a whole context (its pages are written at
-    once)."""
-    return 1 + 2 * max_batch * group.seq_pages() + per_context
+    for the prefix cache's, and CHUNK pages: a step's prompt chunks (written at once)."""
+    return 1 + 2 * max_batch * group.seq_pages() + chunk
 
 
 def state_slots(layout: StateLayout, budget: int, max_batch: int) -> int:

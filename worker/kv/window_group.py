@@ -5,9 +5,10 @@ groups, each with its own page id space and one block table per request (vLLM's 
 groups, SGLang's SWA pool): the full layers' (``RequestPages.pages``, the manager's ``pool``:
 today's path, unchanged) and the windowed layers' (``RequestPages.window``, ``window_pool``;
 the store's arrays of those layers hold ``window_pages`` pages). After every step the manager
-releases the windowed group's pages no later query of a running sequence can see (``slide``:
-positions before the window start of its last query, ``first_page``), so those layers hold at
-most a window (plus the page being written and one more) per sequence. Their block-table
+releases the windowed group's pages no later query of a running sequence can see, nor a prefix
+hit at its last page boundary (``slide``: pages before the window start, ``first_page``, of its
+last query and of that boundary), so those layers hold at most a window (plus the page being
+written and one more) per sequence. Their block-table
 entries become 0: the scratch page, masked by the window mask anyway.
 
 Prefix cache: tree nodes own both groups' pages of their positions; a node's windowed entry is
