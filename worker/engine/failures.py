@@ -49,6 +49,10 @@ def verify(kv: KVManager, holders: Sequence[Request]) -> None:
         if kv.window_pool.num_used != own + tree:
             raise EngineBroken(f"{kv.window_pool.num_used} windowed KV pages in use, requests "
                                f"and cache hold {own + tree}")
+        read = sum(1 for r in holders for w in r.kv.window[: r.kv.shared] if w)
+        if sum(kv.window_refs.values()) != read:
+            raise EngineBroken(f"requests read {read} of the cache's windowed pages, "
+                               f"{sum(kv.window_refs.values())} counted")
     tails = sum(1 for r in holders if r.kv.tail)
     if kv.tails is not None and kv.tails.num_used != tails:
         raise EngineBroken(f"{kv.tails.num_used} tail pages in use, requests hold {tails}")

@@ -1,7 +1,9 @@
 """Page bookkeeping of requests: allocation, prefix sharing through the radix tree, release.
 
 A model with a windowed layer group (worker/kv/window_group.py) has a second pool for those
-layers' pages; ``slide`` releases the ones that fell out of every window after each step.
+layers' pages; ``slide`` releases the ones that fell out of every window after each step, and
+the tree's windowed pages no request's table points at (``window_refs``) are dropped from the
+tree, least recently used first, when that pool runs short.
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ class KVManager:
                                     store.states is not None)
             assert self.window is not None and set(self.window.layers) == store.window_layers
             self.window_pool = PagePool(store.window_pages)
+        # the tree's windowed pages that requests' tables point at (how many tables each):
+        # the others may be dropped from the tree when the windowed pool runs short
+        self.window_refs: dict[int, int] = {}
 
     def pages_for(self, tokens: int) -> int:
         """Pages needed to hold TOKENS positions."""
@@ -108,6 +113,7 @@ class KVManager:
             start = self.window.first_page(depth * self.page_size)
             r.kv.window = [0] * start + path[start:depth]
             r.kv.window_from = start
+            self._ref(path[start:depth], 1)
         self.radix.lock(node)
         r.kv.pages, r.kv.node, r.kv.shared = list(pages), node, len(pages)
         hit = len(pages) * self.page_size
@@ -132,7 +138,7 @@ class KVManager:
         if need <= 0:
             return True
         if need > self.pool.num_free and self.radix is not None:
-            self._evict(need - self.pool.num_free, 0)
+            self._evict(need - self.pool.num_free)
         try:
             r.kv.pages.extend(self.pool.alloc(need))
         except OutOfPages:
@@ -146,19 +152,20 @@ class KVManager:
         need = self.pages_for(upto) - len(r.kv.window)
         if need <= 0:
             return True
-        if need > pool.num_free and self.radix is not None:
-            self._evict(0, need - pool.num_free)
+        if need > pool.num_free and self.radix is not None:  # the tree's that no table reads
+            pool.free(self.radix.drop_window(need - pool.num_free,
+                                             lambda w: w in self.window_refs))
         try:
             r.kv.window.extend(pool.alloc(need))
         except OutOfPages:
             return False
         return True
 
-    def _evict(self, pages: int, window: int) -> None:
-        """Evict cached prefixes until PAGES pages and WINDOW windowed pages are freed (if
-        they can be), returning both groups' pages to their pools."""
+    def _evict(self, pages: int) -> None:
+        """Evict cached prefixes until PAGES pages are freed (if they can be), returning both
+        groups' pages to their pools."""
         assert self.radix is not None
-        self.pool.free(self.radix.evict(pages, window))
+        self.pool.free(self.radix.evict(pages))
         if self.radix.window_freed:
             assert self.window_pool is not None
             self.window_pool.free(self.radix.window_freed)
@@ -174,6 +181,7 @@ class KVManager:
         boundary = r.computed - r.computed % self.page_size
         end = min(self.window.first_page(r.computed - 1), self.window.first_page(boundary),
                   len(kv.window))
+        self._ref(kv.window[kv.window_from: min(end, kv.shared)], -1)
         own = [kv.window[i] for i in range(max(kv.window_from, kv.shared), end) if kv.window[i]]
         for i in range(kv.window_from, end):
             kv.window[i] = 0
@@ -182,10 +190,22 @@ class KVManager:
             assert self.window_pool is not None
             self.window_pool.free(own)
 
+    def _ref(self, pages: list[int], delta: int) -> None:
+        """Count DELTA more tables pointing at each of the tree's windowed PAGES (0s skipped)."""
+        refs = self.window_refs
+        for w in pages:
+            if w:
+                left = refs.get(w, 0) + delta
+                assert left >= 0, f"windowed page {w} unreferenced twice"
+                if left:
+                    refs[w] = left
+                else:
+                    del refs[w]
+
     def reset_cache(self) -> None:
         """Drop every unlocked prefix-cache entry, both groups' pages back to their pools."""
         if self.radix is not None:
-            self._evict(self.radix.num_pages, 0)
+            self._evict(self.radix.num_pages)
 
     def chunk(self, r: PagedRequest, n: int) -> int:
         """A prompt chunk of at most N tokens from r.computed; a hybrid model with the prefix
@@ -223,6 +243,7 @@ class KVManager:
             path = self.radix.path_window(node)
             self.window_pool.free([kv.window[i] for i in range(kv.shared, full)
                                    if kv.window[i] and kv.window[i] != path[i]])
+            self._ref([path[i] for i in range(kv.shared, full) if kv.window[i]], 1)
             kv.window[:full] = [path[i] if kv.window[i] else 0 for i in range(full)]
         self.radix.lock(node)
         if kv.node is not None:
@@ -239,6 +260,7 @@ class KVManager:
         self.pool.free(kv.pages[kv.shared:])
         if self.window_pool is not None:
             self.window_pool.free([w for w in kv.window[kv.shared:] if w])
+            self._ref(kv.window[: kv.shared], -1)
         if kv.node is not None and self.radix is not None:
             self.radix.unlock(kv.node)
         if kv.tail and self.tails is not None:

@@ -269,17 +269,15 @@ class RadixCache:
                 return node
         return None
 
-    def evict(self, num_pages: int, window: int = 0) -> list[int]:
-        """Free at least NUM_PAGES pages and WINDOW windowed pages (if possible) from LRU
-        unlocked leaves; return the pages (the windowed ones go to ``window_freed``)."""
+    def evict(self, num_pages: int) -> list[int]:
+        """Free at least NUM_PAGES pages (if possible) from LRU unlocked leaves; return them
+        (their windowed pages go to ``window_freed``)."""
         freed: list[int] = []
-        got = 0
-        while (len(freed) < num_pages or got < window) and (node := self._pop()) is not None:
+        while len(freed) < num_pages and (node := self._pop()) is not None:
             freed.extend(node.pages)
             held = [w for w in node.window if w]
             self.window_freed.extend(held)
             self.num_window_pages -= len(held)
-            got += len(held)
             self.num_pages -= len(node.pages)
             self._evictable -= len(node.pages)
             self._nodes_alive -= 1
@@ -315,6 +313,21 @@ class RadixCache:
     def all_pages(self) -> list[int]:
         """Every page the tree owns."""
         return [p for n in self._nodes() for p in n.pages]
+
+    def drop_window(self, num_pages: int, read: Callable[[int], bool]) -> list[int]:
+        """Take at least NUM_PAGES windowed pages (if there are) from the nodes, least recently
+        used first, except those READ says a request reads; their entries become 0 (the nodes
+        keep their pages: hits whose window lies elsewhere stay valid). Returns them."""
+        freed: list[int] = []
+        for node in sorted(self._nodes(), key=lambda n: n.last_access):
+            for i, w in enumerate(node.window):
+                if w and not read(w):
+                    node.window[i] = 0
+                    freed.append(w)
+            if len(freed) >= num_pages:
+                break
+        self.num_window_pages -= len(freed)
+        return freed
 
     def all_window_pages(self) -> list[int]:
         """Every windowed-group page the tree owns."""

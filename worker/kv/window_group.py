@@ -15,9 +15,14 @@ Prefix cache: tree nodes own both groups' pages of their positions; a node's win
 0 where the sequence that published it had released that page already. A hit at depth d needs
 the full group's pages before d and the windowed group's pages from ``first_page(d)`` on, so a
 match is cut back to the deepest page boundary whose window pages are all present
-(``valid_depth``; depth 0 always is). A later sequence publishing the same positions fills the
-tree's missing windowed entries with its own pages. The tree evicts whole least-recently-used
-unlocked nodes, freeing both groups' pages, when either pool runs short.
+(``valid_depth``; depth 0 always is). A later sequence publishing the same positions fills
+the tree's missing windowed entries with its own pages. When the windowed pool runs short, the
+tree drops windowed pages no request's table points at (``KVManager.window_refs``; least
+recently used nodes first; the nodes keep their full pages, and hits whose windows lie
+elsewhere stay valid; the pages tables do point at are in locked nodes). The full pool's
+shortage evicts whole least-recently-used unlocked nodes, freeing both groups' pages. So a
+prompt longer than the windowed pool fits: its published windowed pages leave the tree as its
+own window slides past them.
 
 K8V4 pages and hybrid (recurrent) models keep one group (nothing released; ``group_for``).
 """

@@ -2,9 +2,9 @@
 windowed tiny models (gpt_oss: sliding 24, llama4: chunks of 32, gemma3_text: sliding 32).
 
 Greedy tokens equal mlx-lm's alone over a generation four windows long, batched with prefill
-chunks crossing the windows (10 tokens, and chunks longer than a window), after prefix hits
-(deep ones, and shallow ones whose window pages the tree no longer has), and across
-preemptions; at every step the pools hold exactly what the rows and the tree hold, and no row
+chunks crossing the windows (10 tokens, and chunks longer than a window) and compiled decode
+steps, after prefix hits (deep ones, and shallow ones whose window pages the tree no longer
+has), across preemptions, and with speculative verify forwards rolled back; at every step the pools hold exactly what the rows and the tree hold, and no row
 holds more windowed pages than its window needs (+2) while its full pages grow.
 """
 
@@ -26,6 +26,7 @@ from worker.engine.core import Engine, model_dtype
 from worker.engine.failures import verify
 from worker.kv.setup import plan_kv, window_pool_pages
 from worker.kv.window_group import group_for
+from worker.spec.controller import Speculator
 
 WINDOW = {"gpt_oss": 24, "llama4": 32, "gemma3_text": 32}
 
@@ -94,8 +95,53 @@ def test_batched_chunks_across_windows(tiny: tuple[str, Any, Any], budget: int) 
     _, model, tok = tiny
     prompts = _batch(tok)
     want = {rid: _want(model, ids, 40) for rid, ids in prompts.items()}
-    got, _ = _drive(make_engine(model, tok, page_size=16, prefill_budget=budget), prompts, 40)
+    engine = make_engine(model, tok, page_size=16, prefill_budget=budget)
+    got, _ = _drive(engine, prompts, 40)
     assert got == want
+    assert engine.compiled is not None and engine.compiled.fns  # decode steps ran compiled
+
+
+class Oracle:
+    """A drafter proposing the reference's next tokens, one of them wrong every third call
+    (verify forwards then keep some positions and roll the rest back)."""
+
+    name = "ngram"
+
+    def __init__(self, prompt_len: int, want: list[int]) -> None:
+        self.prompt_len, self.want, self.calls = prompt_len, want, 0
+
+    def propose(self, rows: list[Any], ks: list[int]) -> list[list[int]]:
+        """The reference's next KS tokens."""
+        out = []
+        for r, k in zip(rows, ks, strict=True):
+            done = len(r.tokens) - self.prompt_len
+            draft = list(self.want[done: done + k])
+            self.calls += 1
+            if draft and self.calls % 3 == 0:
+                draft[-1] = (draft[-1] + 1) % 100
+            out.append(draft)
+        return out
+
+    def verified(self, row: Any, accepted: int, drafted: int) -> None:
+        """Nothing to learn."""
+
+    def release(self, row: Any) -> None:
+        """Nothing held."""
+
+
+def test_speculative_rollbacks(tiny: tuple[str, Any, Any]) -> None:
+    """Verify forwards write several positions across the windows; rejected ones' pages go back
+    in both groups."""
+    arch, model, tok = tiny
+    n = 3 * WINDOW[arch]
+    prompt = tok.encode(" ".join(PROMPTS[:3]))[:30]
+    want = _want(model, prompt, n)
+    oracle = Oracle(len(prompt), want)
+    engine = make_engine(model, tok, page_size=16, prefill_budget=32,
+                         spec=Speculator(oracle, 4, pause=False, first_draft_at=1))
+    got, _ = _drive(engine, {"r": prompt}, n)
+    assert got == {"r": want}
+    assert engine.stats.drafted_tokens > engine.stats.accepted_tokens > 0
 
 
 def test_prefix_hits_deep_and_shallow(tiny: tuple[str, Any, Any]) -> None:
@@ -148,3 +194,19 @@ def test_across_preemption(tiny: tuple[str, Any, Any]) -> None:
     got, _ = _drive(engine, prompts, 150)
     assert got == want
     assert engine.stats.preemptions > 0
+
+
+def test_prompt_longer_than_the_windowed_pool(tiny: tuple[str, Any, Any]) -> None:
+    """One row, prefill chunks of 16: a 400-token prompt needs 25 pages per layer, the windowed
+    pool has 11; its published windowed pages leave the tree as the window passes them."""
+    _, model, tok = tiny
+    prompt = (tok.encode(" ".join(PROMPTS)) * 8)[:400]
+    engine = _tight(model, tok, 60, 1, 16)
+    assert engine.kv.window_pool is not None and engine.kv.window_pool.total == 10
+    got, _ = _drive(engine, {"a": prompt}, 40)
+    assert got == {"a": _want(model, prompt, 40)}
+    radix = engine.kv.radix
+    assert radix is not None and radix.num_pages == (400 + 39) // 16
+    branch = prompt[:300] + prompt[:20]  # its window's pages at 288 left the tree: recomputed
+    got, _ = _drive(engine, {"b": branch}, 20)
+    assert got == {"b": _want(model, branch, 20)}

@@ -1,6 +1,7 @@
 """The windowed layer group's bookkeeping (worker/kv/window_group.py, KVManager): window arithmetic,
 release as positions leave the window, prefix hits cut to where the tree has the window's pages,
-holes filled by a later sequence, both pools freed on eviction and truncation."""
+holes filled by a later sequence, both pools freed on eviction and truncation, and windowed pages no table reads dropped from the
+tree when that pool runs short."""
 
 from __future__ import annotations
 
@@ -47,6 +48,8 @@ def _own(m: KVManager, *reqs: Req) -> None:
         m.radix.num_window_pages)
     assert m.pool.num_used == sum(len(r.kv.pages) - r.kv.shared for r in reqs) + (
         m.radix.num_pages)
+    assert sum(m.window_refs.values()) == sum(1 for r in reqs for w in r.kv.window[: r.kv.shared]
+                                              if w)
 
 
 def _compute(m: KVManager, r: Req, upto: int, slide: bool = True) -> None:
@@ -126,7 +129,7 @@ def test_prefix_hit_needs_the_window_at_its_end() -> None:
     assert m.pool.num_used == m.window_pool.num_used == m.radix.num_window_pages == 0  # type: ignore[union-attr]
 
 
-def test_window_pool_short_evicts_the_cache() -> None:
+def test_window_pool_short_drops_unread_window_pages() -> None:
     m = _manager()
     for i in range(5):  # prompts' pages published whole: the tree fills the windowed pool
         r = Req([i * 1000 + t for t in range(17)])
@@ -135,6 +138,34 @@ def test_window_pool_short_evicts_the_cache() -> None:
         m.release(r)
     assert m.window_pool is not None and m.window_pool.num_free == 23 - 20
     big = Req(list(range(64)))
-    assert m.ensure(big, 40)  # 10 windowed pages: cached prefixes are evicted for them
+    assert m.ensure(big, 40)  # 10 windowed pages: the least recent prefixes' go for them
     _own(m, big)
-    assert m.window_pool.num_free < 3 and m.radix is not None and m.radix.num_pages < 20
+    assert m.radix is not None and m.radix.num_pages == 20  # every full page stays cached
+    assert m.window_pool.num_free < 3 and m.radix.num_window_pages == 20 - 8
+    first = Req(list(range(17)))  # the first prompt's windowed pages went: no hit
+    assert m.match(first, 16) == 0
+    last = Req([4000 + t for t in range(17)])
+    assert m.match(last, 16) == 16
+    _own(m, big, first, last)
+    assert not m.ensure(Req(list(range(200))), 160)  # 40 pages: the rest is read or held
+
+
+def test_prompt_longer_than_the_windowed_pool() -> None:
+    """Chunks publish their windowed pages; as the window slides past them no table reads them
+    and the tree gives them up when the pool runs short (keeping its full pages)."""
+    m = _manager()
+    assert m.window_pool is not None and m.radix is not None and m.window_pool.total == 23
+    r = Req(list(range(140)))
+    while r.computed < 128:  # 32 pages in chunks of 4
+        assert m.ensure(r, r.computed + 16)
+        r.computed += 16
+        m.publish(r)
+        m.slide(r)
+        _own(m, r)
+    assert m.radix.num_pages == 32 and m.radix.num_window_pages < 23
+    m.release(r)
+    _own(m)
+    again = Req(list(range(128)) + [1, 2, 3])
+    assert m.match(again, 130) == 128  # the end's window is still in the tree
+    _own(m, again)
+    m.release(again)
