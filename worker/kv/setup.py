@@ -116,7 +116,8 @@ def parse_memory(spec: str) -> int:
 
 def plan_kv(model: Any, dtype: mx.Dtype, *, kind: str, memory: str, page_size: int,
             group_size: int, max_batch: int, context_length: int, working_set: bool = True,
-            work_share: float = 0.0, prefill_budget: int = 512) -> KVPlan:
+            work_share: float = 0.0, prefill_budget: int = 512,
+            window_group: bool = True) -> KVPlan:
     """Choose K8V4 when it fits the head dim, size the pool, allocate it.
 
     With K8V4 and WORKING_SET, float copies of running rows' full pages (worker/kv/working.py)
@@ -124,7 +125,9 @@ def plan_kv(model: Any, dtype: mx.Dtype, *, kind: str, memory: str, page_size: i
     most every running row's whole context. What is left after both is the store's
     ``spare_bytes``: the most the dense decode cache (worker/kv/dense.py) may hold. A model with
     sliding or chunked layers keeps those in their own smaller pool (worker/kv/window_group.py)
-    when that leaves the full layers more pages; PREFILL_BUDGET (a step's prompt tokens) sizes it.
+    when that leaves the full layers more pages and WINDOW_GROUP (off in a tensor-parallel group,
+    whose ranks share one block table per request); PREFILL_BUDGET (a step's prompt tokens)
+    sizes it.
     """
     found = probe_layers(model)
     layers, heads, dim = found.attention_layers, found.kv_heads, found.head_dim
@@ -150,7 +153,7 @@ def plan_kv(model: Any, dtype: mx.Dtype, *, kind: str, memory: str, page_size: i
         work = min(max(spare, int(left * work_share)) // float_page, max_batch * per_context)
         left -= work * float_page
     kinds = layer_kinds(model, layers)
-    group = group_for(kinds, page_size, kind, found.states is not None)
+    group = group_for(kinds, page_size, kind, found.states is not None) if window_group else None
     window_pages, full_page = 0, fmt.bytes_per_page()
     if group is not None:
         layer_page = fmt.bytes_per_page() // layers
@@ -165,7 +168,7 @@ def plan_kv(model: Any, dtype: mx.Dtype, *, kind: str, memory: str, page_size: i
             window_pages = 0
     elif kinds.windowed:
         reason += ("; windowed layers keep every page of a sequence (one layer group: K8V4 "
-                   "pages, a hybrid model, or no full layer)")
+                   "pages, a hybrid model, tensor parallelism, or no full layer)")
     num_pages = max(min(left // full_page, useful), per_context + 2)
     spare = max(left - num_pages * full_page, 0)  # the dense decode cache's at most
     store = PagedKVStore(fmt, num_pages, tail_pages=tails, work_pages=work, spare_bytes=spare,
