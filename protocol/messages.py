@@ -260,6 +260,11 @@ class Heartbeat(_Msg, tag="hb"):
     # images): work in progress, so the gateway does not take an idle engine for a hang
     preparing: int = 0
     preparing_for: float = 0.0  # seconds the job intake is on has been preparing (0: none)
+    # a hybrid model's recurrent-state slots (worker/kv/snapshots.py): in use (running requests,
+    # their boundary states, the prefix cache's snapshots) and in all; 0/0 for other models
+    state_used: int = 0
+    state_total: int = 0
+    state_snapshots: int = 0  # of the slots in use, those the prefix cache holds
 
 
 class Status(_Msg, tag="status"):

@@ -224,9 +224,6 @@ def main(argv: list[str] | None = None) -> int:
         spec = None
         if link is not None and args.speculative != "none":
             logging.warning("--speculative is off in a tensor-parallel group (not supported yet)")
-        elif plan.store.states is not None and args.speculative != "none":
-            logging.warning("--speculative is off for %s: a rejected draft would have to roll "
-                            "back its recurrent layers' states (not supported yet)", args.model)
         else:
             spec = build_speculator(args.speculative, loaded, num_draft=args.num_draft_tokens,
                                     draft_model=args.draft_model, max_batch=args.max_batch,

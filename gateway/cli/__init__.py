@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from gateway.cli.gguf import convert_gguf
 from gateway.cli.launch import launch
 from gateway.cli.models import models, pull
 from gateway.cli.ops import keys, status, swap
@@ -32,5 +33,5 @@ def main() -> None:
 
 
 for _command in (serve, worker, convert_embeddings, convert_whisper, convert_kokoro, status, swap,
-                 keys, models, pull, launch):
+                 keys, models, pull, launch, convert_gguf):
     main.add_command(_command)

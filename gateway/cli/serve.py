@@ -9,6 +9,7 @@ import click
 
 from gateway.aliases import load_aliases, user_alias_file
 from gateway.anthropic.models import parse_model_map
+from gateway.cli.gguf import gguf_folders
 from gateway.cli.options import Size, edge_options, listed
 from gateway.cli.serve_config import data_dir as prepared_data_dir
 from gateway.cli.serve_config import group_args, served_models
@@ -135,7 +136,8 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
           heartbeat_timeout: float, model_map: tuple[str, ...], data_dir: str | None,
           no_store: bool, responses_max_count: int, responses_max_age: float,
           responses_max_bytes: int, responses_max_bytes_per_key: int, **edge: Any) -> None:
-    """Serve MODELS (aliases, Hugging Face repo ids or local folders); none: the embedded demo."""
+    """Serve MODELS (aliases, Hugging Face repo ids, local folders or .gguf files); none: the
+    embedded demo."""
     if no_spawn_workers and not worker_address:
         raise click.UsageError("--no-spawn-workers needs --worker-address (where workers connect)")
 
@@ -158,7 +160,7 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
         if draft_model:
             entry = aliases.get(draft_model)
             worker_args += ["--draft-model", entry.repo if entry is not None else draft_model]
-    served = served_models(models, names, tool_call_parser, reasoning_parser, aliases_file)
+    served = served_models(gguf_folders(models), names, tool_call_parser, reasoning_parser, aliases_file)
     try:
         anthropic_map = parse_model_map(list(model_map), {m.alias for m in served})
     except ValueError as exc:

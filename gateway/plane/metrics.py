@@ -57,6 +57,12 @@ class _LiveGauges(Collector):
                                     "Number of requests waiting to be processed.", labels=_L)
         kv = GaugeMetricFamily("rapid_mlx_kv_cache_usage_perc",
                                "KV-cache usage. 1 means 100 percent usage.", labels=_L)
+        states = GaugeMetricFamily("rapid_mlx_state_slots_usage_perc",
+                                   "Recurrent-state slots in use (a hybrid model's linear-attention "
+                                   "layers: running requests and prefix-cache snapshots). 1 means "
+                                   "100 percent usage.", labels=_L)
+        snapshots = GaugeMetricFamily("rapid_mlx_state_snapshots",
+                                      "Recurrent-state snapshots the prefix cache holds.", labels=_L)
         up = GaugeMetricFamily("rapid_mlx_worker_ready",
                                "1 while the alias has a ready worker, else 0.", labels=_L)
         state = GaugeMetricFamily("rapid_mlx_worker_state",
@@ -70,11 +76,15 @@ class _LiveGauges(Collector):
             waiting.add_metric([st.alias], sum(hb.waiting for hb in beats))
             used, total = sum(hb.kv_used for hb in beats), sum(hb.kv_total for hb in beats)
             kv.add_metric([st.alias], used / total if total else 0.0)
+            if any(hb.state_total for hb in beats):
+                slots = sum(hb.state_total for hb in beats)
+                states.add_metric([st.alias], sum(hb.state_used for hb in beats) / slots)
+                snapshots.add_metric([st.alias], sum(hb.state_snapshots for hb in beats))
             up.add_metric([st.alias], 1 if st.state == "ready" and st.ready_replicas() else 0)
             for name in _STATES:
                 state.add_metric([st.alias, name], 1 if st.state == name else 0)
             per.add(st)
-        yield from (running, waiting, kv, up, state, *per.families)
+        yield from (running, waiting, kv, states, snapshots, up, state, *per.families)
 
 
 class _ReplicaGauges:

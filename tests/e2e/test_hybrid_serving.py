@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import openai
 import pytest
 
@@ -49,6 +50,9 @@ def test_second_turn_hits_the_first_turns_state(server: Server) -> None:
     status = server.worker("m")["live"]
     assert status["kv_recurrent_layers"] == 3 and status["kv_attention_layers"] == 1
     assert status["state_snapshots"] > 0 and status["state_bytes_per_slot"] > 0
+    metrics = httpx.get(server.url.removesuffix("/v1") + "/metrics", timeout=10).text
+    assert 'rapid_mlx_state_snapshots{model_name="m"}' in metrics
+    assert 'rapid_mlx_state_slots_usage_perc{model_name="m"}' in metrics
 
 
 def test_eight_at_once_answer_as_alone(server: Server) -> None:

@@ -9,6 +9,7 @@ import mlx.core as mx
 
 from worker.cpu.fast_ops import wrap_fast_ops
 from worker.cpu.gemv import running, wrap_gemv
+from worker.cpu.qmatmul import wrap_quantized
 from worker.engine.attention import PagedBatch, routes_attention
 from worker.engine.compile_mode import AUTO_MAX_ROWS, rows_for
 from worker.engine.compiled_decode import CompiledDecode
@@ -16,6 +17,8 @@ from worker.kinds.vision.inputs import KEY_BASE
 from worker.kv.dense import DenseCache, pays_for
 from worker.kv.paged_kv import PagedKVStore
 from worker.kv.request_pages import RequestPages
+from worker.kv.state_capture import capturing
+from worker.kv.state_capture import install as install_capture
 from worker.kv.state_view import StateRows
 from worker.spec.compiled_verify import CompiledVerify
 
@@ -83,6 +86,10 @@ class Forward:
         # float32 products of few rows in OpenBLAS's order without its packing
         # (worker/cpu/gemv.py); before _split, which binds the tied head's method
         self.gemv = wrap_gemv(model)
+        if store.states is not None:  # a hybrid: verify forwards capture per-position states
+            install_capture(model)
+        # affine-quantized layers' products dequantized in registers (worker/cpu/qmatmul.py)
+        self.quantized_layers = wrap_quantized(model)
         self.split = _split(model)
         self.cascade = routes_attention(model)
         self.tap: Tap | None = None  # rank 0 of a tensor-parallel group sets it
@@ -255,7 +262,7 @@ class Forward:
                            window_tables=self._windows(kvs))
         if self.store.states is not None:  # a hybrid model's recurrent layers
             batch.states = StateRows(self.store.states, kvs, starts, lengths,
-                                     self.store.fmt.page_size)
+                                     self.store.fmt.page_size, verify=every)
         return self._run(tokens, batch, want_logits, inputs, positions, every, (kvs, starts))
 
     def _decode(self, tokens: mx.array, batch: PagedBatch) -> mx.array:
@@ -287,6 +294,12 @@ class Forward:
                inputs: mx.array | None, positions: mx.array | None, every: bool,
                rows: tuple[list[RequestPages], list[int]] | None) -> mx.array | None:
         cache = batch.views()
+        with capturing(batch.states.capture if batch.states is not None else None):
+            return self._call(tokens, batch, cache, want_logits, inputs, positions, every, rows)
+
+    def _call(self, tokens: mx.array, batch: PagedBatch, cache: list[Any], want_logits: bool,
+              inputs: mx.array | None, positions: mx.array | None, every: bool,
+              rows: tuple[list[RequestPages], list[int]] | None) -> mx.array | None:
         if self.split is not None:
             inner, head = self.split
             if positions is not None:

@@ -129,7 +129,7 @@ def plan_dense(cache: DenseCache, pages: np.ndarray, starts: np.ndarray, length:
     # the cap only grows while rows decode: a long row leaving must not make the next one
     # rebuild every row
     cap = max(-(-length // CHUNK) * CHUNK, cache.cap if cache.rows else 0)
-    size = 2 * fmt.num_layers * bsz * h * cap * fmt.head_dim * fmt.dtype.size
+    size = fmt.num_layers * bsz * h * cap * (fmt.head_dim + fmt.v_dim) * fmt.dtype.size
     if size > cache.budget:
         cache.reset()
         return None

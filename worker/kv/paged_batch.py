@@ -78,6 +78,8 @@ class PagedBatch:
         self._q_pos = q_pos
         self.q_pos, self.k_pos = mx.array(q_pos), mx.array(k_pos)
         self.mask = mx.array(k_pos <= q_pos)  # padding sits beyond each row's last query
+        # keys and values of different widths (MLA) reach the model as arrays: no cascade
+        cascade = cascade and not store.fmt.split
         self.shared = _shared_pages(pages, min(starts) // p) * p if cascade else 0
         self.tails = tails if self.quantized and tails is not None else None
         self.work: DecodePlan | None = None  # K8V4 decode batches (worker/kv/working.py)

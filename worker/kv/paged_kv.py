@@ -73,14 +73,30 @@ class KVFormat:
     dtype: mx.Dtype
     kind: str = "k8v4"  # or "none"
     group_size: int = 32
+    # the values' width when it is not the keys' (0: head_dim). MLA layers write their
+    # compressed latent as "keys" and its RoPE part as "values", one head, and compute attention
+    # themselves from the gathered pages (``split``)
+    value_dim: int = 0
+
+    @property
+    def v_dim(self) -> int:
+        """The values' width."""
+        return self.value_dim or self.head_dim
+
+    @property
+    def split(self) -> bool:
+        """Keys and values of different widths (MLA): pages reach the model as gathered arrays
+        (no cascade, no K8V4 attention: the model does not call the routed attention on them
+        as keys and values)."""
+        return self.v_dim != self.head_dim
 
     def bytes_per_token_per_layer(self) -> int:
         """KV bytes one token costs in one layer."""
-        h, d = self.num_kv_heads, self.head_dim
+        h, d, dv = self.num_kv_heads, self.head_dim, self.v_dim
         if self.kind == "none":
-            return 2 * h * d * self.dtype.size
-        meta = 2 * 2 * (d // self.group_size)  # float16 scale + bias per group
-        return h * (d * KEY_BITS // 8 + meta) + h * (d * VALUE_BITS // 8 + meta)
+            return h * (d + dv) * self.dtype.size
+        g = self.group_size  # a float16 scale + bias per group
+        return h * (d * KEY_BITS // 8 + 4 * (d // g)) + h * (dv * VALUE_BITS // 8 + 4 * (dv // g))
 
     def bytes_per_page(self) -> int:
         """KV bytes of one page across all layers."""
@@ -121,22 +137,24 @@ class PagedKVStore:
         # float copies of full pages live in the tail arrays after the tail pages
         self.work = WorkingSet(num_pages, self.work_pages)
         slots = num_pages * fmt.page_size
-        h, d = fmt.num_kv_heads, fmt.head_dim
+        h, d, dv = fmt.num_kv_heads, fmt.head_dim, fmt.v_dim
+        if self.quantized and fmt.split:
+            raise ValueError("K8V4 pages need keys and values of one width")
         self.k: list[list[mx.array]] = []
         self.v: list[list[mx.array]] = []
         self.k_tail: list[mx.array] = []
         self.v_tail: list[mx.array] = []
         self.k_center = [mx.zeros((h, d), dtype=fmt.dtype) for _ in range(fmt.num_layers)]
-        self.v_center = [mx.zeros((h, d), dtype=fmt.dtype) for _ in range(fmt.num_layers)]
+        self.v_center = [mx.zeros((h, dv), dtype=fmt.dtype) for _ in range(fmt.num_layers)]
         tail_rows = (self.tail_pages + self.work_pages) * fmt.page_size * h
         for layer in range(fmt.num_layers):
             if layer in self.window_layers:
                 assert fmt.kind == "none", "windowed layer groups hold full-precision pages"
                 self.k.append([mx.zeros((window_pages * fmt.page_size * h, d), dtype=fmt.dtype)])
-                self.v.append([mx.zeros((window_pages * fmt.page_size * h, d), dtype=fmt.dtype)])
+                self.v.append([mx.zeros((window_pages * fmt.page_size * h, dv), dtype=fmt.dtype)])
             elif fmt.kind == "none":
                 self.k.append([mx.zeros((slots * h, d), dtype=fmt.dtype)])
-                self.v.append([mx.zeros((slots * h, d), dtype=fmt.dtype)])
+                self.v.append([mx.zeros((slots * h, dv), dtype=fmt.dtype)])
             else:
                 self.k.append(self._quantized_arrays(slots, KEY_BITS))
                 self.v.append(self._quantized_arrays(slots, VALUE_BITS))

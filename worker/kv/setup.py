@@ -16,6 +16,11 @@ from worker.kv.rows import writer
 from worker.kv.state_pool import StateLayout, StatePool
 from worker.kv.window_group import WindowGroup, group_for
 
+MLA_REASON = ("MLA layers (compressed latent and RoPE part as keys and values of different "
+              "widths) compute attention themselves from gathered pages, and the latent serves as "
+              "both key and value, so K8V4's 4-bit values and value centering do not apply; "
+              "keeping full-precision pages")
+
 
 class UnsupportedModel(Exception):
     """The model's layers keep something per sequence the paged engine cannot hold."""
@@ -65,6 +70,9 @@ class ModelLayers:
     kv_heads: int
     head_dim: int
     states: StateLayout | None
+    # the values' width when it is not the keys' (0: head_dim): MLA layers write their
+    # compressed latent as keys and its RoPE part as values, one head
+    value_dim: int = 0
 
 
 def probe_layers(model: Any) -> ModelLayers:
@@ -81,16 +89,19 @@ def probe_layers(model: Any) -> ModelLayers:
     caches = [probes.get(i, made[i]) for i in range(len(kinds))]
     mx.eval(model(mx.array([[0]]), cache=caches))
     found = [p for p in probes.values() if p.shape is not None]
-    shapes = {p.shape[1:2] + p.shape[3:] for p in found if p.shape is not None}
-    if len(shapes) != 1 or any(p.v_dim != p.shape[-1] for p in found if p.shape):
-        raise UnsupportedModel(f"layers have differing KV shapes {shapes}")
-    heads, dim = next(iter(shapes))
+    # (kv heads, key width, value width): one for every layer; keys and values may differ in
+    # width (MLA)
+    shapes = {(p.shape[1], p.shape[3], p.v_dim) for p in found if p.shape is not None}
+    if len(shapes) != 1:
+        raise UnsupportedModel(f"layers have differing KV shapes {shapes} "
+                               "(kv heads, key width, value width)")
+    heads, dim, v_dim = next(iter(shapes))
     recurrent = tuple(i for i, k in enumerate(kinds) if k in _STATE_CACHES)
     states = None
     if recurrent:
         first: Any = made[recurrent[0]]
         states = StateLayout(recurrent, tuple((tuple(a.shape[1:]), a.dtype) for a in first.cache))
-    return ModelLayers(len(probes), heads, dim, states)
+    return ModelLayers(len(probes), heads, dim, states, v_dim if v_dim != dim else 0)
 
 
 def probe_kv_shape(model: Any) -> tuple[int, int, int]:
@@ -98,6 +109,9 @@ def probe_kv_shape(model: Any) -> tuple[int, int, int]:
     found = probe_layers(model)
     if found.states is not None:
         raise UnsupportedModel("a model with recurrent layers cannot serve here")
+    if found.value_dim:
+        raise UnsupportedModel(f"keys of width {found.head_dim} and values of width "
+                               f"{found.value_dim} (MLA) are not supported here")
     return found.attention_layers, found.kv_heads, found.head_dim
 
 
@@ -131,14 +145,18 @@ def plan_kv(model: Any, dtype: mx.Dtype, *, kind: str, memory: str, page_size: i
     """
     found = probe_layers(model)
     layers, heads, dim = found.attention_layers, found.kv_heads, found.head_dim
+    v_dim = found.value_dim or dim
     reason = "requested"
-    if kind == "k8v4" and not k8v4_supported(dim, group_size):
+    if kind == "k8v4" and v_dim != dim:
+        kind, reason = "none", MLA_REASON
+    elif kind == "k8v4" and not k8v4_supported(dim, group_size):
         kind, reason = "none", (f"head_dim {dim} is not a multiple of the quantization group "
                                 f"size {group_size}; keeping full-precision pages")
     elif kind == "k8v4" and not routes_attention(model):
         kind, reason = "none", ("the model computes attention itself (not through mlx-lm's "
                                 "scaled_dot_product_attention); keeping full-precision pages")
-    fmt = KVFormat(layers, heads, dim, page_size, dtype, kind, group_size)
+    fmt = KVFormat(layers, heads, dim, page_size, dtype, kind, group_size,
+                   value_dim=v_dim if v_dim != dim else 0)
     per_context = -(-context_length // page_size)
     useful = 2 * max_batch * per_context + 1  # every slot busy, plus as much again for prefixes
     tails = max_batch + 2 if kind == "k8v4" else 0  # one per running request, plus scratch
@@ -189,6 +207,7 @@ def window_pool_pages(group: WindowGroup, max_batch: int, chunk: int) -> int:
 
 def state_slots(layout: StateLayout, budget: int, max_batch: int) -> int:
     """Recurrent-state slots: scratch, one per running request, and for boundary states and
-    prefix-cache snapshots twice as many again plus 8, within a quarter of the memory budget."""
+    prefix-cache snapshots twice as many again plus 8 within a quarter of the memory budget
+    (at least 8, like the pool's least pages: a prefix hit needs a snapshot)."""
     spare = max(budget // 4 // layout.bytes_per_slot() - max_batch, 0)
-    return 1 + max_batch + min(2 * max_batch + 8, spare)
+    return 1 + max_batch + max(min(2 * max_batch + 8, spare), 8)

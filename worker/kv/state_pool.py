@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import prod
+from typing import Any
 
 import mlx.core as mx
 
@@ -46,6 +47,8 @@ class StatePool:
             [mx.zeros((slots, prod(shape)), dtype=dtype) for shape, dtype in layout.shapes]
             for _ in layout.layers]
         self._free = list(range(slots - 1, 0, -1))  # slot 0: scratch
+        # the last speculative verify forward's per-position states (worker/kv/state_capture.py)
+        self.capture: Any = None
         mx.eval(self.arrays)
 
     @property

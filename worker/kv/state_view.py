@@ -15,6 +15,7 @@ from typing import Any
 import mlx.core as mx
 
 from worker.kv.request_pages import RequestPages
+from worker.kv.state_capture import Capture
 from worker.kv.state_pool import StatePool
 
 
@@ -22,9 +23,11 @@ class StateRows:
     """The slots a batch reads and writes, which rows start fresh, and the padding lengths."""
 
     def __init__(self, pool: StatePool, kvs: list[RequestPages], starts: list[int],
-                 lengths: list[int], page_size: int) -> None:
+                 lengths: list[int], page_size: int, verify: bool = False) -> None:
         """Plan the batch; rows whose positions end on a page boundary and that hold a boundary
-        slot record there how many positions their boundary state covers (``boundary_at``)."""
+        slot record there how many positions their boundary state covers (``boundary_at``).
+        VERIFY (a speculative verify forward): every position's states are captured for
+        ``state_capture.roll_back`` instead, and no boundary state is kept."""
         self.pool = pool
         n = max(lengths)
         self.slots = mx.array([kv.state for kv in kvs])
@@ -34,8 +37,9 @@ class StateRows:
                       else None)
         self.lengths: mx.array | None = (None if all(x == n for x in lengths)
                                          else mx.array(lengths))
+        self.capture = Capture(pool, kvs, self.slots) if verify else None
         snap = [b for b, (kv, s, x) in enumerate(zip(kvs, starts, lengths, strict=True))
-                if kv.boundary and x > 0 and (s + x) % page_size == 0]
+                if kv.boundary and x > 0 and (s + x) % page_size == 0 and not verify]
         for b in snap:
             kvs[b].boundary_at = starts[b] + lengths[b]
         self.snap_rows = mx.array(snap) if snap else None
@@ -57,6 +61,8 @@ class StateView:
     def __getitem__(self, index: int) -> mx.array | None:
         """State INDEX of every row (B, ...), zeros for rows starting fresh (None: all are)."""
         r = self.rows
+        if index == 0 and r.capture is not None:  # the layer's call begins: its captures
+            r.capture.layer = self.layer
         if r.all_fresh:
             return None
         states = r.pool.read(self.layer, index, r.slots)

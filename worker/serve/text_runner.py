@@ -118,10 +118,16 @@ class TextRunner:
         return len(self.engine.waiting)
 
     def heartbeat(self) -> dict[str, Any]:
-        """KV pages in use and in all, and the jobs intake is preparing (and for how long)."""
-        pool = self.engine.kv.pool
-        return {"kv_used": pool.num_used, "kv_total": pool.total,
+        """KV pages and recurrent-state slots in use and in all, and the jobs intake is preparing
+        (and for how long)."""
+        pool, snaps = self.engine.kv.pool, self.engine.kv.snapshots
+        beat = {"kv_used": pool.num_used, "kv_total": pool.total,
                 "preparing": self.intake.preparing, "preparing_for": self.intake.preparing_for}
+        if snaps is not None:
+            total = snaps.pool.num_slots - 1
+            beat.update(state_used=total - snaps.pool.num_free, state_total=total,
+                        state_snapshots=len(snaps.held))
+        return beat
 
     def status(self) -> dict[str, Any]:
         """The model, the engine's requests and counters, the KV cache and its formats."""

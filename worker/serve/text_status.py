@@ -40,6 +40,8 @@ def kv_status(e: Engine) -> dict[str, Any]:
     s = e.stats
     return {
         "kv_format": fmt.kind, "kv_format_note": e.kv_note, "kv_page_size": fmt.page_size,
+        # per KV head and token: the keys' and values' widths (MLA: the latent and RoPE part)
+        "kv_key_width": fmt.head_dim, "kv_value_width": fmt.v_dim,
         "kv_pages_used": e.kv.pool.num_used, "kv_pages_free": e.kv.pool.num_free,
         "kv_pages_total": e.kv.pool.total,
         "kv_bytes_per_token": fmt.bytes_per_token_per_layer() * fmt.num_layers,

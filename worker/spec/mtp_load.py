@@ -122,8 +122,7 @@ def load_mtp(target: Any, path: Path, config: dict[str, Any]) -> MTPHead:
     how = "serve with --speculative ngram or --speculative draft"
     if kind not in NEXTN_TYPES:
         raise CannotLoad(model, f"--speculative mtp supports next-n layers of {', '.join(NEXTN_TYPES)} "
-                         f"models, not {kind or 'this model'} (the paged engine cannot serve "
-                         "linear-attention or MLA models)", how)
+                         f"models, not {kind or 'this model'}", how)
     weights = nextn_weights(path, text) if layers > 0 else {}
     if not weights:
         raise CannotLoad(model, "--speculative mtp needs multi-token-prediction layers, and "

@@ -12,6 +12,7 @@ from protocol.messages import RequestOutput
 from worker.engine.plan import Drafts
 from worker.engine.request import EngineStats, Request
 from worker.kv.manager import KVManager
+from worker.kv.state_capture import roll_back
 from worker.spec.controller import Speculator
 from worker.spec.verify import verify
 
@@ -80,6 +81,7 @@ def verify_rows(rows: list[Request], logits: list[mx.array], drafts: Drafts, upd
     every: list[int] = proposed.tolist()  # type: ignore[assignment]
     now = time.monotonic()
     outputs: list[RequestOutput] = []
+    fed_kept: dict[int, int] = {}  # a hybrid's rows: fed positions whose recurrent states stay
     at = 0
     for r in rows:
         toks = every[at : at + len(drafts[id(r)][0])]
@@ -92,6 +94,7 @@ def verify_rows(rows: list[Request], logits: list[mx.array], drafts: Drafts, upd
             if r.finish_reason is not None:
                 break
         r.computed = start + 1 + min(len(news), j)  # the last kept token has no KV yet
+        fed_kept[id(r.kv)] = r.computed - start
         kv.truncate(r, r.computed + 1)
         stats.drafted_tokens += len(toks)
         stats.accepted_tokens += j
@@ -101,6 +104,8 @@ def verify_rows(rows: list[Request], logits: list[mx.array], drafts: Drafts, upd
         merged[0].drafted, merged[0].accepted, merged[0].drafter = len(toks), j, spec.name
         outputs += merged
         at += len(toks) + 1
+    if kv.store.states is not None:
+        roll_back(kv.store.states, fed_kept)
     return outputs
 
 

@@ -15,11 +15,15 @@ from mlx_lm import load
 from protocol.messages import SamplingParams
 from tests.worker.engine.test_engine import PROMPTS, _reference, make_engine
 from tests.worker.engine.test_paged_engine import _assert_idle_invariants
+from tools.tiny_models.build import build
 from worker.model.embedded import embedded_model_path
 
 
-@pytest.fixture(scope="module")
-def model() -> tuple[Any, Any]:
+@pytest.fixture(scope="module", params=["demo", "hybrid"])
+def model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+          ) -> tuple[Any, Any]:
+    if request.param == "hybrid":  # Gated DeltaNet + attention: state slots and snapshots too
+        return load(str(build("qwen3_5", tmp_path_factory.mktemp("hybrid"))))[:2]
     return load(str(embedded_model_path()))[:2]
 
 
@@ -66,5 +70,9 @@ def test_random_workload_finishes_with_reference_outputs(model: tuple[Any, Any],
         elif got[rid]:
             assert len(got[rid]) == n or got[rid][-1] in tok.eos_token_ids, rid
     _assert_idle_invariants(engine)
+    snaps = engine.kv.snapshots
+    if snaps is not None:  # every state slot is free or a snapshot the tree holds
+        assert snaps.running == 0
+        assert snaps.pool.num_free + len(snaps.held) == snaps.pool.num_slots - 1
     if engine.kv.tails is not None:
         assert engine.kv.tails.num_used == 0, "a full-precision tail page outlived its request"

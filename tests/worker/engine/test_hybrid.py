@@ -7,6 +7,7 @@ hit that resumes from a state snapshot, and across preemption.
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from mlx_lm import load
 from protocol.messages import SamplingParams
 from tests.worker.engine.test_engine import PROMPTS, _reference, _run, make_engine
 from tools.tiny_models.build import build
+from worker.spec.controller import Speculator
 
 GREEDY = SamplingParams(max_tokens=24, temperature=0.0)
 
@@ -102,3 +104,50 @@ def test_snapshots_are_evicted_when_slots_run_out(tmp_path: Path) -> None:
     snaps = engine.kv.snapshots
     assert snaps.taken > len(snaps.held) > 0  # some were evicted to make room, some are kept
     _idle(engine)
+
+
+class _Oracle:
+    """A test drafter that knows the greedy answers and spoils one draft token now and then,
+    so verify forwards keep some drafts and reject others."""
+
+    name = "oracle"
+
+    def __init__(self, answers: dict[tuple[int, ...], list[int]], vocab: int) -> None:
+        self.answers, self.vocab = answers, vocab
+        self.rng = random.Random(0)
+
+    def propose(self, rows: list[Any], ks: list[int]) -> list[list[int]]:
+        out = []
+        for r, k in zip(rows, ks, strict=True):
+            done = len(r.tokens) - r.prompt_len
+            drafts = self.answers[tuple(r.tokens[: r.prompt_len])][done : done + k]
+            if drafts and self.rng.random() < 0.7:
+                i = self.rng.randrange(len(drafts))
+                drafts = [*drafts[:i], (drafts[i] + 1) % self.vocab, *drafts[i + 1 :]]
+            out.append(drafts)
+        return out
+
+    def verified(self, row: Any, accepted: int, drafted: int) -> None:
+        """Nothing to learn."""
+
+    def release(self, row: Any) -> None:
+        """Nothing kept per row."""
+
+
+@pytest.mark.parametrize("kind", ["none", "k8v4"])
+def test_rejected_drafts_roll_the_states_back(model: tuple[Any, Any], kind: str) -> None:
+    mdl, tok = model
+    prompts = {str(i): tok.encode(p) for i, p in enumerate(PROMPTS[:6])}
+    plain = _run(make_engine(mdl, tok, kind=kind), prompts, GREEDY)
+    drafter = _Oracle({tuple(prompts[r]): plain[r] for r in prompts}, mdl_vocab(mdl))
+    engine = make_engine(mdl, tok, kind=kind, spec=Speculator(drafter, 4, pause=False,
+                                                               first_draft_at=1))
+    assert _run(engine, prompts, GREEDY) == plain
+    s = engine.stats
+    assert 0 < s.accepted_tokens < s.drafted_tokens  # some drafts kept, some rolled back
+    _idle(engine)
+
+
+def mdl_vocab(model: Any) -> int:
+    """The model's vocabulary size (its embedding's rows)."""
+    return int(model.model.embed_tokens.weight.shape[0])

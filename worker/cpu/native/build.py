@@ -8,8 +8,9 @@ anywhere else, or when anything is missing or fails, it prints one line and exit
 then uses MLX's own softmax (worker/cpu/softmax.py). Two g++ calls in parallel, ~10-20 s; an
 up-to-date build is skipped. ``python -m worker.cpu.native.build`` also builds gemv.cpp (module
 ``_gemv``: few-row float32 products in OpenBLAS's order, worker/cpu/gemv.py), rows.cpp
-(module ``_rows``: the KV store's row writes in place, worker/kv/rows.py) and pages.cpp (module
-``_pages``: K8V4 page completions in one node, worker/kv/pages.py) the same way.
+(module ``_rows``: the KV store's row writes in place, worker/kv/rows.py), pages.cpp (module
+``_pages``: K8V4 page completions in one node, worker/kv/pages.py) and qmatmul.cpp (module
+``_qmatmul``: quantized layers' products, worker/cpu/qmatmul.py) the same way.
 """
 
 from __future__ import annotations
@@ -148,3 +149,6 @@ if __name__ == "__main__":
     build("--force" in sys.argv, HERE / "rows.cpp", HERE / ("_rows" + target().name[len(NAME):]))
     # K8V4 page completions in one node (pages.cpp, worker/kv/pages.py)
     build("--force" in sys.argv, HERE / "pages.cpp", HERE / ("_pages" + target().name[len(NAME):]))
+    # quantized layers' products dequantized in registers (qmatmul.cpp, worker/cpu/qmatmul.py)
+    build("--force" in sys.argv, HERE / "qmatmul.cpp",
+          HERE / ("_qmatmul" + target().name[len(NAME):]))

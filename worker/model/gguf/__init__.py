@@ -1,0 +1,1 @@
+"""GGUF import: a GGUF checkpoint (llama.cpp, LM Studio, Ollama) becomes an MLX model folder."""
