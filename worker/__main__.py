@@ -229,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
         plan = plan_kv(loaded.model, model_dtype(loaded.model), kind=args.kv_cache_turboquant,
                        memory=args.kv_cache_memory, page_size=args.kv_page_size,
                        group_size=args.kv_group_size, max_batch=args.max_batch,
-                       context_length=context_length)
+                       context_length=context_length, prefill_budget=args.prefill_budget,
+                       window_group=link is None)
         if link is not None:
             from worker.tp.shard import share_store
 

@@ -173,8 +173,13 @@ class CompiledDecode:
                 proxy.write_quantized = _refuse  # type: ignore[method-assign,assignment]
             batch = copy.copy(template)
             batch.store = proxy
+            if template.window is not None:  # the windowed layer group's batch
+                batch.window = copy.copy(template.window)
+                batch.window.store = proxy
             for name, a in zip(names, arrays[: len(names)], strict=True):
-                setattr(batch, name, a)
+                owner, attr = (batch.window, name[len(WINDOW):]) if name.startswith(WINDOW) else (
+                    batch, name)
+                setattr(owner, attr, a)
             if plan is not None:
                 given: dict[str, Any] = dict.fromkeys(PLAN_ARRAYS)
                 given.update(zip(work, arrays[len(names):len(names) + len(work)], strict=True))
@@ -186,8 +191,11 @@ class CompiledDecode:
                 batch.dense_cache = cache
                 batch.dense = template.dense._replace(write=arrays[-1])
             known = set(batch.__dict__)
+            known_window = set(batch.window.__dict__) if batch.window is not None else set()
             out = run(tokens, batch)
             lazy = [a for a in batch.__dict__ if a not in known]
+            if batch.window is not None:
+                lazy += [a for a in batch.window.__dict__ if a not in known_window]
             if lazy:  # computed while tracing: it would be baked into the function as a constant
                 raise RuntimeError(f"compiled decode step read {lazy} without passing them in")
             return (out, proxy.k, proxy.v, proxy.k_tail, proxy.v_tail,
@@ -199,14 +207,23 @@ class CompiledDecode:
 def batch_inputs(batch: PagedBatch) -> tuple[tuple[str, ...], list[mx.array]]:
     """The names and arrays of BATCH's per-step arrays, its page tables computed first (a
     full-precision batch builds them lazily: inside a trace they would become constants; a batch
-    reading the dense cache needs none)."""
+    reading the dense cache needs none); a windowed layer group's batch's follow, named
+    ``WINDOW`` + attribute."""
     if not batch.quantized and batch.dense is None:
         if batch.shared:
             _ = batch.shared_table, batch.rest_table
         if not batch.shared or batch.store.kinds.windowed:  # windowed layers read whole rows
             _ = batch.table
     names = tuple(k for k, a in batch.__dict__.items() if isinstance(a, mx.array))
-    return names, [batch.__dict__[a] for a in names]
+    arrays = [batch.__dict__[a] for a in names]
+    if batch.window is not None:
+        more, extra = batch_inputs(batch.window)
+        names += tuple(WINDOW + k for k in more)
+        arrays += extra
+    return names, arrays
+
+
+WINDOW = "window."  # batch_inputs' prefix of the windowed group's batch's arrays
 
 
 def _refuse(*_: Any) -> None:

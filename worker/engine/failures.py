@@ -43,6 +43,16 @@ def verify(kv: KVManager, holders: Sequence[Request]) -> None:
     tree = kv.radix.num_pages if kv.radix is not None else 0
     if kv.pool.num_used != own + tree:
         raise EngineBroken(f"{kv.pool.num_used} KV pages in use, requests and cache hold {own + tree}")
+    if kv.window_pool is not None:  # the windowed layer group's pages
+        own = sum(kv.own_window_pages(r) for r in holders)
+        tree = kv.radix.num_window_pages if kv.radix is not None else 0
+        if kv.window_pool.num_used != own + tree:
+            raise EngineBroken(f"{kv.window_pool.num_used} windowed KV pages in use, requests "
+                               f"and cache hold {own + tree}")
+        read = sum(1 for r in holders for w in r.kv.window[: r.kv.shared] if w)
+        if sum(kv.window_refs.values()) != read:
+            raise EngineBroken(f"requests read {read} of the cache's windowed pages, "
+                               f"{sum(kv.window_refs.values())} counted")
     tails = sum(1 for r in holders if r.kv.tail)
     if kv.tails is not None and kv.tails.num_used != tails:
         raise EngineBroken(f"{kv.tails.num_used} tail pages in use, requests hold {tails}")

@@ -104,7 +104,8 @@ class Forward:
         self.compiled_verify = CompiledVerify(self._every, store, rows) if rows > 0 else None
         # decode steps attend a dense cache of the store's KV (worker/kv/dense.py; small models)
         small = pays_for(model)
-        self.dense = DenseCache(store) if small else None
+        # (a windowed layer group's batches gather: the dense cache follows one page id space)
+        self.dense = DenseCache(store) if small and not store.window_pages else None
         # RoPE and RMSNorm with fewer CPU kernels in our forwards (worker/cpu/fast_ops.py), on small
         # models: on the Qwen3 bench model (116 MB) plain 8-row steps became 1.8-2.6x slower,
         # growing with the KV pool's size (page writes no longer in place; bench/README.md,
@@ -209,7 +210,7 @@ class Forward:
             return None
         batch = PagedBatch(self.store, [kv.pages for kv in kvs], starts, [1] * len(starts),
                            self.dtype, tails=[kv.tail for kv in kvs], cascade=self.cascade,
-                           bucket=True, dense=self.dense)
+                           bucket=True, dense=self.dense, window_tables=self._windows(kvs))
         if not self.compiled.fits(batch):
             # a K8V4 batch that reads quantized pages planned no working-set loads (it did not
             # fit), so the plain step may plan the batch again
@@ -230,13 +231,17 @@ class Forward:
             return None
         batch = PagedBatch(self.store, [kv.pages for kv in kvs], starts, lengths, self.dtype,
                            tails=[kv.tail for kv in kvs], cascade=self.cascade, bucket=True,
-                           dense=self.dense, gather=True)
+                           dense=self.dense, gather=True, window_tables=self._windows(kvs))
         if not fn.fits(batch):
             return None
         out = fn(tokens, batch)
         if out is None:  # the batch writes quantized pages: run it plainly
             out = self._run(tokens, batch, True, every=True)
         return out
+
+    def _windows(self, kvs: list[RequestPages]) -> list[list[int]] | None:
+        """The windowed layer group's block tables of KVS (None: the store has no such group)."""
+        return [kv.window for kv in kvs] if self.store.window_pages else None
 
     def _embeddings(self, tokens: mx.array, embeds: list[mx.array | None], n: int) -> mx.array:
         """(B, n, D) input embeddings: each row's given ones (padded), else its tokens'."""
@@ -254,7 +259,8 @@ class Forward:
                lengths: list[int], want_logits: bool, inputs: mx.array | None = None,
                positions: mx.array | None = None, every: bool = False) -> mx.array | None:
         batch = PagedBatch(self.store, [kv.pages for kv in kvs], starts, lengths, self.dtype,
-                           tails=[kv.tail for kv in kvs], cascade=self.cascade, dense=self.dense)
+                           tails=[kv.tail for kv in kvs], cascade=self.cascade, dense=self.dense,
+                           window_tables=self._windows(kvs))
         if self.store.states is not None:  # a hybrid model's recurrent layers
             batch.states = StateRows(self.store.states, kvs, starts, lengths,
                                      self.store.fmt.page_size, verify=every)

@@ -136,6 +136,8 @@ class Scheduler:
             return
         else:
             self._advance(plan, result)
+        for r in self.running:  # windowed layers' pages that left every window go back
+            self.kv.slide(r)
         self.stats.steps += 1
         self.stats.decode_rows += len(plan.decodes)
         self.stats.last_step_at = time.time()

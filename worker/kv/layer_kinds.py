@@ -91,8 +91,9 @@ def kinds_status(kinds: LayerKinds, rows: list[tuple[int, int]], page_size: int
                  ) -> dict[str, Any]:
     """The worker status fields of the layer kinds over running ROWS (pages held, next
     position): layers and window per kind, and the pages each kind's layers need of the rows
-    (a windowed kind: only the pages its window still sees; pages are released per position,
-    for all layers at once, so the pool holds the full layers' count)."""
+    (a windowed kind: only the pages its window still sees; what the rows hold is
+    ``kv_pages_held_by_kind``: with a windowed layer group, worker/kv/window_group.py, about
+    as many, else every page of the rows)."""
     layers: dict[str, dict[str, int]] = {}
     for kind, size in zip(kinds.kinds, kinds.sizes, strict=True):
         entry = layers.setdefault(kind, {"layers": 0, "window": size})

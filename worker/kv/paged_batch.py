@@ -38,12 +38,15 @@ class PagedBatch:
     ``dense`` is the store's dense decode cache (worker/kv/dense.py; ``Forward``'s, on small
     models): a decode batch attends it, compiled or not, unless ``gather`` (it gathers pages as
     before); a batch that does not attend it marks there the pages it writes.
+    A store with a windowed layer group (worker/kv/window_group.py) needs ``window_tables``,
+    that group's block tables: its layers read ``window``, a batch of the same rows over them.
     """
 
     def __init__(self, store: PagedKVStore, block_tables: list[list[int]], starts: list[int],
                  lengths: list[int], dtype: mx.Dtype, tails: list[int] | None = None,
                  cascade: bool = False, bucket: bool = False, dense: DenseCache | None = None,
-                 gather: bool = False) -> None:
+                 gather: bool = False, window_tables: list[list[int]] | None = None,
+                 windowed: bool = False) -> None:
         p = store.fmt.page_size
         heads = np.arange(store.fmt.num_kv_heads)
         h = len(heads)
@@ -110,6 +113,12 @@ class PagedBatch:
             self.dense = plan_dense(dense, pages, starts_np, length, self._dense_source)
         if dense is not None and self.dense is None:
             dense.written(writes)
+        self.window: PagedBatch | None = None
+        if store.window_pages and not windowed:  # WINDOWED: this is the group's batch
+            assert window_tables is not None, "a windowed layer group needs its block tables"
+            assert dense is None and not self.quantized, "windowed groups: full precision, gather"
+            self.window = PagedBatch(store, window_tables, starts, lengths, dtype,
+                                     cascade=cascade, bucket=bucket, gather=gather, windowed=True)
 
     def _dense_source(self) -> np.ndarray:
         """(B, H, L) rows of what this decode batch's gather would read (pool or tail arrays)."""
@@ -184,6 +193,10 @@ class PagedBatch:
         hybrid model's recurrent layers' states (``states``) where those layers sit."""
         attention = self.store.fmt.num_layers
         pool = self.store.states
+        if self.window is not None:
+            windowed = self.store.window_layers
+            return [PagedView(self.window if layer in windowed else self, layer)
+                    for layer in range(attention)]
         if pool is None:
             return [PagedView(self, layer) for layer in range(attention)]
         assert self.states is not None, "a hybrid model's batch needs its state rows"

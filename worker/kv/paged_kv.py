@@ -119,12 +119,16 @@ class PagedKVStore:
 
     def __init__(self, fmt: KVFormat, num_pages: int, tail_pages: int = 0,
                  work_pages: int = 0, spare_bytes: int = 0,
-                 put_rows: PutRows = scatter_rows, complete: CompletePages | None = None
-                 ) -> None:
+                 put_rows: PutRows = scatter_rows, complete: CompletePages | None = None,
+                 window_layers: tuple[int, ...] = (), window_pages: int = 0) -> None:
         self.fmt = fmt
         self.put_rows = put_rows
         self.complete = complete  # page completions with copies in one step, when given
         self.num_pages = num_pages
+        # the windowed layer group (worker/kv/window_group.py): its layers' arrays hold
+        # WINDOW_PAGES pages of their own id space (0: no group, every layer holds NUM_PAGES)
+        self.window_pages = window_pages if window_layers else 0
+        self.window_layers = frozenset(window_layers) if self.window_pages else frozenset()
         # bytes of the memory budget these arrays leave unused (worker/kv/dense.py's cache)
         self.spare_bytes = spare_bytes
         self.quantized = fmt.kind != "none"
@@ -143,8 +147,12 @@ class PagedKVStore:
         self.k_center = [mx.zeros((h, d), dtype=fmt.dtype) for _ in range(fmt.num_layers)]
         self.v_center = [mx.zeros((h, dv), dtype=fmt.dtype) for _ in range(fmt.num_layers)]
         tail_rows = (self.tail_pages + self.work_pages) * fmt.page_size * h
-        for _ in range(fmt.num_layers):
-            if fmt.kind == "none":
+        for layer in range(fmt.num_layers):
+            if layer in self.window_layers:
+                assert fmt.kind == "none", "windowed layer groups hold full-precision pages"
+                self.k.append([mx.zeros((window_pages * fmt.page_size * h, d), dtype=fmt.dtype)])
+                self.v.append([mx.zeros((window_pages * fmt.page_size * h, dv), dtype=fmt.dtype)])
+            elif fmt.kind == "none":
                 self.k.append([mx.zeros((slots * h, d), dtype=fmt.dtype)])
                 self.v.append([mx.zeros((slots * h, dv), dtype=fmt.dtype)])
             else:

@@ -8,6 +8,10 @@ is touched, and checked when popped (lazy invalidation), so finding the next vic
 O(log n) instead of a walk over every node; the evictable page count is kept as nodes lock,
 unlock, join and leave.
 
+A model with a windowed layer group (worker/kv/window_group.py) has nodes own that group's
+pages too (``window``, one entry per page, 0 where the publishing sequence had released it):
+they are freed with the node (``window_freed`` collects them for the manager).
+
 A hybrid model's nodes may also hold a snapshot: the recurrent state after the node's last token
 (worker/kv/snapshots.py); a hit on such a model resumes from the deepest one on its path.
 
@@ -48,6 +52,7 @@ class Node:
         self.evicted = False
         self.queued: int | None = None  # the access time of its entry in the eviction heap
         self.snapshot = 0  # a hybrid model's recurrent-state slot after this node's last token
+        self.window: list[int] = []  # the windowed group's pages (0: released; [] no group)
 
     @property
     def is_leaf(self) -> bool:
@@ -65,6 +70,8 @@ class RadixCache:
         self.root.lock_ref = 1  # never evicted
         self.roots: dict[str, Node] = {"": self.root}
         self.num_pages = 0
+        self.num_window_pages = 0  # windowed-group pages held (non-zero ``window`` entries)
+        self.window_freed: list[int] = []  # windowed pages of evicted nodes, for the manager
         self._evictable = 0  # pages of unlocked nodes
         self._nodes_alive = 0
         # (last_access, seq, node) of unlocked leaves; stale entries are skipped when popped
@@ -134,6 +141,7 @@ class RadixCache:
         """Cut NODE after AT tokens; the new upper node keeps the first pages, NODE the rest."""
         pages_at = at // self.page_size
         upper = Node(node.key[:at], node.pages[:pages_at], node.parent)
+        upper.window, node.window = node.window[:pages_at], node.window[pages_at:]
         upper.lock_ref = node.lock_ref
         upper.last_access = node.last_access
         assert node.parent is not None
@@ -144,18 +152,26 @@ class RadixCache:
         return upper
 
     def insert(self, tokens: Sequence[int], pages: Sequence[int],
-               salt: str = "") -> tuple[list[int], Node]:
-        """Cache the full pages of TOKENS held in PAGES in namespace SALT.
+               salt: str = "", window: Sequence[int] = ()) -> tuple[list[int], Node]:
+        """Cache the full pages of TOKENS held in PAGES in namespace SALT (and the windowed
+        group's WINDOW, one entry per page: 0 where released).
 
         Returns the tree's pages for the whole prefix (a caller's page that duplicates a page the
-        tree already had must be freed by the caller) and the node ending the prefix.
+        tree already had must be freed by the caller) and the node ending the prefix. A windowed
+        entry the tree lacks (0) on the existing path is taken from WINDOW (``path_window``
+        then has the caller's page there: not a duplicate).
         """
         n = min(len(tokens) - len(tokens) % self.page_size, len(pages) * self.page_size)
         tree_pages, node = self.match_prefix(tokens, n, salt)
         pos = len(tree_pages) * self.page_size
+        if window:
+            self._fill_window(node, len(tree_pages), window)
         if pos < n:
             new = Node(tuple(tokens[pos:n]), list(pages[pos // self.page_size : n // self.page_size]),
                        node)
+            if window:
+                new.window = list(window[pos // self.page_size : n // self.page_size])
+                self.num_window_pages += sum(1 for w in new.window if w)
             node.children[self._first(new.key)] = new
             self.num_pages += len(new.pages)
             self._evictable += len(new.pages)
@@ -164,6 +180,36 @@ class RadixCache:
             tree_pages.extend(new.pages)
             node = new
         return tree_pages, node
+
+    def _fill_window(self, node: Node, depth: int, window: Sequence[int]) -> None:
+        """Give the path ending at NODE (DEPTH pages deep) WINDOW's pages where it has none."""
+        n: Node | None = node
+        while n is not None and n.parent is not None:
+            depth -= len(n.pages)
+            for i, w in enumerate(n.window):
+                if not w and depth + i < len(window) and window[depth + i]:
+                    n.window[i] = window[depth + i]
+                    self.num_window_pages += 1
+            n = n.parent
+
+    def path_window(self, node: Node) -> list[int]:
+        """The windowed group's entries of every page from NODE's root down to NODE."""
+        parts: list[list[int]] = []
+        n: Node | None = node
+        while n is not None:
+            parts.append(n.window)
+            n = n.parent
+        return [w for part in reversed(parts) for w in part]
+
+    def cut(self, node: Node, depth: int, at: int) -> Node:
+        """The node on the path ending at NODE (DEPTH tokens deep) that ends AT tokens deep
+        (split there if needed; AT <= DEPTH, page-aligned)."""
+        while node.parent is not None and depth - len(node.key) >= at:
+            depth -= len(node.key)
+            node = node.parent
+        if depth > at:
+            node = self._split(node, len(node.key) - (depth - at))
+        return node
 
     def snapshot_above(self, node: Node, depth: int) -> tuple[Node, int]:
         """The deepest node at or above NODE (ending DEPTH tokens deep) that holds a snapshot,
@@ -224,10 +270,14 @@ class RadixCache:
         return None
 
     def evict(self, num_pages: int) -> list[int]:
-        """Free at least NUM_PAGES pages (if possible) from LRU unlocked leaves; return them."""
+        """Free at least NUM_PAGES pages (if possible) from LRU unlocked leaves; return them
+        (their windowed pages go to ``window_freed``)."""
         freed: list[int] = []
         while len(freed) < num_pages and (node := self._pop()) is not None:
             freed.extend(node.pages)
+            held = [w for w in node.window if w]
+            self.window_freed.extend(held)
+            self.num_window_pages -= len(held)
             self.num_pages -= len(node.pages)
             self._evictable -= len(node.pages)
             self._nodes_alive -= 1
@@ -263,6 +313,25 @@ class RadixCache:
     def all_pages(self) -> list[int]:
         """Every page the tree owns."""
         return [p for n in self._nodes() for p in n.pages]
+
+    def drop_window(self, num_pages: int, read: Callable[[int], bool]) -> list[int]:
+        """Take at least NUM_PAGES windowed pages (if there are) from the nodes, least recently
+        used first, except those READ says a request reads; their entries become 0 (the nodes
+        keep their pages: hits whose window lies elsewhere stay valid). Returns them."""
+        freed: list[int] = []
+        for node in sorted(self._nodes(), key=lambda n: n.last_access):
+            for i, w in enumerate(node.window):
+                if w and not read(w):
+                    node.window[i] = 0
+                    freed.append(w)
+            if len(freed) >= num_pages:
+                break
+        self.num_window_pages -= len(freed)
+        return freed
+
+    def all_window_pages(self) -> list[int]:
+        """Every windowed-group page the tree owns."""
+        return [w for n in self._nodes() for w in n.window if w]
 
     def reset(self) -> list[int]:
         """Drop every unlocked entry; return the freed pages."""

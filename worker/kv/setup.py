@@ -14,6 +14,7 @@ from worker.kv.paged_kv import KVFormat, PagedKVStore, k8v4_supported
 from worker.kv.pages import completer
 from worker.kv.rows import writer
 from worker.kv.state_pool import StateLayout, StatePool
+from worker.kv.window_group import WindowGroup, group_for
 
 MLA_REASON = ("MLA layers (compressed latent and RoPE part as keys and values of different "
               "widths) compute attention themselves from gathered pages, and the latent serves as "
@@ -129,13 +130,18 @@ def parse_memory(spec: str) -> int:
 
 def plan_kv(model: Any, dtype: mx.Dtype, *, kind: str, memory: str, page_size: int,
             group_size: int, max_batch: int, context_length: int, working_set: bool = True,
-            work_share: float = 0.0) -> KVPlan:
+            work_share: float = 0.0, prefill_budget: int = 512,
+            window_group: bool = True) -> KVPlan:
     """Choose K8V4 when it fits the head dim, size the pool, allocate it.
 
     With K8V4 and WORKING_SET, float copies of running rows' full pages (worker/kv/working.py)
     get the budget the pool leaves, or WORK_SHARE of the budget taken from the pool if more, at
     most every running row's whole context. What is left after both is the store's
-    ``spare_bytes``: the most the dense decode cache (worker/kv/dense.py) may hold.
+    ``spare_bytes``: the most the dense decode cache (worker/kv/dense.py) may hold. A model with
+    sliding or chunked layers keeps those in their own smaller pool (worker/kv/window_group.py)
+    when that leaves the full layers more pages and WINDOW_GROUP (off in a tensor-parallel group,
+    whose ranks share one block table per request); PREFILL_BUDGET (a step's prompt tokens)
+    sizes it.
     """
     found = probe_layers(model)
     layers, heads, dim = found.attention_layers, found.kv_heads, found.head_dim
@@ -164,14 +170,39 @@ def plan_kv(model: Any, dtype: mx.Dtype, *, kind: str, memory: str, page_size: i
         spare = (left - min(left // fmt.bytes_per_page(), useful) * fmt.bytes_per_page())
         work = min(max(spare, int(left * work_share)) // float_page, max_batch * per_context)
         left -= work * float_page
-    num_pages = max(min(left // fmt.bytes_per_page(), useful), per_context + 2)
-    spare = max(left - num_pages * fmt.bytes_per_page(), 0)  # the dense decode cache's at most
+    kinds = layer_kinds(model, layers)
+    group = group_for(kinds, page_size, kind, found.states is not None) if window_group else None
+    window_pages, full_page = 0, fmt.bytes_per_page()
+    if group is not None:
+        layer_page = fmt.bytes_per_page() // layers
+        chunk = -(-min(prefill_budget, context_length) // page_size) + 1
+        window_pages = window_pool_pages(group, max_batch, chunk)
+        if window_pages < min(left // full_page, useful):  # else releasing pages saves nothing
+            full_page = layer_page * (layers - len(group.layers))
+            left = max(left - window_pages * layer_page * len(group.layers), 0)
+            reason += (f"; {len(group.layers)} windowed layers in their own pool of "
+                       f"{window_pages} pages, released as they leave the window")
+        else:
+            window_pages = 0
+    elif kinds.windowed:
+        reason += ("; windowed layers keep every page of a sequence (one layer group: K8V4 "
+                   "pages, a hybrid model, tensor parallelism, or no full layer)")
+    num_pages = max(min(left // full_page, useful), per_context + 2)
+    spare = max(left - num_pages * full_page, 0)  # the dense decode cache's at most
     store = PagedKVStore(fmt, num_pages, tail_pages=tails, work_pages=work, spare_bytes=spare,
-                         put_rows=writer(), complete=completer())
+                         put_rows=writer(), complete=completer(),
+                         window_layers=group.layers if group is not None and window_pages else (),
+                         window_pages=window_pages)
     if found.states is not None:
         store.states = StatePool(found.states, slots, put_rows=writer())
-    store.kinds = layer_kinds(model, store.fmt.num_layers)
+    store.kinds = kinds
     return KVPlan(store, kind, reason)
+
+
+def window_pool_pages(group: WindowGroup, max_batch: int, chunk: int) -> int:
+    """The windowed layer group's pool: scratch, every running row's window, as much again
+    for the prefix cache's, and CHUNK pages: a step's prompt chunks (written at once)."""
+    return 1 + 2 * max_batch * group.seq_pages() + chunk
 
 
 def state_slots(layout: StateLayout, budget: int, max_batch: int) -> int:

@@ -8,7 +8,7 @@ from typing import Any
 from worker.engine.compile_mode import compile_status
 from worker.engine.core import Engine
 from worker.kv.dense import dense_status
-from worker.kv.layer_kinds import kinds_status
+from worker.kv.layer_kinds import FULL, kinds_status
 from worker.kv.pages import page_status
 from worker.kv.rows import row_write_status
 from worker.kv.working import working_set_status
@@ -53,6 +53,7 @@ def kv_status(e: Engine) -> dict[str, Any]:
         **row_write_status(), **page_status(),
         **kinds_status(e.kv.store.kinds, [(len(r.kv.pages), r.computed) for r in e.running],
                        fmt.page_size),
+        **group_status(e),
         "prefix_cache": e.kv.radix is not None,
         "prefix_cache_pages": e.kv.radix.num_pages if e.kv.radix else 0,
         "prefix_cache_queries": e.kv.stats.queries, "prefix_cache_hits": e.kv.stats.hits,
@@ -69,6 +70,21 @@ def kv_status(e: Engine) -> dict[str, Any]:
         if s.drafted_tokens else None,
         **compile_status(e.compile_decode, getattr(e, "compiled", None)),
     }
+
+
+def group_status(e: Engine) -> dict[str, Any]:
+    """Pages in use per layer kind (its group's pool: running rows' and the prefix cache's),
+    pages running rows hold per kind, and the windowed layer group's pool."""
+    kv, kinds = e.kv, set(e.kv.store.kinds.kinds)
+    window = kv.window_pool
+    used = {k: window.num_used if window is not None and k != FULL else kv.pool.num_used
+            for k in kinds}
+    held = {k: sum(sum(1 for w in r.kv.window if w) if window is not None and k != FULL
+                   else len(r.kv.pages) for r in e.running) for k in kinds}
+    return {"kv_pages_used_by_kind": used, "kv_pages_held_by_kind": held,
+            "kv_window_pages_total": window.total if window is not None else 0,
+            "kv_window_pages_free": window.num_free if window is not None else 0,
+            "prefix_cache_window_pages": kv.radix.num_window_pages if kv.radix else 0}
 
 
 def layer_kinds_status(e: Engine) -> dict[str, Any]:

@@ -63,7 +63,7 @@ def warm_up(engine: Any) -> float:
             spec.num_draft, spec.pause = limit, pause
             spec.reset()
     if engine.kv.radix is not None:  # the warm-up prompts' pages leave the prefix cache
-        engine.kv.pool.free(engine.kv.radix.reset())
+        engine.kv.reset_cache()
     engine.stats = EngineStats()
     engine.kv.stats = type(engine.kv.stats)()
     seconds = time.perf_counter() - t0

@@ -24,7 +24,7 @@ def load_shard(args: argparse.Namespace, link: Link) -> tuple[Any, KVPlan]:
     plan = plan_kv(loaded.model, model_dtype(loaded.model), kind=args.kv_cache_turboquant,
                    memory=args.kv_cache_memory, page_size=args.kv_page_size,
                    group_size=args.kv_group_size, max_batch=args.max_batch,
-                   context_length=context_length)
+                   context_length=context_length, window_group=False)
     return loaded, share_store(plan, link)
 
 
