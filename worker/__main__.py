@@ -110,6 +110,18 @@ def _serve(loop: Any, args: argparse.Namespace, sock: Any, boot_id: str, what: s
     return 0 if reason in ("shutdown", "signal", "drained after SIGTERM") else 1
 
 
+def pulse_beside(sock: Any, args: argparse.Namespace, boot_id: str) -> Any:
+    """The pulse thread of the worker whose loop socket is SOCK (same gateway, same keys)."""
+    import zmq
+
+    from protocol import messages as m
+    from worker.serve.curve import configure_client
+    from worker.serve.pulse import Pulse
+
+    return Pulse(sock.context, args.connect, m.pulse_id(sock.getsockopt(zmq.ROUTING_ID)), boot_id,
+                 lambda s: configure_client(s, args.curve_server_key, args.curve_secret_file))
+
+
 def model_kind(model: str, revision: str | None) -> str:
     """The worker kind MODEL's folder needs (downloading it first when it is a repo id)."""
     from worker.kinds.detect import detect_kind
@@ -141,7 +153,8 @@ def serve_kind(kind: str, args: argparse.Namespace, sock: Any, boot_id: str, sec
     from worker.model.fingerprint import fingerprint
 
     runner.facts.revision = fingerprint(path)
-    loop = WorkerLoop(runner, sock, args.alias, boot_id, args.parent_pid, secret=secret)
+    loop = WorkerLoop(runner, sock, args.alias, boot_id, args.parent_pid, secret=secret,
+                      pulse=pulse_beside(sock, args, boot_id))
     logging.info("serving %s (%s, %s) pid %d boot %s", args.alias, args.model, kind,
                  os.getpid(), boot_id)
     return _serve(loop, args, sock, boot_id, "worker")
@@ -258,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
 
         leader = lead(engine, link)
     loop = WorkerLoop(TextRunner(engine, loaded), sock, args.alias, boot_id, args.parent_pid,
-                      secret=secret)
+                      secret=secret, pulse=pulse_beside(sock, args, boot_id))
     logging.info("serving %s (%s) pid %d boot %s", args.alias, args.model, os.getpid(), boot_id)
     return _serve(loop, args, sock, boot_id, "engine", leader)
 

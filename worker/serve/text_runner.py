@@ -11,6 +11,7 @@ from worker.engine.core import Engine, KVTooSmall, QueueFull
 from worker.grammar.compiler import GrammarCompiler
 from worker.model.load import LoadedModel
 from worker.serve.intake import CHARS_PER_TOKEN, Intake, Prepared
+from worker.serve.pulse import plan_work
 from worker.serve.runner import Outlet
 from worker.serve.text_status import text_status
 
@@ -39,6 +40,7 @@ class TextRunner:
         """Keep OUTLET: tokens go out as soon as the engine reads them back, mid-step."""
         self.outlet = outlet
         self.engine.on_outputs = outlet.send_outputs
+        self.engine.on_plan = lambda plan: outlet.planned(*plan_work(plan.decodes, plan.prefills))
 
     def add(self, job: m.Work) -> None:
         """Hand the job to intake: checks, template and tokenizer run off the loop."""
