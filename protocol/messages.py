@@ -15,6 +15,9 @@ import msgspec
 # 2: Generate.cache_salt (an older worker would ignore it and share the cache); 3: Pulse
 PROTOCOL_VERSION = 3
 SECRET_ENV = "RAPID_MLX_WORKER_SECRET"  # a spawned worker's per-boot secret (not argv: ps shows it)
+# the output cap of a request that sets none (`rapid-mlx serve --default-max-tokens`): an agent
+# that sends no limit to a small model that never stops gets an answer ending with `length`
+DEFAULT_MAX_TOKENS = 4096
 ADOPT_QUERY = "adopt"  # a StatusQuery asking a running worker to say Ready again (gateway restart)
 
 

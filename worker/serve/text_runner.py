@@ -26,13 +26,13 @@ class TextRunner:
     """One Engine behind the worker loop, with the Intake that validates and tokenizes its jobs."""
 
     def __init__(self, engine: Engine, loaded: LoadedModel,
-                 chars_per_token: int = CHARS_PER_TOKEN) -> None:
+                 chars_per_token: int = CHARS_PER_TOKEN, default_max_tokens: int = 0) -> None:
         self.engine = engine
         self.loaded = loaded
         self.facts = loaded.facts
         self.intake = Intake(loaded.tokenizer, vocab_size(loaded), engine.context_length,
                              chars_per_token, grammar_compiler(loaded, engine),
-                             vision_of(loaded))
+                             vision_of(loaded), default_max_tokens)
         self.fd: int | None = self.intake.fd
         self.outlet: Outlet | None = None
 
