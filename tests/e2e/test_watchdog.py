@@ -44,6 +44,7 @@ def test_a_slow_step_is_not_killed() -> None:
         assert out.choices[0].finish_reason in ("stop", "length")
         info = srv.worker("default")
         assert info["pid"] == pid and info["restarts"] == 0, info
+        assert info["replicas"][0]["step_running_s"] == 0.0  # pulses come, between steps now
     finally:
         srv.stop()
 
