@@ -141,7 +141,10 @@ def hung(timeout: float, r: Replica, now: float) -> str | None:
                         f"{limit:.0f}s deadline")
             return None
     stalled = now - max(r.last_progress, r.busy_since)
-    return f"no progress for {stalled:.1f}s" if stalled > timeout else None
+    if stalled <= timeout:
+        return None
+    beat = f", last pulse {now - r.pulse_at:.1f}s ago" if p is not None else ""
+    return f"no progress for {stalled:.1f}s{beat}"
 
 
 def lost(hub: WatchedHub, st: AliasState, r: Replica, now: float) -> bool:

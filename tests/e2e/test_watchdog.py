@@ -44,7 +44,8 @@ def test_a_slow_step_is_not_killed() -> None:
         assert out.choices[0].finish_reason in ("stop", "length")
         info = srv.worker("default")
         assert info["pid"] == pid and info["restarts"] == 0, info
-        assert info["replicas"][0]["step_running_s"] == 0.0  # pulses come, between steps now
+        # pulses come: the next one says no step runs any more
+        _wait(lambda: srv.worker("default")["replicas"][0]["step_running_s"] == 0.0, 10)
     finally:
         srv.stop()
 
@@ -82,7 +83,9 @@ def test_a_stopped_worker_is_killed_and_restarted() -> None:
         with pytest.raises(openai.APIError) as info:
             for _ in stream:
                 pass
-        assert "hung" in str(info.value.message) and "no pulse" in str(info.value.message)
+        # stopped mid-step: its pulse stopped; between steps: its steps stopped too (whichever
+        # the watchdog sees first)
+        assert "hung" in str(info.value.message), info.value.message
         _wait(lambda: srv.worker("default")["state"] == "ready"
               and srv.worker("default")["pid"] != pid)
         assert srv.worker("default")["restarts"] == 1

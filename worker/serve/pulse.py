@@ -92,11 +92,13 @@ class Pulse:
             if self.configure is not None:
                 self.configure(sock)
             sock.connect(self.address)
-            while not self._stop.wait(self.interval):
+            while True:  # the first beat at once: the gateway knows the pulse from the start
                 try:
                     sock.send(m.encode(self.beat()), zmq.NOBLOCK)
                 except zmq.Again:
                     pass  # not connected yet, or the gateway is behind: the next beat tries
+                if self._stop.wait(self.interval):
+                    break
         except Exception:  # a dead pulse reads as a frozen worker: say why
             log.exception("the pulse thread stopped")
         finally:
