@@ -12,8 +12,12 @@ from typing import Any
 
 import msgspec
 
-PROTOCOL_VERSION = 2  # 2: Generate.cache_salt (an older worker would ignore it and share the cache)
+# 2: Generate.cache_salt (an older worker would ignore it and share the cache); 3: Pulse
+PROTOCOL_VERSION = 3
 SECRET_ENV = "RAPID_MLX_WORKER_SECRET"  # a spawned worker's per-boot secret (not argv: ps shows it)
+# the output cap of a request that sets none (`rapid-mlx serve --default-max-tokens`): an agent
+# that sends no limit to a small model that never stops gets an answer ending with `length`
+DEFAULT_MAX_TOKENS = 4096
 ADOPT_QUERY = "adopt"  # a StatusQuery asking a running worker to say Ready again (gateway restart)
 
 
@@ -267,6 +271,19 @@ class Heartbeat(_Msg, tag="hb"):
     state_snapshots: int = 0  # of the slots in use, those the prefix cache holds
 
 
+class Pulse(_Msg, tag="pulse"):
+    """A worker's progress while a step runs, sent by a thread of its own on a socket of its own
+    (routing id ``pulse_id`` of the worker's): the step running and for how long, its planned
+    work and the process's CPU time, so the gateway tells a slow step from a stuck process."""
+
+    boot_id: str
+    step: int  # the runner's step count (a running step ends as step + 1)
+    running_for: float = 0.0  # seconds the step in progress has run (0: between steps)
+    work_tokens: int = 0  # that step's planned tokens (prompt chunk tokens, decode rows)
+    work_pairs: int = 0  # and its attention work: query tokens x the positions they attend to
+    cpu: float = 0.0  # the worker process's CPU seconds (all threads)
+
+
 class Status(_Msg, tag="status"):
     """Answer to a StatusQuery: a free-form snapshot of the worker."""
 
@@ -283,7 +300,7 @@ class Dead(_Msg, tag="dead"):
     reason: str
 
 
-Event = Ready | StepOutputs | Heartbeat | Status | Dead
+Event = Ready | StepOutputs | Heartbeat | Pulse | Status | Dead
 
 _encoder = msgspec.msgpack.Encoder()
 _job_decoder = msgspec.msgpack.Decoder(Job)
@@ -300,6 +317,11 @@ def routing_id(alias: str, boot_id: str, secret: str = "") -> bytes:
         return base.encode()
     tag = hmac.new(secret.encode(), base.encode(), "sha256").hexdigest()[:16]
     return f"{base}:{tag}".encode()
+
+
+def pulse_id(worker_id: bytes) -> bytes:
+    """The routing id of the pulse socket of the worker whose routing id is WORKER_ID."""
+    return worker_id + b":pulse"
 
 
 def encode(msg: _Msg) -> bytes:

@@ -11,6 +11,7 @@ import sys
 import uuid
 from typing import Any
 
+from protocol.messages import DEFAULT_MAX_TOKENS
 from worker.cpu.blas import apply_blas_policy, reexec_with_openblas
 from worker.model.rlimit import import_mlx_lm
 
@@ -28,6 +29,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prefill-budget", type=int, default=512)
     p.add_argument("--max-waiting", type=int, default=256)
     p.add_argument("--context-length", type=int, default=0, help="the model's context (tokens)")
+    p.add_argument("--default-max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
+                   help="output cap of a request that sets none (0: the rest of the context)")
     p.add_argument("--kv-cache-turboquant", choices=["k8v4", "none"], default="k8v4",
                    help="KV page format: 8-bit keys + 4-bit values, or full precision")
     p.add_argument("--kv-cache-memory", default="0.1",
@@ -112,6 +115,32 @@ def _serve(loop: Any, args: argparse.Namespace, sock: Any, boot_id: str, what: s
     return 0 if reason in ("shutdown", "signal", "drained after SIGTERM") else 1
 
 
+def fit_tokenizer(tokenizer: Any, context_length: int) -> None:
+    """Tell the tokenizer the served context: transformers otherwise warns of "indexing errors"
+    for every prompt longer than the checkpoint's own limit, which the served context may pass
+    (prompts over the context are refused with their own message, so that warning is marked
+    as given)."""
+    inner = getattr(tokenizer, "_tokenizer", tokenizer)
+    with contextlib.suppress(AttributeError, TypeError, ValueError):
+        inner.model_max_length = max(int(getattr(inner, "model_max_length", 0) or 0),
+                                     context_length)
+    warned = getattr(inner, "deprecation_warnings", None)  # transformers' warn-once record
+    if isinstance(warned, dict):
+        warned["sequence-length-is-longer-than-the-specified-maximum"] = True
+
+
+def pulse_beside(sock: Any, args: argparse.Namespace, boot_id: str) -> Any:
+    """The pulse thread of the worker whose loop socket is SOCK (same gateway, same keys)."""
+    import zmq
+
+    from protocol import messages as m
+    from worker.serve.curve import configure_client
+    from worker.serve.pulse import Pulse
+
+    return Pulse(sock.context, args.connect, m.pulse_id(sock.getsockopt(zmq.ROUTING_ID)), boot_id,
+                 lambda s: configure_client(s, args.curve_server_key, args.curve_secret_file))
+
+
 def model_kind(model: str, revision: str | None) -> str:
     """The worker kind MODEL's folder needs (downloading it first when it is a repo id)."""
     from worker.kinds.detect import detect_kind
@@ -153,7 +182,8 @@ def serve_kind(kind: str, args: argparse.Namespace, sock: Any, boot_id: str, sec
     from worker.model.fingerprint import fingerprint
 
     runner.facts.revision = fingerprint(path)
-    loop = WorkerLoop(runner, sock, args.alias, boot_id, args.parent_pid, secret=secret)
+    loop = WorkerLoop(runner, sock, args.alias, boot_id, args.parent_pid, secret=secret,
+                      pulse=pulse_beside(sock, args, boot_id))
     logging.info("serving %s (%s, %s) pid %d boot %s", args.alias, args.model, kind,
                  os.getpid(), boot_id)
     return _serve(loop, args, sock, boot_id, "worker")
@@ -226,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
                             context_length)
             context_length = args.context_length
             loaded.facts.context_length = context_length
+        fit_tokenizer(loaded.tokenizer, context_length)
         plan = plan_kv(loaded.model, model_dtype(loaded.model), kind=args.kv_cache_turboquant,
                        memory=args.kv_cache_memory, page_size=args.kv_page_size,
                        group_size=args.kv_group_size, max_batch=args.max_batch,
@@ -272,8 +303,9 @@ def main(argv: list[str] | None = None) -> int:
         from worker.tp.leader import lead
 
         leader = lead(engine, link)
-    loop = WorkerLoop(TextRunner(engine, loaded), sock, args.alias, boot_id, args.parent_pid,
-                      secret=secret)
+    runner = TextRunner(engine, loaded, default_max_tokens=args.default_max_tokens)
+    loop = WorkerLoop(runner, sock, args.alias, boot_id, args.parent_pid,
+                      secret=secret, pulse=pulse_beside(sock, args, boot_id))
     logging.info("serving %s (%s) pid %d boot %s", args.alias, args.model, os.getpid(), boot_id)
     return _serve(loop, args, sock, boot_id, "engine", leader)
 

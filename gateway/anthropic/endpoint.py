@@ -63,8 +63,6 @@ class MessagesEndpoint:
             grammar.after_think = thinks(served.reasoning_parser, template_kwargs(req))
         ctx = context_length(st.facts, served.context_length)
         await off_loop(size, check_prompt_chars, messages, tools, ctx, "messages")
-        if params.max_tokens >= ctx:  # more than any answer could get here (Claude Code: 128000)
-            params.max_tokens = 0  # the worker gives the rest of the context instead
         job = Generate(request_id=mid, params=params, messages=messages, tools=tools,
                        chat_template_kwargs=template_kwargs(req), assistant_prefix=prefix,
                        grammar=grammar, images=pictures, cache_salt=salt)

@@ -15,6 +15,7 @@ from gateway.cli.options import Size, edge_options, listed
 from gateway.cli.serve_config import data_dir as prepared_data_dir
 from gateway.cli.serve_config import group_args, served_models
 from gateway.config import GatewayConfig
+from protocol.messages import DEFAULT_MAX_TOKENS
 
 DFLASH_REFUSAL = ("--enable-dflash: DFlash block-diffusion drafting is not built in rapid-mlx (its "
                   "drafts cannot be verified losslessly by the paged engine yet); use "
@@ -72,6 +73,10 @@ DFLASH_REFUSAL = ("--enable-dflash: DFlash block-diffusion drafting is not built
 @click.option("--max-waiting", default=256, show_default=True, type=int)
 @click.option("--context-length", default=0, type=int,
               help="every model's context in tokens (above the trained length: degraded)")
+@click.option("--default-max-tokens", default=DEFAULT_MAX_TOKENS, show_default=True,
+              type=click.IntRange(min=0),
+              help="output cap of a request that sets none (its answer ends with finish_reason "
+                   "length there); 0: the rest of the context")
 @click.option("--worker-address", default="", help="bind workers here (default: private ipc)")
 @click.option("--hang-timeout", default=30.0, show_default=True, type=float,
               help="seconds without progress, with work, before a worker is declared hung")
@@ -138,7 +143,7 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
           num_draft_tokens: int | None, draft_model: str | None, enable_dflash: bool,
           audio_mode: bool, compile_decode: str,
           max_batch: int, prefill_budget: int, max_waiting: int,
-          context_length: int, worker_address: str, hang_timeout: float, log_level: str,
+          context_length: int, default_max_tokens: int, worker_address: str, hang_timeout: float, log_level: str,
           replicas: int, tensor_parallel: int, tp_hostfile: str | None, tp_port: int,
           routing: str,
           no_spawn_workers: bool,
@@ -158,7 +163,8 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
     worker_args = ["--max-batch", str(max_batch), "--prefill-budget", str(prefill_budget),
                    "--max-waiting", str(max_waiting), "--log-level", log_level.upper(),
                    "--kv-cache-turboquant", kv_cache_turboquant,
-                   "--kv-cache-memory", kv_cache_memory, "--compile-decode", compile_decode]
+                   "--kv-cache-memory", kv_cache_memory, "--compile-decode", compile_decode,
+                   "--default-max-tokens", str(default_max_tokens)]
     if disable_prefix_cache:
         worker_args.append("--disable-prefix-cache")
     if audio_mode:

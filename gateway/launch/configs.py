@@ -36,6 +36,13 @@ class Target:
         return self.base.rstrip("/") + "/v1"
 
 
+    @property
+    def output_limit(self) -> int:
+        """The output tokens a client is told it may ask for: a quarter of the context, at most
+        32000 (the server clamps any request to what the context has left anyway)."""
+        return max(1, min(32000, self.context_length // 4))
+
+
 @dataclass
 class ClientConfig:
     """What `launch` prints or writes for one client."""
@@ -47,14 +54,43 @@ class ClientConfig:
     args: list[str] = field(default_factory=list)
     note: str = ""
     env_enough: bool = False  # the environment alone points the client at the server
+    files: dict[Path, str] = field(default_factory=dict)  # written whole beside PATH (--write)
 
 
-def _codex_merge(t: Target) -> Callable[[str], str]:
+# the instructions Codex's model catalog entry needs (a catalog entry must carry some): short,
+# so a small local model's context goes to the tools and the conversation
+CODEX_INSTRUCTIONS = """You are a coding agent running in a terminal, working in the user's \
+workspace with the tools you are given. Be precise, safe and brief.
+
+- Understand the request, look at the relevant files, then act; keep going until it is done.
+- Prefer small, focused changes that match the surrounding code; never discard the user's work.
+- Run the project's checks when you change code, and say what you ran and what it showed.
+- End with a short summary of what you did and anything left to do.
+"""
+
+
+def codex_catalog(t: Target) -> str:
+    """Codex's model catalog (`model_catalog_json`) with one entry, the served alias: its
+    context window, so Codex neither warns of missing model metadata nor assumes its own."""
+    entry = {
+        "slug": t.alias, "display_name": t.alias, "description": f"{t.alias} on rapid-mlx",
+        "context_window": t.context_length, "max_context_window": t.context_length,
+        "shell_type": "default", "visibility": "list", "supported_in_api": True, "priority": 0,
+        "base_instructions": CODEX_INSTRUCTIONS,
+        "truncation_policy": {"mode": "bytes", "limit": 10000}, "input_modalities": ["text"],
+        "support_verbosity": False, "supports_parallel_tool_calls": False,
+        "supports_reasoning_summaries": False, "supported_reasoning_levels": [],
+        "experimental_supported_tools": []}
+    return json.dumps({"models": [entry]}, indent=2) + "\n"
+
+
+def _codex_merge(t: Target, catalog: Path) -> Callable[[str], str]:
     def merge(text: str) -> str:
         doc = tomlkit.parse(text)
         doc["model"] = t.alias
         doc["model_provider"] = PROVIDER
         doc["model_context_window"] = t.context_length
+        doc["model_catalog_json"] = str(catalog)
         providers = doc.get("model_providers")
         if providers is None:
             providers = tomlkit.table(is_super_table=True)
@@ -68,10 +104,13 @@ def _codex_merge(t: Target) -> Callable[[str], str]:
 
 
 def codex(t: Target, home: Path) -> ClientConfig:
-    """Codex CLI: a model provider with the Responses wire API in ~/.codex/config.toml."""
-    return ClientConfig("codex", home / ".codex" / "config.toml", _codex_merge(t),
+    """Codex CLI: a model provider with the Responses wire API in ~/.codex/config.toml, and a
+    model catalog beside it that names the alias's context window."""
+    catalog = home / ".codex" / "rapid-mlx-models.json"
+    return ClientConfig("codex", home / ".codex" / "config.toml", _codex_merge(t, catalog),
                         env={KEY_ENV: t.api_key},
-                        note=f"codex reads the key from ${KEY_ENV}")
+                        note=f"codex reads the key from ${KEY_ENV}",
+                        files={catalog: codex_catalog(t)})
 
 
 def claude(t: Target, home: Path) -> ClientConfig:
@@ -79,7 +118,11 @@ def claude(t: Target, home: Path) -> ClientConfig:
     env = {"ANTHROPIC_BASE_URL": t.base, "ANTHROPIC_AUTH_TOKEN": t.api_key,
            "ANTHROPIC_MODEL": t.alias, "ANTHROPIC_DEFAULT_OPUS_MODEL": t.alias,
            "ANTHROPIC_DEFAULT_SONNET_MODEL": t.alias, "ANTHROPIC_DEFAULT_HAIKU_MODEL": t.alias,
-           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+           # the served context and an output limit within it: Claude Code otherwise assumes
+           # its own window for an unknown model name (up to 1M tokens) and asks for 32000
+           "CLAUDE_CODE_MAX_CONTEXT_TOKENS": str(t.context_length),
+           "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(t.output_limit)}
 
     def merge(text: str) -> str:
         doc: dict[str, Any] = json.loads(text) if text.strip() else {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -13,10 +14,33 @@ import click
 from gateway.launch.configs import BUILDERS, ClientConfig, Target
 from gateway.ops.opsctl import OpsError, call
 
-INSTALL = {"codex": "npm install -g @openai/codex",
-           "claude": "npm install -g @anthropic-ai/claude-code",
-           "opencode": "npm install -g opencode-ai",
+# the CLIs `make install` pins into .venv/agent-clis (deploy/ensure-agent-clis.sh: same versions)
+PINNED = {"codex": "@openai/codex@0.171.0", "claude": "@anthropic-ai/claude-code@2.1.332"}
+INSTALL = {"opencode": "npm install -g opencode-ai",
            "aider": "python -m pip install aider-install && aider-install"}
+CLIS_ENV = "RAPID_MLX_AGENT_CLIS"  # where the pinned CLIs are (default: <venv>/agent-clis)
+
+
+def agent_clis() -> Path:
+    """The npm prefix holding the pinned agent CLIs."""
+    return Path(os.environ.get(CLIS_ENV) or Path(sys.prefix) / "agent-clis")
+
+
+def find_client(client: str) -> str | None:
+    """CLIENT's executable: the pinned one `make install` put in the project's environment,
+    else one on PATH, else None."""
+    pinned = agent_clis() / "node_modules" / ".bin" / client
+    if client in PINNED and os.access(pinned, os.X_OK):
+        return str(pinned)
+    return shutil.which(client)
+
+
+def install_hint(client: str) -> str:
+    """How to install CLIENT (the pinned version for the CLIs the project tests)."""
+    if client in PINNED:
+        return (f"`make install` (deploy/ensure-agent-clis.sh) or: npm install --prefix "
+                f"{agent_clis()} {PINNED[client]}")
+    return INSTALL[client]
 
 
 def target(url: str, alias: str | None, api_key: str | None) -> Target:
@@ -39,8 +63,10 @@ def target(url: str, alias: str | None, api_key: str | None) -> Target:
 
 
 def render(cfg: ClientConfig) -> str:
-    """What `launch` prints: the file's keys and the environment lines."""
+    """What `launch` prints: the file's keys, the files beside it, the environment lines."""
     lines = [f"# {cfg.client}: {cfg.path}", cfg.merge("").rstrip()]
+    for path, text in cfg.files.items():
+        lines += ["", f"# {path}", text.rstrip()]
     if cfg.env:
         lines += ["", "# environment"] + [f"export {k}={v}" for k, v in cfg.env.items()]
     if cfg.note:
@@ -61,6 +87,9 @@ def write(cfg: ClientConfig) -> Path | None:
         shutil.copy2(cfg.path, backup)
     cfg.path.parent.mkdir(parents=True, exist_ok=True)
     cfg.path.write_text(new)
+    for path, text in cfg.files.items():  # ours alone: rewritten whole
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
     return backup
 
 
@@ -71,15 +100,20 @@ def launch(client: str, url: str, alias: str | None, api_key: str | None, do_wri
     if do_write:
         backup = write(cfg)
         click.echo(f"wrote {cfg.path}" + (f" (previous file: {backup})" if backup else ""))
+        for path in cfg.files:
+            click.echo(f"wrote {path}")
         if cfg.env:
             click.echo("\n".join(f"export {k}={v}" for k, v in cfg.env.items()))
+        if cfg.note:
+            click.echo(f"# {cfg.note}")
     else:
         click.echo(render(cfg), nl=False)
     if not do_exec:
         return
-    exe = shutil.which(client)
+    exe = find_client(client)
     if exe is None:
-        click.echo(f"{client} is not installed; install it with: {INSTALL[client]}", err=True)
+        click.echo(f"{client} is not installed; install it with: {install_hint(client)}",
+                   err=True)
         return
     if not (do_write or cfg.env_enough):
         click.echo(f"(not running {client}: pass --write so it reads this configuration, or "

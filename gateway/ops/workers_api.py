@@ -117,5 +117,17 @@ def _replica(r: Replica, live: dict[str, Any] | None, now: float) -> dict[str, A
         "route_prefix_hit_rate": r.hit_rate,
         "routed_chars": r.routed_chars,
         "last_heartbeat_age_s": round(now - r.last_seen, 3) if r.last_seen else None,
+        # the worker's pulse (worker/serve/pulse.py): its age, and how long the step it reported
+        # running has run (0: between steps); None before the first pulse
+        "last_pulse_age_s": round(now - r.pulse_at, 3) if r.pulse is not None else None,
+        "step_running_s": _running(r, now),
         "live": live is not None,
     }
+
+
+def _running(r: Replica, now: float) -> float | None:
+    """Seconds the step R's last pulse reported running has run by NOW (0.0 between steps)."""
+    p = r.pulse
+    if p is None:
+        return None
+    return round(p.running_for + now - r.pulse_at, 3) if p.running_for else 0.0

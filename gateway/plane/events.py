@@ -15,7 +15,7 @@ import zmq.asyncio
 
 from gateway.plane.adopt import AdoptingHub, on_stranger
 from gateway.plane.metrics import Metrics
-from gateway.plane.state import AliasState, Replica
+from gateway.plane.state import CPU_MOVED, AliasState, Replica
 from protocol import messages as m
 
 log = logging.getLogger("rapid_mlx.gateway")
@@ -175,7 +175,9 @@ def on_frames(hub: EventHub, frames: list[zmq.Frame]) -> None:
 def _from_a_replica(hub: EventHub, identity: bytes) -> bool:
     """True when IDENTITY is the routing id of an accepted worker (its frames are decoded)."""
     st = hub.aliases.get(identity.decode(errors="replace").split(":", 1)[0])
-    return st is not None and any(r.identity == identity for r in st.replicas.values())
+    return st is not None and any(
+        r.identity is not None and identity in (r.identity, m.pulse_id(r.identity))
+        for r in st.replicas.values())
 
 
 def _refused_unread(hub: EventHub, identity: bytes, data: bytes) -> bool:
@@ -209,11 +211,13 @@ def on_event(hub: EventHub, identity: bytes, user_id: str | None, ev: m.Event,
         accept_ready(hub, st, identity, user_id, ev, now, peer)
         return
     r = st.replicas.get(ev.boot_id)
-    if r is None or not hub.peers.owns(r, identity, user_id):
+    if r is None or not hub.peers.owns(r, identity, user_id, pulse=isinstance(ev, m.Pulse)):
         on_stranger(hub, st, identity, user_id, ev, now)
         return
     r.last_seen = now
-    if isinstance(ev, m.Dead):
+    if isinstance(ev, m.Pulse):
+        on_pulse(r, ev, now)
+    elif isinstance(ev, m.Dead):
         hub.worker_gone(alias, ev.boot_id, ev.reason)
     elif isinstance(ev, m.StepOutputs):
         _on_step(hub, r, ev, now)
@@ -298,6 +302,16 @@ def accept_ready(hub: EventHub, st: AliasState, identity: bytes, user_id: str | 
     if hub.on_ready is not None:
         hub.on_ready(st)
     hub.flush_parked(st)
+
+
+def on_pulse(r: Replica, ev: m.Pulse, now: float) -> None:
+    """Record a replica's pulse: a new step number is progress; CPU time that advanced by
+    CPU_MOVED or more since the last mark moves the mark (gateway/plane/watchdog.py reads it)."""
+    if r.pulse is None or ev.cpu - r.cpu_mark >= CPU_MOVED or ev.cpu < r.cpu_mark:
+        r.cpu_mark, r.cpu_moved_at = ev.cpu, now
+    r.pulse, r.pulse_at = ev, now
+    if ev.step != r.last_step:  # steps ended since the last event: progress
+        r.last_step, r.last_progress = ev.step, now
 
 
 def _on_step(hub: EventHub, r: Replica, ev: m.StepOutputs, now: float) -> None:

@@ -4,7 +4,8 @@ A spawned worker proves itself with the per-boot secret its supervisor put in it
 from the routing identity ``alias:boot_id`` the supervisor chose. An external worker proves
 itself with an allowed CURVE key (the frame's ZAP User-Id), the operator's worker token, or both
 when both are configured; with neither, only `--insecure-worker-transport` lets it in. Every
-later event is bound to the identity (and key) whose Ready was accepted.
+later event is bound to the identity (and key) whose Ready was accepted; a Pulse to that
+identity's pulse id (``m.pulse_id``: the worker's pulse thread has a socket of its own).
 """
 
 from __future__ import annotations
@@ -65,10 +66,13 @@ class PeerAuth:
         """The routing id an external worker of ALIAS with BOOT_ID must use."""
         return m.routing_id(alias, boot_id, self.token or "")
 
-    def owns(self, r: Replica, identity: bytes, user_id: str | None) -> bool:
-        """True when IDENTITY (with key USER_ID) is the accepted worker of replica R."""
-        return (r.identity is not None and identity == r.identity
-                and (r.user_id is None or user_id == r.user_id))
+    def owns(self, r: Replica, identity: bytes, user_id: str | None, pulse: bool = False) -> bool:
+        """True when IDENTITY (with key USER_ID) is the accepted worker of replica R: its loop's
+        socket, or with PULSE its pulse thread's (``m.pulse_id`` of the loop's), which may send
+        Pulse events and nothing else."""
+        if r.identity is None or not (r.user_id is None or user_id == r.user_id):
+            return False
+        return identity == (m.pulse_id(r.identity) if pulse else r.identity)
 
 
 def _same(given: str, expected: str) -> bool:

@@ -9,6 +9,10 @@ from dataclasses import dataclass, field
 from gateway.plane.prefix_tree import PrefixTree
 from protocol import messages as m
 
+# CPU seconds a worker's process must add for its CPU time to count as advancing: far more than
+# its pulse thread alone spends between two marks (a deadlocked worker's only CPU use)
+CPU_MOVED = 0.05
+
 
 @dataclass
 class Terminal:
@@ -66,6 +70,10 @@ class Replica:
     last_progress: float = 0.0
     busy_since: float = 0.0
     heartbeat: m.Heartbeat | None = None
+    pulse: m.Pulse | None = None  # the last pulse (worker/serve/pulse.py), None: it sends none
+    pulse_at: float = 0.0  # when it came
+    cpu_mark: float = 0.0  # the worker's CPU seconds when they last moved by CPU_MOVED ...
+    cpu_moved_at: float = 0.0  # ... and when that was
     streams: dict[str, Stream] = field(default_factory=dict)
     tree: PrefixTree = field(default_factory=PrefixTree)
     routed_chars: int = 0  # route-key characters sent here ...

@@ -94,14 +94,57 @@ def check_replica(hub: WatchedHub, st: AliasState, r: Replica, now: float) -> No
         return
     if not r.streams:
         return
+    why = hung(hub.hang_timeout, r, now)
+    if why is None:
+        return
+    log.error("worker %s of %s is hung with work: %s", r.name, st.alias, why)
+    hub.send_to(r.identity, m.Shutdown(reason="hung"))
+    hub.worker_gone(st.alias, r.boot_id, f"hung ({why})")
+    if hub.on_hung is not None:
+        hub.on_hung(st.alias, r.boot_id)
+
+
+# a step's deadline: the hang timeout plus its planned work at rates slower than a CPU serving a
+# small model runs (a 512-token prompt chunk at 20k positions: 5 s + 10 s); a step past it is
+# hung once the process's CPU time stops advancing, and past HARD_FACTOR times it in any case
+SECONDS_PER_TOKEN = 0.01
+SECONDS_PER_PAIR = 1e-6
+HARD_FACTOR = 20
+
+
+def step_deadline(timeout: float, tokens: int, pairs: int) -> float:
+    """Seconds a step of TOKENS tokens and PAIRS attention pairs may run before it is suspect."""
+    return timeout + tokens * SECONDS_PER_TOKEN + pairs * SECONDS_PER_PAIR
+
+
+def hung(timeout: float, r: Replica, now: float) -> str | None:
+    """Why replica R (which has work) is hung at NOW, or None while it makes progress.
+
+    A worker that pulses (worker/serve/pulse.py) is hung when its pulse stops for TIMEOUT (a
+    stopped or frozen process), or when a step runs past its deadline with the process's CPU
+    time frozen for TIMEOUT (a deadlock), or far past it whatever the CPU does. Between steps,
+    and for a worker without a pulse, the step count must advance every TIMEOUT."""
+    p = r.pulse
+    if p is not None:
+        silent = now - r.pulse_at
+        if silent > timeout:
+            return f"no pulse for {silent:.1f}s: the process is stopped or frozen"
+        if p.running_for:
+            running = p.running_for + silent
+            limit = step_deadline(timeout, p.work_tokens, p.work_pairs)
+            frozen = now - r.cpu_moved_at
+            if running > limit and frozen > timeout:
+                return (f"step {p.step + 1} has run {running:.1f}s, past its {limit:.0f}s "
+                        f"deadline, with no CPU time used for {frozen:.1f}s")
+            if running > HARD_FACTOR * limit:
+                return (f"step {p.step + 1} has run {running:.1f}s, {HARD_FACTOR} times its "
+                        f"{limit:.0f}s deadline")
+            return None
     stalled = now - max(r.last_progress, r.busy_since)
-    if stalled > hub.hang_timeout:
-        log.error("worker %s of %s made no progress for %.1fs with work: hung", r.name,
-                  st.alias, stalled)
-        hub.send_to(r.identity, m.Shutdown(reason="hung"))
-        hub.worker_gone(st.alias, r.boot_id, f"hung (no progress for {stalled:.1f}s)")
-        if hub.on_hung is not None:
-            hub.on_hung(st.alias, r.boot_id)
+    if stalled <= timeout:
+        return None
+    beat = f", last pulse {now - r.pulse_at:.1f}s ago" if p is not None else ""
+    return f"no progress for {stalled:.1f}s{beat}"
 
 
 def lost(hub: WatchedHub, st: AliasState, r: Replica, now: float) -> bool:

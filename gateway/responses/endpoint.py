@@ -121,7 +121,7 @@ class ResponsesEndpoint:
                               prefix=prefix)
         parallel = req.parallel_tool_calls is not False
         builder = ResponseBuilder(rid, _echo(req, params, saver.store), parallel)
-        builder.namespaces = served_tools(req.tools or [])[1]
+        builder.namespaces = served_tools(req.tools or [], quiet=True)[1]  # to_tools logged
         if req.stream:
             body = self._stream(builder, asm, streams[0], first, saver)
             return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)

@@ -44,8 +44,10 @@ def _left_out(kind: str, param: str) -> None:
                           "namespace tools are served.", param=param, code="unsupported_parameter")
 
 
-def served_tools(tools: list[FunctionTool]) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """Chat-format function tools to render, and function name -> namespace for the calls."""
+def served_tools(tools: list[FunctionTool], quiet: bool = False
+                 ) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Chat-format function tools to render, and function name -> namespace for the calls
+    (QUIET: no log line for the tool types left out, when the request's was logged already)."""
     out: list[dict[str, Any]] = []
     namespaces: dict[str, str] = {}
     skipped: Counter[str] = Counter()  # of NOT_SERVED names only: a short log line, client text-free
@@ -71,7 +73,7 @@ def served_tools(tools: list[FunctionTool]) -> tuple[list[dict[str, Any]], dict[
         if name in seen:
             raise bad_request(f"Two tools are named '{name}'.", param="tools")
         seen.add(name)
-    if skipped:
+    if skipped and not quiet:
         log.warning("responses: tool types not served here left out of the prompt: %s",
                     ", ".join(k if n == 1 else f"{k} (x{n})" for k, n in skipped.items()))
     return out, namespaces

@@ -159,13 +159,15 @@ def test_launch_write_then_codex_uses_it(srv: Server, tmp_path: Path) -> None:
     assert codex_finished(res), (seen, res.stdout[-3000:] + res.stderr[-3000:])
     assert ("POST", "/v1/responses", 200) in seen, seen
     assert all(200 <= status < 300 for _, _, status in seen), seen
+    assert "Model metadata" not in res.stdout + res.stderr  # the catalog launch wrote
 
 
 def test_launch_write_then_claude_uses_it(srv: Server, tmp_path: Path) -> None:
     claude = agent_bin("claude")
     home = tmp_path / "home"
     home.mkdir()
-    _launch(srv, home, "claude", "--write", "--api-key", "sk-9")
+    out = _launch(srv, home, "claude", "--write", "--api-key", "sk-9")
+    assert "--anthropic-model-map 'claude-*=default'" in out
     mark = len(srv.lines)
     res = _run([str(claude), "-p", "Say hello.", "--bare", "--tools", "", "--system-prompt",
                 "Answer briefly.", "--settings", str(home / ".claude" / "settings.json")],
@@ -174,6 +176,7 @@ def test_launch_write_then_claude_uses_it(srv: Server, tmp_path: Path) -> None:
     assert res.returncode == 0, (seen, res.stdout[-3000:] + res.stderr[-3000:])
     assert [s for s in seen if s[1].startswith("/v1/messages")], seen
     assert all(200 <= status < 300 for _, _, status in seen), seen
+    assert "assumes a context window" not in res.stdout + res.stderr  # it was told the window
 
 
 def test_max_tokens_beyond_the_context_means_the_rest(srv: Server) -> None:
@@ -185,6 +188,8 @@ def test_max_tokens_beyond_the_context_means_the_rest(srv: Server) -> None:
         msg = stream.get_final_message()
     assert msg.stop_reason == "end_turn" and msg.content[0].type == "text"
     assert msg.model == "claude-opus-5-5"
-    with pytest.raises(anthropic.BadRequestError):  # below the context, still checked
-        client.messages.create(model="default", max_tokens=4000,
-                               messages=[{"role": "user", "content": "Hello! " * 60}])
+    # below the context but more than its prompt leaves (Claude Code's 32000 in a 32k
+    # context): what is left
+    short = client.messages.create(model="default", max_tokens=4000,
+                                   messages=[{"role": "user", "content": "Hello! " * 60}])
+    assert short.usage.input_tokens + short.usage.output_tokens <= 4096

@@ -105,3 +105,10 @@ def test_many_left_out_tools_log_one_short_line(caplog: pytest.LogCaptureFixture
         assert to_tools(_req(tools=tools), None) == (None, False, "", None)
     (line,) = [r.getMessage() for r in caplog.records]
     assert "web_search" in line and "mcp" in line and len(line) < 300, line[:300]
+
+
+def test_the_namespaces_lookup_logs_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    """The endpoint reads the namespaces after to_tools logged the left-out tools: one line."""
+    with caplog.at_level(logging.WARNING, "rapid_mlx.gateway"):
+        _, namespaces = served_tools(_req().tools or [], quiet=True)
+    assert namespaces == {"close_agent": "multi_agent_v1"} and "web_search" not in caplog.text

@@ -93,3 +93,73 @@ def test_launch_without_the_client_says_how_to_install(monkeypatch: pytest.Monke
     assert "npm install -g opencode-ai" in res.output
     assert json.loads((tmp_path / ".config/opencode/opencode.json").read_text())["model"] == \
         "rapid-mlx/qwen"
+
+
+def test_codex_gets_a_model_catalog_with_the_context_window(tmp_path: Path) -> None:
+    cfg = BUILDERS["codex"](T, tmp_path)
+    write(cfg)
+    doc = tomllib.loads(cfg.path.read_text())
+    catalog = Path(doc["model_catalog_json"])
+    assert catalog == tmp_path / ".codex" / "rapid-mlx-models.json"
+    (entry,) = json.loads(catalog.read_text())["models"]
+    assert (entry["slug"], entry["context_window"], entry["max_context_window"]) == (
+        "qwen", 32768, 32768)
+    assert entry["base_instructions"].strip()  # Codex refuses an entry without instructions
+    assert "rapid-mlx-models.json" in render(cfg)
+
+
+def test_claude_is_told_the_context_window_and_an_output_limit(tmp_path: Path) -> None:
+    env = BUILDERS["claude"](T, tmp_path).env
+    assert env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] == "32768"
+    assert env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] == "8192"
+    small = BUILDERS["claude"](Target(T.base, "qwen", 4096, "k"), tmp_path).env
+    assert small["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] == "1024"
+
+
+def test_pinned_versions_match_the_install_script() -> None:
+    from gateway.launch.run import PINNED
+
+    script = (Path(__file__).resolve().parents[2] / "deploy" / "ensure-agent-clis.sh").read_text()
+    for spec in PINNED.values():
+        assert f'"{spec}"' in script, spec
+
+
+def _cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *args: str,
+         alias: str = "qwen") -> tuple[str, list[tuple[str, list[str]]]]:
+    from click.testing import CliRunner
+
+    from gateway.cli import main
+
+    ran: list[tuple[str, list[str]]] = []
+    monkeypatch.setattr("gateway.launch.run.target",
+                        lambda url, a, key: Target(T.base, alias, T.context_length, T.api_key))
+    monkeypatch.setattr("gateway.launch.run.os.execvpe", lambda exe, argv, env: ran.append(
+        (exe, argv)))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    res = CliRunner().invoke(main, ["launch", *args])
+    assert res.exit_code == 0, res.output
+    return res.output, ran
+
+
+def test_launch_runs_the_pinned_cli_of_the_project(monkeypatch: pytest.MonkeyPatch,
+                                                   tmp_path: Path) -> None:
+    clis = tmp_path / "agent-clis"
+    monkeypatch.setenv("RAPID_MLX_AGENT_CLIS", str(clis))
+    out, ran = _cli(monkeypatch, tmp_path, "codex", "--write")
+    assert not ran and "make install" in out and "@openai/codex@0.171.0" in out
+    assert "npm install -g" not in out
+    exe = clis / "node_modules" / ".bin" / "codex"
+    exe.parent.mkdir(parents=True)
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    out, ran = _cli(monkeypatch, tmp_path, "codex", "--write", "exec", "hi")
+    assert ran == [(str(exe), ["codex", "exec", "hi"])]
+    assert "rapid-mlx-models.json" in out
+
+
+def test_launch_write_prints_the_model_map_hint(monkeypatch: pytest.MonkeyPatch,
+                                                tmp_path: Path) -> None:
+    monkeypatch.setenv("RAPID_MLX_AGENT_CLIS", str(tmp_path / "none"))
+    out, _ = _cli(monkeypatch, tmp_path, "claude", "--write", "--no-exec", alias="default")
+    assert "--anthropic-model-map 'claude-*=default'" in out

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from tests.e2e.harness import ROOT, Server, free_port
-from tests.ops.harness import DEMO, stream_chat
+from tests.ops.harness import DEMO, stream_chat, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -56,6 +56,8 @@ def test_curve_admits_only_listed_workers(tmp_path: Path) -> None:
         assert stream_chat(srv.url, "a", 8).ok
         info = srv.worker("a")
         assert info["state"] == "ready" and info["pid"] == good.pid
+        # its pulse thread's socket passed the same CURVE handshake and is heard
+        wait_for(lambda: srv.worker("a")["replicas"][0]["last_pulse_age_s"] is not None, 10)
     finally:
         for w in refused:
             if w.poll() is None:

@@ -19,7 +19,7 @@ from worker.engine.executor import Executor
 from worker.engine.failures import EngineBroken, SendFailed
 from worker.engine.forward import Forward
 from worker.engine.output import OutputStage
-from worker.engine.plan import AtRisk
+from worker.engine.plan import AtRisk, StepPlan
 from worker.engine.recovery import recover
 from worker.engine.request import EngineStats, KVTooSmall, QueueFull, Request
 from worker.engine.sampling import RowSampler
@@ -70,6 +70,8 @@ class Engine:
             spec.drafter.attach(forward)  # an MTP drafter reads the target's hidden states
         self.executor = Executor(forward, model, self.kv, self.output, stats, self.risk, spec)
         self.failed_steps = 0  # in a row
+        # told each step's plan before it runs (the worker loop's pulse reports its work)
+        self.on_plan: Callable[[StepPlan], None] | None = None
 
     # ---- intake -------------------------------------------------------------------------
 
@@ -136,6 +138,8 @@ class Engine:
             if plan is None:  # synchronous: the last step's tokens go before a prefill delays them
                 flushed, t0 = len(out.early(self.flush())), time.perf_counter()
                 plan = self.scheduler.schedule()
+            if self.on_plan is not None:
+                self.on_plan(plan)
             result = self.executor.execute(plan)
             outputs = out.collect(plan, result)
             self.scheduler.update(plan, result)

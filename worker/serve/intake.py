@@ -39,18 +39,21 @@ class Prepared:
 
 
 def prepare(tokenizer: Any, job: Generate, vocab: int, context_length: int,
-            chars_per_token: int = CHARS_PER_TOKEN) -> tuple[list[int], bool]:
-    """Check JOB, render and tokenize it (text only); fill max_tokens; JobError if it cannot run."""
-    ids, think_opened, _ = prepare_job(tokenizer, job, vocab, context_length, chars_per_token)
+            chars_per_token: int = CHARS_PER_TOKEN, default_max: int = 0) -> tuple[list[int], bool]:
+    """Check JOB, render and tokenize it (text only); set max_tokens; JobError if it cannot run."""
+    ids, think_opened, _ = prepare_job(tokenizer, job, vocab, context_length, chars_per_token,
+                                       default_max=default_max)
     return ids, think_opened
 
 
 def prepare_job(tokenizer: Any, job: Generate, vocab: int, context_length: int,
-                chars_per_token: int = CHARS_PER_TOKEN, vision: Any = None
-                ) -> tuple[list[int], bool, VisionInput | None]:
-    """Check JOB, render and tokenize it; fill max_tokens; raise JobError when it cannot run.
+                chars_per_token: int = CHARS_PER_TOKEN, vision: Any = None,
+                default_max: int = 0) -> tuple[list[int], bool, VisionInput | None]:
+    """Check JOB, render and tokenize it; set max_tokens (``output_cap``); raise JobError when
+    it cannot run.
 
     VISION is (processor, image token id) of a vision model; a job with images needs it.
+    DEFAULT_MAX is the server's output cap for a job that sets none (0: the context's rest).
     """
     check_params(job.params, vocab)
     if job.prompt_ids is not None:
@@ -71,15 +74,17 @@ def prepare_job(tokenizer: Any, job: Generate, vocab: int, context_length: int,
     if job.prompt_ids is None:
         check_prompt_ids(ids, vocab, context_length)
     params = job.params
-    if params.max_tokens <= 0:
-        params.max_tokens = context_length - len(ids)
-    if len(ids) + params.max_tokens > context_length:
-        raise JobError(
-            f"This model's maximum context length is {context_length} tokens. However, you "
-            f"requested {len(ids) + params.max_tokens} tokens ({len(ids)} in the messages, "
-            f"{params.max_tokens} in the completion). Please reduce the length of the messages or "
-            "completion.", "context_length_exceeded")
+    params.max_tokens = output_cap(params.max_tokens, context_length - len(ids), default_max)
     return ids, think_opened, images
+
+
+def output_cap(asked: int, left: int, default_max: int = 0) -> int:
+    """The tokens a request may generate: ASKED (0: DEFAULT_MAX, the server's cap; 0 too: no cap),
+    never more than the LEFT positions the context has after the prompt (an agent asking for
+    32000 in a 32k context gets what is left, and its answer ends with ``length`` there)."""
+    if asked <= 0:
+        asked = default_max if default_max > 0 else left
+    return min(asked, left)
 
 
 TEXT, IMAGES = 0, 1  # the lanes: jobs without images, jobs with images (vision models only)
@@ -95,8 +100,10 @@ class Intake:
 
     def __init__(self, tokenizer: Any, vocab: int, context_length: int,
                  chars_per_token: int = CHARS_PER_TOKEN,
-                 grammars: GrammarCompiler | None = None, vision: Any = None) -> None:
+                 grammars: GrammarCompiler | None = None, vision: Any = None,
+                 default_max: int = 0) -> None:
         self.tokenizer = tokenizer
+        self.default_max = default_max  # the output cap of a job that sets none (0: none)
         self.vision = vision  # (processor, image token id) of a vision model
         self.grammars = grammars
         self._compiling: list[Prepared] = []  # loop side: prepared, grammar not yet compiled
@@ -217,7 +224,7 @@ class Intake:
             try:
                 p.ids, p.think_opened, p.vision = prepare_job(
                     self.tokenizer, job, self.vocab, self.context_length, self.chars_per_token,
-                    self.vision)
+                    self.vision, self.default_max)
             except JobError as exc:
                 p.error = exc
             except Exception as exc:  # rendering a hostile request must not end intake

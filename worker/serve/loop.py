@@ -12,8 +12,10 @@ import msgspec
 import zmq
 
 from protocol import messages as m
+from worker.serve.pulse import Pulse, StepClock
 from worker.serve.runner import QueueFull, Runner
 from worker.serve.sigterm import SigtermDrain
+from worker.serve.testhook import step_hook
 from worker.serve.validate import read_job
 
 log = logging.getLogger("rapid_mlx.worker")
@@ -27,7 +29,8 @@ class WorkerLoop:
     """Runs one runner behind one DEALER socket until shut down or orphaned."""
 
     def __init__(self, runner: Runner, sock: zmq.Socket[bytes], alias: str, boot_id: str,
-                 parent_pid: int | None = None, secret: str = "") -> None:
+                 parent_pid: int | None = None, secret: str = "",
+                 pulse: Pulse | None = None) -> None:
         self.runner = runner
         self.sock = sock
         self.alias = alias
@@ -38,6 +41,9 @@ class WorkerLoop:
         self.running = True
         self.stop_reason = "shutdown"
         self.sigterm = SigtermDrain()
+        self.pulse = pulse  # beats while a step runs (None: heartbeats between steps only)
+        self.clock = pulse.clock if pulse is not None else StepClock()
+        self._hook = step_hook()  # test-only (worker/serve/testhook.py); None when serving
         self._last_beat = 0.0
         self._pending: list[m.RequestOutput] = []
         self._fd = runner.fd
@@ -52,6 +58,8 @@ class WorkerLoop:
         self._send(self._ready())
         self.sigterm.install()
         runner = self.runner
+        if self.pulse is not None:
+            self.pulse.start()
         try:
             while self.running:
                 if runner.has_work:  # between steps: no system call unless a job waits
@@ -59,12 +67,26 @@ class WorkerLoop:
                 else:
                     woke = self._drain(timeout_ms=int(HEARTBEAT_INTERVAL * 1000))
                 runner.collect(woke)
-                self.send_outputs(runner.step() if runner.has_work else [])
+                self.send_outputs(self._step() if runner.has_work else [])
                 self._maybe_heartbeat()
                 if self.sigterm.finished(not (runner.busy or self._pending)):
                     self.running, self.stop_reason = False, "drained after SIGTERM"
         finally:
             runner.close()
+            if self.pulse is not None:
+                self.pulse.close()
+
+    def _step(self) -> list[m.RequestOutput]:
+        """One runner step, told to the pulse: which step runs, since when."""
+        runner, clock = self.runner, self.clock
+        clock.begin(runner.steps)
+        try:
+            if self._hook is not None:
+                hook, self._hook = self._hook, None
+                hook()
+            return runner.step()
+        finally:
+            clock.end(runner.steps)
 
     # ---- the Outlet the runner uses -----------------------------------------------------
 
@@ -79,6 +101,11 @@ class WorkerLoop:
         """Answer REQUEST_ID with an error, sent with the next outputs."""
         self._pending.append(m.RequestOutput(request_id=request_id, finish_reason="error",
                                              error=message, error_code=code, error_param=param))
+
+    def planned(self, tokens: int, pairs: int) -> None:
+        """The running step's planned work: TOKENS to compute, PAIRS of attention (the gateway
+        gives a step a deadline that grows with them)."""
+        self.clock.planned(tokens, pairs)
 
     def wait(self, timeout_ms: int) -> bool:
         """Wait up to TIMEOUT_MS for a job (handled) or the runner's fd; False once stopping."""

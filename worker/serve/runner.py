@@ -32,6 +32,9 @@ class Outlet(Protocol):
     def wait(self, timeout_ms: int) -> bool:
         """Wait up to TIMEOUT_MS for a job (handled at once) or ``fd``; False once stopping."""
 
+    def planned(self, tokens: int, pairs: int) -> None:
+        """The running step's planned work (TOKENS computed, PAIRS of attention), for its deadline."""
+
 
 class Runner(Protocol):
     """One model behind the worker loop: jobs in, one bounded step, outputs out."""

@@ -11,6 +11,7 @@ from worker.engine.core import Engine, KVTooSmall, QueueFull
 from worker.grammar.compiler import GrammarCompiler
 from worker.model.load import LoadedModel
 from worker.serve.intake import CHARS_PER_TOKEN, Intake, Prepared
+from worker.serve.pulse import plan_work
 from worker.serve.runner import Outlet
 from worker.serve.text_status import text_status
 
@@ -25,13 +26,13 @@ class TextRunner:
     """One Engine behind the worker loop, with the Intake that validates and tokenizes its jobs."""
 
     def __init__(self, engine: Engine, loaded: LoadedModel,
-                 chars_per_token: int = CHARS_PER_TOKEN) -> None:
+                 chars_per_token: int = CHARS_PER_TOKEN, default_max_tokens: int = 0) -> None:
         self.engine = engine
         self.loaded = loaded
         self.facts = loaded.facts
         self.intake = Intake(loaded.tokenizer, vocab_size(loaded), engine.context_length,
                              chars_per_token, grammar_compiler(loaded, engine),
-                             vision_of(loaded))
+                             vision_of(loaded), default_max_tokens)
         self.fd: int | None = self.intake.fd
         self.outlet: Outlet | None = None
 
@@ -39,6 +40,7 @@ class TextRunner:
         """Keep OUTLET: tokens go out as soon as the engine reads them back, mid-step."""
         self.outlet = outlet
         self.engine.on_outputs = outlet.send_outputs
+        self.engine.on_plan = lambda plan: outlet.planned(*plan_work(plan.decodes, plan.prefills))
 
     def add(self, job: m.Work) -> None:
         """Hand the job to intake: checks, template and tokenizer run off the loop."""

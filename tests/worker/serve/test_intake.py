@@ -13,7 +13,7 @@ from mlx_lm import load
 
 from protocol import messages as m
 from worker.model.embedded import embedded_model_path
-from worker.serve.intake import Intake, Prepared, prepare
+from worker.serve.intake import Intake, Prepared, output_cap, prepare
 from worker.serve.validate import JobError, recover_request_id
 
 VOCAB, CTX = 4096, 2048
@@ -272,3 +272,20 @@ def test_a_text_job_passes_an_image_job_still_preparing(tok: Any,
     finally:
         gate.set()
         intake.close()
+
+
+def test_output_cap_clamps_to_the_context_and_fills_the_default() -> None:
+    assert output_cap(32_000, 5_000) == 5_000  # more than the context has left: what is left
+    assert output_cap(100, 5_000, 4096) == 100  # asked for: kept
+    assert output_cap(0, 5_000, 4096) == 4096  # none asked: the server's cap
+    assert output_cap(0, 3_000, 4096) == 3_000  # ... within the context
+    assert output_cap(0, 3_000, 0) == 3_000  # no server cap: the rest of the context
+
+
+def test_a_request_larger_than_the_context_left_is_clamped(tok: Any) -> None:
+    job = _gen(prompt_ids=[5] * 100, params=m.SamplingParams(max_tokens=32_000))
+    prepare(tok, job, VOCAB, CTX, default_max=64)
+    assert job.params.max_tokens == CTX - 100
+    job = _gen(prompt_ids=[5] * 100, params=m.SamplingParams())
+    prepare(tok, job, VOCAB, CTX, default_max=64)
+    assert job.params.max_tokens == 64
