@@ -33,6 +33,7 @@ serve: $(STAMP) native
 # The test process runs MLX too: preload the same optimized BLAS the workers use (worker/cpu/blas.py).
 test: $(STAMP) native
 	sh deploy/ensure-agent-clis.sh $(VENV)/agent-clis
+	PYTHON=$(BIN)/python sh deploy/ensure-speech-weights.sh $(VENV)/speech-weights
 	LD_PRELOAD="$$($(BIN)/python -m worker.cpu.blas)" $(BIN)/python -m pytest -q -ra --durations=25
 
 lint: $(STAMP)
