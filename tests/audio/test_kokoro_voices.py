@@ -88,3 +88,23 @@ def test_kokoro_js_has_54_voices_and_its_japanese_ones_are_the_packaged_ones() -
         assert len(z.files) == 5
         for name in z.files:
             assert np.array_equal(packs[name], z[name]), name
+
+
+def test_the_runner_lists_and_loads_both_layouts_default_first(tmp_path: Path) -> None:
+    """voices/NAME.safetensors (mlx-audio's, as mlx-community's Kokoro folders have) and
+    voices/NAME.bin (kokoro-js's files dropped in as they are) are both voices of the model."""
+    import argparse
+    import types
+
+    from worker.kinds.tts.runner import SpeechRunner, list_voices
+
+    (tmp_path / "voices").mkdir()
+    save_file({"voice": pack(1)}, str(tmp_path / "voices" / "jf_alpha.safetensors"))
+    pack(2).tofile(tmp_path / "voices" / "af_heart.bin")
+    pack(3).tofile(tmp_path / "voices" / "bm_george.bin")
+    assert list_voices(tmp_path) == ["af_heart", "bm_george", "jf_alpha"]
+    tts = types.SimpleNamespace(sample_rate=24000, vocab={}, context_length=510)
+    runner = SpeechRunner("kokoro", tts, tmp_path, argparse.Namespace(max_batch=1, max_waiting=1))
+    assert runner.facts.voices[0] == "af_heart"
+    assert np.array_equal(np.array(runner._pack("af_heart")), pack(2))
+    assert np.array_equal(np.array(runner._pack("jf_alpha")), pack(1))
