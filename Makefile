@@ -53,6 +53,7 @@ serve: $(STAMP) $(if $(EXTRAS),$(EXTRAS_STAMP)) native
 test: $(TEST_STAMP) native
 	sh deploy/ensure-agent-clis.sh $(VENV)/agent-clis
 	PYTHON=$(BIN)/python sh deploy/ensure-real-weights.sh $(VENV)/real-weights
+	PYTHON=$(BIN)/python sh deploy/ensure-speech-weights.sh $(VENV)/speech-weights
 	LD_PRELOAD="$$($(BIN)/python -m worker.cpu.blas)" $(BIN)/python -m pytest -q -ra --durations=25
 
 lint: $(TEST_STAMP)

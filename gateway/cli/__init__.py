@@ -9,7 +9,13 @@ from gateway.cli.launch import launch
 from gateway.cli.models import models, pull
 from gateway.cli.ops import keys, status, swap
 from gateway.cli.serve import serve
-from gateway.cli.workers import convert_embeddings, convert_kokoro, convert_whisper, worker
+from gateway.cli.workers import (
+    convert_embeddings,
+    convert_kokoro,
+    convert_whisper,
+    kokoro_voices,
+    worker,
+)
 
 
 def _print_version(ctx: click.Context, _: click.Parameter, value: bool) -> None:
@@ -32,6 +38,6 @@ def main() -> None:
     """rapid-mlx: an OpenAI-compatible inference server on MLX."""
 
 
-for _command in (serve, worker, convert_embeddings, convert_whisper, convert_kokoro, status, swap,
-                 keys, models, pull, launch, convert_gguf):
+for _command in (serve, worker, convert_embeddings, convert_whisper, convert_kokoro, kokoro_voices,
+                 status, swap, keys, models, pull, launch, convert_gguf):
     main.add_command(_command)

@@ -51,3 +51,12 @@ def convert_whisper(src: str, dst: str, dtype: str) -> None:
 def convert_kokoro(args: tuple[str, ...]) -> None:
     """Convert a Kokoro-82M ONNX export for serving: SRC DST [--voices] [--vocab] (try --help)."""
     os.execv(sys.executable, [sys.executable, "-m", "worker.kinds.tts.convert", *args])
+
+
+@click.command("kokoro-voices")
+@click.argument("src", type=click.Path(exists=True))
+@click.argument("dst", type=click.Path(file_okay=False))
+def kokoro_voices(src: str, dst: str) -> None:
+    """Add Kokoro voices (kokoro-js tarball, NAME.bin folder, .npz) to the Kokoro folder DST."""
+    cmd = [sys.executable, "-m", "worker.kinds.tts.voices", src, dst]
+    sys.exit(subprocess.run(cmd, check=False).returncode)

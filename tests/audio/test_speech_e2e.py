@@ -18,7 +18,7 @@ import pytest
 
 from gateway.ops.openapi import build_openapi
 from tests.audio.conftest import converted_whisper
-from tests.audio.tts_setup import build_kokoro
+from tests.audio.tts_setup import FETCH, KOKORO_JS, build_kokoro
 from tests.e2e.harness import Server
 from tests.spec_check import SpecCheck
 
@@ -189,6 +189,7 @@ def wer(ref: list[str], hyp: list[str]) -> float:
 
 
 def test_real_speech_is_transcribed_back(client: openai.OpenAI) -> None:
+    """A Japanese voice reading English (American rules): WER <= 0.30."""
     audio = speak(client, " ".join(SENTENCES), "wav")
     heard = client.audio.transcriptions.create(model="stt", file=("speech.wav", audio),
                                                response_format="text", language="en")
@@ -196,3 +197,31 @@ def test_real_speech_is_transcribed_back(client: openai.OpenAI) -> None:
     error = wer(words(" ".join(SENTENCES)), words(heard))
     print(f"\nWER {error:.3f}: {heard!r}")
     assert error <= 0.30, heard
+
+
+def english(server: Server) -> None:
+    if "af_heart" not in httpx.get(f"{server.url}/models/tts").json()["voices"]:
+        pytest.skip(f"no English Kokoro voices (kokoro-js at {KOKORO_JS}): run `{FETCH}`")
+
+
+def test_all_54_voices_listed_af_heart_first(server: Server) -> None:
+    english(server)
+    listed = httpx.get(f"{server.url}/audio/voices").json()["data"][0]
+    assert len(listed["voices"]) == 54 and len(set(listed["voices"])) == 54
+    assert listed["default_voice"] == listed["voices"][0] == "af_heart"
+    assert {"bf_emma", "am_adam", "ff_siwis", VOICE} <= set(listed["voices"])
+
+
+def test_english_speech_with_af_heart_is_transcribed_back(client: openai.OpenAI,
+                                                          server: Server) -> None:
+    """af_heart (the default voice) reads five sentences; our Whisper hears them: WER <= 0.15."""
+    english(server)
+    text = " ".join(SENTENCES)
+    audio = client.audio.speech.create(model="tts", voice="af_heart", input=text,
+                                       response_format="wav").content
+    heard = client.audio.transcriptions.create(model="stt", file=("speech.wav", audio),
+                                               response_format="text", language="en")
+    assert isinstance(heard, str)
+    error = wer(words(text), words(heard))
+    print(f"\nWER af_heart {error:.3f}: {heard!r}")
+    assert error <= 0.15, heard

@@ -20,6 +20,8 @@ N_SAMPLES = N_FRAMES * HOP_LENGTH
 READ_SAMPLES = 60 * SAMPLE_RATE  # decode the upload a minute at a time
 FALLBACK = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # OpenAI: temperature 0 raises it on a failed window
 COMPRESSION_MAX, LOGPROB_MIN, NO_SPEECH_MIN = 2.4, -1.0, 0.6
+LOGPROB_FLOOR = -100.0  # reported for a window whose mean log-probability is not a number (JSON
+# has no NaN or infinity: the answer would fail to encode)
 TOKENS_PER_STEP = 48  # sampled tokens per advance(): keeps one step to a few seconds
 
 
@@ -98,7 +100,9 @@ class WhisperJob:
         self.decoding = None
         if not self.language:
             self.language = result.language
-        failed = (result.compression_ratio > COMPRESSION_MAX or result.avg_logprob < LOGPROB_MIN)
+        # a NaN/-inf mean log-probability (a token the filters had ruled out) fails the window too
+        failed = (result.compression_ratio > COMPRESSION_MAX or result.avg_logprob < LOGPROB_MIN
+                  or not math.isfinite(result.avg_logprob))
         silent = result.no_speech_prob > NO_SPEECH_MIN and result.avg_logprob < LOGPROB_MIN
         if failed and not silent and self.attempt + 1 < len(self.temps):
             self.attempt += 1
@@ -139,9 +143,15 @@ class WhisperJob:
     def _segment(self, s: dict[str, Any]) -> m.Segment:
         seg = m.Segment(id=self.next_id, start=round(s["start"], 3), end=round(s["end"], 3),
                         text=s["text"], tokens=s["tokens"], temperature=s["temperature"],
-                        avg_logprob=s["avg_logprob"], compression_ratio=s["compression_ratio"],
-                        no_speech_prob=s["no_speech_prob"], seek=s["seek"],
+                        avg_logprob=_finite(s["avg_logprob"], LOGPROB_FLOOR),
+                        compression_ratio=_finite(s["compression_ratio"], 0.0),
+                        no_speech_prob=_finite(s["no_speech_prob"], 0.0), seek=s["seek"],
                         words=[m.Word(word=w["word"], start=w["start"], end=w["end"])
                                for w in s.get("words", [])])
         self.next_id += 1
         return seg
+
+
+def _finite(value: float, fallback: float) -> float:
+    """VALUE, or FALLBACK when it is NaN or infinite (JSON cannot carry them)."""
+    return value if math.isfinite(value) else fallback

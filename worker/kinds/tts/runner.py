@@ -37,8 +37,9 @@ PIECE_DEADLINE_S = 300.0
 
 
 def list_voices(path: Path) -> list[str]:
-    """The voice packs in PATH/voices (the default first)."""
-    names = sorted(p.stem for p in (path / "voices").glob("*.safetensors"))
+    """The voice packs in PATH/voices: NAME.safetensors (mlx-audio's) or NAME.bin (kokoro-js's raw
+    float32), the default first."""
+    names = sorted({p.stem for ext in ("safetensors", "bin") for p in (path / "voices").glob(f"*.{ext}")})
     return sorted(names, key=lambda n: n != DEFAULT_VOICE)
 
 
@@ -161,8 +162,14 @@ class SpeechRunner(BasicRunner):
         if voice not in self._packs:
             import mlx.core as mx
 
-            loaded: Any = mx.load(str(self.path / "voices" / f"{voice}.safetensors"))
-            self._packs[voice] = loaded["voice"]
+            file = self.path / "voices" / f"{voice}.safetensors"
+            if file.exists():
+                loaded: Any = mx.load(str(file))
+                self._packs[voice] = loaded["voice"]
+            else:
+                from worker.kinds.tts.voices import read_pack_file
+
+                self._packs[voice] = mx.array(read_pack_file(file.with_suffix(".bin")))
         return self._packs[voice]
 
     @property
@@ -202,6 +209,6 @@ def load_runner(model: str, path: Path, config: dict[str, Any],
     tts = load_model(path, strict=True)
     runner = SpeechRunner(model, tts, path, args)
     if not runner.voices:
-        raise CannotLoad(model, f"{path / 'voices'} has no voice packs (*.safetensors)",
+        raise CannotLoad(model, f"{path / 'voices'} has no voice packs (*.safetensors, *.bin)",
                          "convert the model with its voices: `python -m worker.kinds.tts.convert`")
     return runner
