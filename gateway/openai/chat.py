@@ -25,6 +25,7 @@ from gateway.doors.relay import abort_all, error_for, peek_first, submit_spaced
 from gateway.doors.salt import CacheSalts
 from gateway.doors.streaming import DONE, merged, slim_stream, sse
 from gateway.doors.structured import grammar_for, thinks
+from gateway.doors.tenant import tenant_of
 from gateway.edge.offload import off_loop
 from gateway.images.body import read_image_body
 from gateway.images.intake import ImageParts
@@ -72,7 +73,8 @@ class ChatEndpoint:
                          images=pictures, cache_salt=self.salts.of(request))
                 for i in range(req.n)]
         await off_loop(size, encodable, jobs[0])  # the choices differ only in request_id
-        streams = await submit_spaced(self.hub, req.model, jobs)
+        streams = await submit_spaced(self.hub, req.model, jobs,
+                                      tenant_of(request, self.salts.keyed))
         try:
             firsts = await until_disconnected(request, peek_first(self.hub, streams))
         except BaseException:

@@ -24,6 +24,7 @@ from gateway.doors.relay import abort_all, error_for, peek_first, submit_spaced
 from gateway.doors.salt import CacheSalts
 from gateway.doors.streaming import DONE, merged, slim_stream, sse
 from gateway.doors.structured import grammar_for
+from gateway.doors.tenant import tenant_of
 from gateway.edge.errors import APIError, bad_request, decode_body, read_raw
 from gateway.edge.offload import off_loop
 from gateway.openai.logprobs import completion_logprobs
@@ -86,7 +87,8 @@ class CompletionsEndpoint:
         cid = f"cmpl-{uuid.uuid4().hex}"
         jobs, choices = await off_loop(size, _jobs, req, grammar, st.facts, cid,
                                        self.salts.of(request))
-        streams = await submit_spaced(self.hub, req.model, jobs)
+        streams = await submit_spaced(self.hub, req.model, jobs,
+                                      tenant_of(request, self.salts.keyed))
         try:
             firsts = await until_disconnected(request, peek_first(self.hub, streams))
         except BaseException:
