@@ -333,10 +333,11 @@ class GuardedH11Protocol(H11Protocol):
         answered before its body was read (a 401, a 413) closes: the rest is dropped unparsed."""
         self._charge.release()  # before the next pipelined request is admitted
         self._line, self._line_read = b"", False  # the next request's line is kept anew
-        super().on_response_complete()
         if self.conn.their_state is h11.SEND_BODY and not self.transport.is_closing():
+            super().on_response_complete()  # (its body unread: no next request is parsed)
             self._linger(b"")  # parsing the rest (uvicorn's way, to keep the connection) cost
             return  # 15 s of loop time for a 7.8 MB body of one-byte chunks sent with no key
+        super().on_response_complete()
         self._head.disarm()  # idle keep-alive connections are uvicorn's timeout_keep_alive's
         if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
             self.idle.add(self)  # waiting for its next request: evictable
