@@ -27,13 +27,13 @@ def test_the_images_of_a_request_are_bounded_together(monkeypatch: pytest.Monkey
     """Old code: every image under the per-image bound was decoded, however many."""
     monkeypatch.setattr(intake, "MAX_REQUEST_PIXELS", 10_000)  # three of 60x60 pass it
     loads: list[int] = []
-    real = decode.Image.Image.load
+    real = Image.Image.load
 
     def load(self: Image.Image) -> object:
         loads.append(1)
         return real(self)
 
-    monkeypatch.setattr(decode.Image.Image, "load", load)
+    monkeypatch.setattr(Image.Image, "load", load)
     parts = ImageParts()
     for i in range(4):
         parts.add(ImageRef(f"messages[0].content[{i}].image_url", url=_png(60)))
