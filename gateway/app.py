@@ -70,7 +70,8 @@ def build_app(config: GatewayConfig) -> Starlette:
               external=not config.spawn_workers, curve=curve,
               worker_token=config.worker_token(), insecure=config.insecure_worker_transport,
               heartbeat_timeout=config.heartbeat_timeout,
-              routing=RoutingConfig(policy=config.routing))
+              routing=RoutingConfig(policy=config.routing),
+              per_tenant=config.max_requests_per_key)
     hub.exit_reasons_public = not config.api_keys
     for s in config.served:
         hub.add_alias(s.alias, s.model)

@@ -10,6 +10,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gateway.plane.tenants import DEFAULT_MOST
 from gateway.served import ServedModel
 
 
@@ -50,6 +51,7 @@ class GatewayConfig:
     header_timeout: float = 15.0  # a connection must send its request headers within this
     max_connections: int = 0  # open client connections at once; 0: from the fd limit
     max_body_memory: int = 256 << 20  # request-body bytes held at once (gateway/edge/bodybudget.py)
+    max_requests_per_key: int = DEFAULT_MOST  # a tenant's jobs per model (gateway/plane/tenants.py)
     worker_token_file: str | None = None  # external workers prove themselves with this token
     insecure_worker_transport: bool = False  # tcp:// without CURVE, external workers without proof
     heartbeat_timeout: float = 1.0  # seconds a worker connection may leave a ping unanswered

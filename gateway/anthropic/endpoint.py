@@ -25,6 +25,7 @@ from gateway.doors.relay import abort_all, error_for, peek_first, submit_all
 from gateway.doors.salt import CacheSalts
 from gateway.doors.streaming import merged, slim_stream
 from gateway.doors.structured import thinks
+from gateway.doors.tenant import tenant_of
 from gateway.edge.offload import off_loop
 from gateway.images.body import read_image_body
 from gateway.images.intake import ImageParts
@@ -49,7 +50,7 @@ class MessagesEndpoint:
         self.salts = salts or CacheSalts()
 
     async def _submit(self, req: CountTokensRequest, size: int, params: SamplingParams,
-                      mid: str, salt: str) -> tuple[list[Stream], Callable[[bool], ChoiceAssembler]]:
+                      mid: str, salt: str, tenant: str = "") -> tuple[list[Stream], Callable[[bool], ChoiceAssembler]]:
         images = ImageParts()
         messages = await off_loop(size, _translate, req, images, size)
         alias = resolve_model(req.model, self.served, self.model_map)
@@ -67,7 +68,7 @@ class MessagesEndpoint:
                        chat_template_kwargs=template_kwargs(req), assistant_prefix=prefix,
                        grammar=grammar, images=pictures, cache_salt=salt)
         await off_loop(size, encodable, job)
-        streams = submit_all(self.hub, alias, [job])
+        streams = submit_all(self.hub, alias, [job], tenant)
 
         def assembler(think_opened: bool) -> ChoiceAssembler:
             return ChoiceAssembler(0, tool_parser=served.tool_call_parser,
@@ -81,7 +82,8 @@ class MessagesEndpoint:
         req, size = await read_image_body(request, CountTokensRequest)
         streams, _ = await self._submit(req, size, SamplingParams(max_tokens=1, temperature=0.0),
                                              f"msgcount-{uuid.uuid4().hex}",
-                                             self.salts.of(request))
+                                             self.salts.of(request),
+                                             tenant_of(request, self.salts.keyed))
         try:
             firsts = await until_disconnected(request, peek_first(self.hub, streams))
         finally:
@@ -94,7 +96,8 @@ class MessagesEndpoint:
         served = self.served.get(resolve_model(req.model, self.served, self.model_map))
         params = sampling(req, served.sampling if served else None)
         mid = f"msg_{uuid.uuid4().hex[:24]}"
-        streams, assembler = await self._submit(req, size, params, mid, self.salts.of(request))
+        streams, assembler = await self._submit(req, size, params, mid, self.salts.of(request),
+                                                tenant_of(request, self.salts.keyed))
         single = bool(req.tool_choice and req.tool_choice.disable_parallel_tool_use)
         first = asyncio.ensure_future(peek_first(self.hub, streams))
         try:

@@ -64,6 +64,11 @@ def edge_options(f: Callable[..., None]) -> Callable[..., None]:
                      "Content-Length from its headers until it is answered); a request whose "
                      "body does not fit gets a 503 with Retry-After before it is read (at least "
                      "64MiB, the largest body a route takes)"),
+        click.option("--max-requests-per-key", default=None, type=click.IntRange(min=0),
+                     help="generations one API key (without keys: one client address) may have "
+                     "running or queued per model, each of a request's `n` counting; past it a "
+                     "503 tenant_limit, so one key cannot fill the wait queue (default: half of "
+                     "--max-waiting; 0: no limit)"),
     ]
     for option in reversed(options):
         f = option(f)

@@ -15,6 +15,7 @@ from gateway.cli.options import Size, edge_options, listed
 from gateway.cli.serve_config import data_dir as prepared_data_dir
 from gateway.cli.serve_config import group_args, served_models
 from gateway.config import GatewayConfig
+from gateway.plane.tenants import per_key
 from protocol.messages import DEFAULT_MAX_TOKENS
 
 DFLASH_REFUSAL = ("--enable-dflash: DFlash block-diffusion drafting is not built in rapid-mlx (its "
@@ -206,6 +207,7 @@ def serve(models: tuple[str, ...], host: str, port: int, names: tuple[str, ...],
         public_docs=edge["public_docs"], swap_allow_paths=list(edge["swap_allow_paths"]),
         swap_allow_repos=edge["swap_allow_repos"], header_timeout=edge["header_timeout"],
         max_connections=edge["max_connections"], max_body_memory=edge["max_body_memory"],
+        max_requests_per_key=per_key(edge["max_requests_per_key"], max_waiting),
         allow_image_urls=edge["allow_image_urls"],
         alias_models={name: entry.repo for name, entry in aliases.items()},
         data_dir=None if no_store else prepared_data_dir(data_dir), store_responses=not no_store,

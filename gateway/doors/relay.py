@@ -42,12 +42,14 @@ async def outputs(stream: Stream, first: RequestOutput) -> AsyncIterator[Request
         item = await stream.queue.get()
 
 
-def submit_all(hub: Hub, alias: str, jobs: Sequence[Work]) -> list[Stream]:
-    """Submit every job; if one cannot be sent, abort those already sent and raise its error."""
+def submit_all(hub: Hub, alias: str, jobs: Sequence[Work], tenant: str = "") -> list[Stream]:
+    """Submit every job (TENANT's: within its share, gateway/plane/tenants.py); if one cannot be
+    sent, abort those already sent and raise its error."""
+    hub.admit(alias, tenant, len(jobs))
     streams: list[Stream] = []
     try:
         for job in jobs:
-            streams.append(hub.submit(alias, job))
+            streams.append(hub.submit(alias, job, tenant))
     except BaseException:
         abort_all(hub, streams)
         raise
@@ -59,15 +61,17 @@ def submit_all(hub: Hub, alias: str, jobs: Sequence[Work]) -> list[Stream]:
 YIELD_AFTER_S = 0.002
 
 
-async def submit_spaced(hub: Hub, alias: str, jobs: Sequence[Work]) -> list[Stream]:
+async def submit_spaced(hub: Hub, alias: str, jobs: Sequence[Work],
+                        tenant: str = "") -> list[Stream]:
     """submit_all for the N choices of one request: after a job that took the event loop more
     than YIELD_AFTER_S to encode and send, other requests (and /livez) run before the next (n=16
     such jobs held the loop for 320 ms at once)."""
+    hub.admit(alias, tenant, len(jobs))
     streams: list[Stream] = []
     try:
         for job in jobs:
             started = time.perf_counter()
-            streams.append(hub.submit(alias, job))
+            streams.append(hub.submit(alias, job, tenant))
             if time.perf_counter() - started > YIELD_AFTER_S and len(streams) < len(jobs):
                 await asyncio.sleep(0)
     except BaseException:

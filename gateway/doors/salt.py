@@ -18,6 +18,7 @@ class CacheSalts:
     --shared-prefix-cache, '' (one shared cache)."""
 
     def __init__(self, keyed: bool = False, shared: bool = False) -> None:
+        self.keyed = keyed  # the server has API keys
         self.isolated = keyed and not shared
 
     def of(self, request: Request) -> str:

@@ -1,7 +1,7 @@
 """uvicorn's h11 protocol with the edge's bounds: a request head deadline, the connection bound
 and its evictions, the body budget, the stalled-send watch, and answers to broken requests in
 their path's error shape. Its collaborators: answers.py, conntimers.py, bodycharge.py (with
-bodybudget.py), idle.py, slowbody.py."""
+bodybudget.py), bodychunks.py, idle.py, slowbody.py."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 from gateway.edge.answers import cancel, error_answer, request_path
 from gateway.edge.bodybudget import RELEASE_KEY, BodyBudget
 from gateway.edge.bodycharge import BodyCharge
+from gateway.edge.bodychunks import TOO_SMALL, CountedConnection
 from gateway.edge.connlimit import OverloadLog
 from gateway.edge.conntimers import HeadTimer, SendWatch
 from gateway.edge.idle import FRESH_S, IdleConnections
@@ -70,6 +71,11 @@ class GuardedH11Protocol(H11Protocol):
     _line = b""  # the start of the request head being read (a refused one's: before its 503)
     _line_read = False  # _line holds the request line (or 8 KiB): no more is kept
     _ending: asyncio.TimerHandle | None = None  # closes (or resets) a lingering one at the end
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # h11's connection, each body's parsing work bounded (gateway/edge/bodychunks.py)
+        self.conn = CountedConnection(h11.SERVER, self.conn._max_incomplete_event_size)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """A new connection: within the bound it joins, else it makes room or is refused."""
@@ -323,9 +329,14 @@ class GuardedH11Protocol(H11Protocol):
         super().connection_lost(exc)
 
     def on_response_complete(self) -> None:
-        """The answer is complete: its charge goes back, the connection is idle again."""
+        """The answer is complete: its charge goes back, the connection is idle again; one
+        answered before its body was read (a 401, a 413) closes: the rest is dropped unparsed."""
         self._charge.release()  # before the next pipelined request is admitted
         self._line, self._line_read = b"", False  # the next request's line is kept anew
+        if self.conn.their_state is h11.SEND_BODY and not self.transport.is_closing():
+            super().on_response_complete()  # (its body unread: no next request is parsed)
+            self._linger(b"")  # parsing the rest (uvicorn's way, to keep the connection) cost
+            return  # 15 s of loop time for a 7.8 MB body of one-byte chunks sent with no key
         super().on_response_complete()
         self._head.disarm()  # idle keep-alive connections are uvicorn's timeout_keep_alive's
         if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
@@ -376,7 +387,9 @@ class GuardedH11Protocol(H11Protocol):
         head = bytes(self.conn.trailing_data[0])
         path = self.scope["path"] if cycle is not None and not cycle.response_complete \
             else request_path(self._line or head)  # a broken body, else a broken head: its line
-        if len(head) > MAX_HEADER_BYTES:
+        if isinstance(self.conn, CountedConnection) and self.conn.over_budget:
+            out = self._answer(400, "Bad Request", TOO_SMALL, "body_chunks_too_small", path=path)
+        elif len(head) > MAX_HEADER_BYTES:
             out = self._answer(431, "Request Header Fields Too Large", "The request line and "
                                f"headers must fit in {MAX_HEADER_BYTES} bytes.",
                                "headers_too_large", path=path)

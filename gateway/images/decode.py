@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from PIL import Image, UnidentifiedImageError
 
 from gateway.images.dataurl import image_error
-from gateway.images.limits import FORMATS, MAX_PIXELS
+from gateway.images.limits import FORMATS, MAX_PIXELS, MAX_REQUEST_PIXELS
 
 # Pillow's own bomb check, behind ours: an error at twice MAX_PIXELS; its warning above
 # MAX_PIXELS is silenced, as check_image refuses those images itself (set at import)
@@ -41,9 +41,10 @@ def _open(data: bytes) -> Image.Image:
 
 
 def check_image(data: bytes, param: str, expected: str | None = None,
-                detail: str = "auto") -> CheckedImage:
+                detail: str = "auto", pixels_left: int = MAX_REQUEST_PIXELS) -> CheckedImage:
     """DATA checked: an accepted format (EXPECTED, when a MIME type promised one), at most
-    MAX_PIXELS declared before any pixel is decoded, and a complete decode. Raises a 400."""
+    MAX_PIXELS declared (and PIXELS_LEFT of its request's MAX_REQUEST_PIXELS) before any pixel
+    is decoded, and a complete decode. Raises a 400."""
     if not data:
         raise image_error("The image is empty (0 bytes).", param, "empty_image")
     try:
@@ -67,6 +68,10 @@ def check_image(data: bytes, param: str, expected: str | None = None,
     if width * height > MAX_PIXELS:
         raise image_error(f"The image is {width}x{height} pixels; at most {MAX_PIXELS} pixels "
                           "are allowed per image.", param, "image_too_large")
+    if width * height > pixels_left:
+        raise image_error(f"The request's images are more than {MAX_REQUEST_PIXELS} pixels in "
+                          f"all (this one is {width}x{height}); send fewer or smaller images.",
+                          param, "image_too_large")
     try:
         im.verify()  # structure and checksums (PNG CRCs); the image cannot be used after it
         im = _open(data)

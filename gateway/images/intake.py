@@ -16,6 +16,7 @@ from gateway.images.limits import (
     MAX_CONCURRENT_DECODES,
     MAX_IMAGE_BODY_BYTES,
     MAX_IMAGES,
+    MAX_REQUEST_PIXELS,
 )
 from gateway.images.refs import ImageRef, shown
 from protocol.messages import ImageData, ModelFacts
@@ -67,13 +68,16 @@ class ImageParts:
         """Every image decoded and checked (URLs fetched when ALLOW_URLS), or the first 400."""
         out: list[CheckedImage] = []
         total = 0
+        pixels_left = MAX_REQUEST_PIXELS  # declared, over the request's images
         deadline = asyncio.get_running_loop().time() + FETCH_REQUEST_S  # for URLs
         for ref in self.refs:
             fmt, data = await _bytes(ref, allow_urls, deadline)
             total = _add(total, len(data), ref)
             async with _decoding():
-                out.append(await asyncio.to_thread(check_image, data, ref.param, fmt,
-                                                   ref.detail))
+                image = await asyncio.to_thread(check_image, data, ref.param, fmt, ref.detail,
+                                                pixels_left)
+            pixels_left -= image.width * image.height
+            out.append(image)
         return out
 
 

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from gateway.doors.checks import (
     check_fanout,
@@ -22,14 +22,17 @@ from gateway.doors.disconnect import until_disconnected
 from gateway.doors.jobs import chat_params, encodable
 from gateway.doors.kinds import require_kind
 from gateway.doors.relay import abort_all, error_for, peek_first, submit_spaced
+from gateway.doors.response_size import Tally, build, check_upfront
 from gateway.doors.salt import CacheSalts
 from gateway.doors.streaming import DONE, merged, slim_stream, sse
 from gateway.doors.structured import grammar_for, thinks
+from gateway.doors.tenant import tenant_of
 from gateway.edge.offload import off_loop
 from gateway.images.body import read_image_body
 from gateway.images.intake import ImageParts
 from gateway.openai.chat_input import chat_messages, chat_tools
 from gateway.openai.logprobs import chat_logprobs
+from gateway.openai.logprobs_json import chat_logprobs_raw
 from gateway.openai.schemas import ChatCompletionRequest
 from gateway.plane.hub import Hub, Terminal
 from gateway.served import ServedModel
@@ -56,6 +59,8 @@ class ChatEndpoint:
         pictures = await images.for_model(req.model, st.facts, self.allow_image_urls)
         served = self.served[req.model]
         params = chat_params(req, served.sampling, vocab_size(st.facts))
+        if req.logprobs and not req.stream:
+            check_upfront(req.n, params.max_tokens, req.top_logprobs or 0, "top_logprobs")
         tools, parse_tools, prefix, forced = await off_loop(size, chat_tools, req,
                                                             served.tool_call_parser)
         grammar = forced or grammar  # a forced call comes before any response format
@@ -72,7 +77,8 @@ class ChatEndpoint:
                          images=pictures, cache_salt=self.salts.of(request))
                 for i in range(req.n)]
         await off_loop(size, encodable, jobs[0])  # the choices differ only in request_id
-        streams = await submit_spaced(self.hub, req.model, jobs)
+        streams = await submit_spaced(self.hub, req.model, jobs,
+                                      tenant_of(request, self.salts.keyed))
         try:
             firsts = await until_disconnected(request, peek_first(self.hub, streams))
         except BaseException:
@@ -104,10 +110,17 @@ class ChatEndpoint:
 
     async def _collect(self, cid: str, created: int, req: ChatCompletionRequest,
                        asms: list[ChoiceAssembler], streams: Any, firsts: Any) -> Response:
+        tally = Tally(req.n, req.top_logprobs or 0, "top_logprobs", req.logprobs)
         async for i, item in merged(streams, firsts):
             if isinstance(item, Terminal) or item.error is not None:
                 raise error_for(item)
+            tally.add(len(item.token_ids))
             asms[i].feed(item)
+        return await build(tally, lambda: self._body(cid, created, req, asms))
+
+    def _body(self, cid: str, created: int, req: ChatCompletionRequest,
+              asms: list[ChoiceAssembler]) -> dict[str, Any]:
+        """The non-streamed answer's body."""
         choices = []
         for a in asms:
             calls = a.calls if req.parallel_tool_calls is not False else a.calls[:1]
@@ -120,9 +133,9 @@ class ChatEndpoint:
             elif not a.content:
                 message["content"] = ""
             choices.append({"index": a.index, "message": message, "finish_reason": a.finish_reason,
-                            "logprobs": chat_logprobs(a.logprobs) if req.logprobs else None})
-        return JSONResponse({"id": cid, "object": "chat.completion", "created": created,
-                             "model": req.model, "choices": choices, "usage": _usage(asms)})
+                            "logprobs": chat_logprobs_raw(a.logprobs) if req.logprobs else None})
+        return {"id": cid, "object": "chat.completion", "created": created, "model": req.model,
+                "choices": choices, "usage": _usage(asms)}
 
     async def _stream(self, cid: str, created: int, req: ChatCompletionRequest,
                       asms: list[ChoiceAssembler], streams: Any, firsts: Any,

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from gateway.doors.checks import (
     check_fanout,
@@ -21,12 +21,15 @@ from gateway.doors.disconnect import until_disconnected
 from gateway.doors.jobs import completion_params, encodable
 from gateway.doors.kinds import require_kind
 from gateway.doors.relay import abort_all, error_for, peek_first, submit_spaced
+from gateway.doors.response_size import Tally, build, check_upfront
 from gateway.doors.salt import CacheSalts
 from gateway.doors.streaming import DONE, merged, slim_stream, sse
 from gateway.doors.structured import grammar_for
+from gateway.doors.tenant import tenant_of
 from gateway.edge.errors import APIError, bad_request, decode_body, read_raw
 from gateway.edge.offload import off_loop
 from gateway.openai.logprobs import completion_logprobs
+from gateway.openai.logprobs_json import completion_logprobs_raw
 from gateway.openai.schemas import CompletionRequest
 from gateway.plane.hub import Hub, Stream, Terminal
 from protocol.messages import Generate, GrammarSpec, ModelFacts, RequestOutput, TokenLogprob
@@ -86,7 +89,8 @@ class CompletionsEndpoint:
         cid = f"cmpl-{uuid.uuid4().hex}"
         jobs, choices = await off_loop(size, _jobs, req, grammar, st.facts, cid,
                                        self.salts.of(request))
-        streams = await submit_spaced(self.hub, req.model, jobs)
+        streams = await submit_spaced(self.hub, req.model, jobs,
+                                      tenant_of(request, self.salts.keyed))
         try:
             firsts = await until_disconnected(request, peek_first(self.hub, streams))
         except BaseException:
@@ -111,17 +115,24 @@ class CompletionsEndpoint:
     async def _collect(self, cid: str, created: int, req: CompletionRequest,
                        choices: list[_Choice], streams: list[Stream],
                        firsts: list[RequestOutput]) -> Response:
+        tally = Tally(len(choices), req.logprobs or 0, "logprobs", req.logprobs is not None)
         async for i, item in merged(streams, firsts):
             if isinstance(item, Terminal) or item.error is not None:
                 raise error_for(item)
+            tally.add(len(item.token_ids))
             choices[i].feed(item)
-        return JSONResponse({
+        return await build(tally, lambda: self._body(cid, created, req, choices))
+
+    def _body(self, cid: str, created: int, req: CompletionRequest,
+              choices: list[_Choice]) -> dict[str, Any]:
+        """The non-streamed answer's body."""
+        return {
             "id": cid, "object": "text_completion", "created": created, "model": req.model,
             "choices": [{"index": c.index, "text": c.text, "finish_reason": c.finish_reason,
-                         "logprobs": completion_logprobs(c.logprobs) if req.logprobs is not None
+                         "logprobs": completion_logprobs_raw(c.logprobs) if req.logprobs is not None
                          else None} for c in choices],
             "usage": _usage(choices, req.n),
-        })
+        }
 
     async def _stream(self, cid: str, created: int, req: CompletionRequest,
                       choices: list[_Choice], streams: list[Stream], firsts: list[RequestOutput],
@@ -160,6 +171,8 @@ def _jobs(req: CompletionRequest, grammar: GrammarSpec | None, facts: ModelFacts
     vocab = vocab_size(facts)
     params = completion_params(req, vocab=vocab)
     prompts = split_prompt(req.prompt, vocab, context_length(facts, None))
+    if req.logprobs is not None and not req.stream:
+        check_upfront(len(prompts) * req.n, params.max_tokens, req.logprobs, "logprobs")
     jobs: list[Generate] = []
     choices: list[_Choice] = []
     for p_idx, prompt in enumerate(prompts):

@@ -20,6 +20,7 @@ from gateway.plane.metrics import Metrics
 from gateway.plane.peers import PeerAuth, Rejections
 from gateway.plane.routing import Router, RoutingConfig, route_key, route_namespace
 from gateway.plane.state import AliasState, Parked, Replica, Stream, Terminal
+from gateway.plane.tenants import DEFAULT_MOST, TenantLimit
 from gateway.plane.watchdog import default_prepare_limit, watchdog
 from protocol import messages as m
 
@@ -40,8 +41,10 @@ class Hub:
                  worker_token: str | None = None, insecure: bool = False,
                  heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
                  routing: RoutingConfig | None = None,
-                 prepare_limit: float | None = None) -> None:
+                 prepare_limit: float | None = None,
+                 per_tenant: int = DEFAULT_MOST) -> None:
         self.address = address
+        self.tenants = TenantLimit(per_tenant)  # each tenant's share of a model's jobs
         self.hang_timeout = hang_timeout
         # a prompt preparing this long in a worker's intake is stuck, not slow (events.py)
         self.prepare_limit = (prepare_limit if prepare_limit is not None
@@ -185,7 +188,12 @@ class Hub:
         self.metrics.queued(alias, time.monotonic() - started)
         return st
 
-    def submit(self, alias: str, job: m.Work) -> Stream:
+    def admit(self, alias: str, tenant: str, n: int) -> None:
+        """Raise the 503 `tenant_limit` when N more jobs would take TENANT past its share of the
+        alias's in-flight jobs (gateway/plane/tenants.py)."""
+        self.tenants.check(self.lookup(alias), tenant, n)
+
+    def submit(self, alias: str, job: m.Work, tenant: str = "") -> Stream:
         """Send a request job (Generate, Embed, ...) to a replica of the alias (the router picks
         it); return its output stream.
 
@@ -198,7 +206,7 @@ class Hub:
             raise self._not_ready(st)
         frame = m.encode(job)
         stream = Stream(job.request_id, alias, "", frame=frame, key=route_key(job),
-                        ns=route_namespace(job))
+                        ns=route_namespace(job), tenant=tenant)
         while self.serving(st):
             r = self.router.pick(st.ready_replicas(), stream.key, stream.ns)
             assert r.identity is not None

@@ -40,6 +40,7 @@ class Stream:
     retried: bool = False
     key: str = ""  # the route key (gateway/plane/routing.py)
     ns: str = ""  # the route key's namespace (the job's cache salt)
+    tenant: str = ""  # whose job (gateway/plane/tenants.py): its key's digest or client address
 
 
 @dataclass

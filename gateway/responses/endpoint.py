@@ -19,6 +19,7 @@ from gateway.doors.relay import abort_all, error_for, outputs, peek_first, submi
 from gateway.doors.salt import CacheSalts
 from gateway.doors.streaming import SSE_HEADERS
 from gateway.doors.structured import thinks
+from gateway.doors.tenant import tenant_of
 from gateway.edge.errors import APIError
 from gateway.edge.offload import off_loop
 from gateway.images.body import read_image_body
@@ -106,7 +107,7 @@ class ResponsesEndpoint:
                        chat_template_kwargs=template_kwargs(req), assistant_prefix=prefix,
                        grammar=grammar, images=pictures, cache_salt=self.salts.of(request))
         await off_loop(weight, encodable, job)
-        streams = submit_all(self.hub, req.model, [job])
+        streams = submit_all(self.hub, req.model, [job], tenant_of(request, self.salts.keyed))
         try:
             (first,) = await until_disconnected(request, peek_first(self.hub, streams))
         except BaseException as exc:

@@ -38,7 +38,10 @@ class FakeHub:
         self.loop_thread = threading.current_thread()
         return self.st
 
-    def submit(self, alias: str, job: Any) -> Any:
+    def admit(self, alias: str, tenant: str, n: int) -> None:
+        pass
+
+    def submit(self, alias: str, job: Any, tenant: str = "") -> Any:
         raise Sent
 
 

@@ -17,7 +17,10 @@ class _Hub:
     def __init__(self) -> None:
         self.events: list[str] = []
 
-    def submit(self, alias: str, job: m.Work) -> Any:
+    def admit(self, alias: str, tenant: str, n: int) -> None:
+        pass
+
+    def submit(self, alias: str, job: m.Work, tenant: str = "") -> Any:
         self.events.append(f"submit {job.request_id}")
         return job.request_id
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -13,6 +13,7 @@ from protocol.messages import GrammarSpec
 from worker.grammar.backend import GrammarError, compile_matcher, make_tokenizer
 from worker.grammar.cache import GrammarCache, spec_key
 from worker.grammar.matcher import Constraint
+from worker.grammar.pool import CompilePool
 from worker.grammar.runaway import GUARDED_KINDS, NumberGuard, numeric_tokens
 from worker.grammar.toolcalls import Literals, added_tokens, tool_calls_lark
 
@@ -20,7 +21,6 @@ log = logging.getLogger("rapid_mlx.worker")
 
 COMPILE_TIMEOUT = 5.0  # seconds a request may wait for its grammar before it is refused
 MAX_SPEC_CHARS = 256 * 1024  # a grammar text longer than this is refused uncompiled
-THREADS = 2  # a hostile compile holds one; the other keeps serving
 
 
 class GrammarCompiler:
@@ -34,7 +34,7 @@ class GrammarCompiler:
         self._tok = make_tokenizer(tokenizer, n_vocab, eos_ids)
         self.think = think_tokens(tokenizer)
         self.literals = Literals(added_tokens(tokenizer))
-        self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="grammar")
+        self._pool = CompilePool()  # a slow compile steps aside (worker/grammar/pool.py)
         self._numeric: np.ndarray | None = None  # built by the first JSON compile
         self._numeric_lock = threading.Lock()
 
@@ -70,7 +70,7 @@ class GrammarCompiler:
 
     def close(self) -> None:
         """Stop taking work; a compile in progress finishes on its own."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown()
 
 
 def think_tokens(tokenizer: Any) -> tuple[int, int] | None:
@@ -104,5 +104,6 @@ class Compiling:
                 return True, None, f"the {self.spec.kind} could not be compiled: {exc}"
         if now < self.deadline:
             return False, None, None
-        self.future.cancel()  # a compile already running finishes on its thread, unused
+        self.future.cancel()  # a compile already running finishes on its thread, unused (it
+        # stopped holding a place among the pool's fast ones after SLOW_S: worker/grammar/pool.py)
         return True, None, f"the {self.spec.kind} took too long to compile (over the limit)"

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 
 import llguidance
 import mlx.core as mx
 import numpy as np
-from llguidance.numpy import fill_next_token_bitmask_par
+from llguidance.numpy import fill_next_token_bitmask, fill_next_token_bitmask_par
 
+from worker.grammar.budget import SUSPECT_S
 from worker.grammar.matcher import Constraint
 
 _executor: llguidance.LLExecutor | None = None
@@ -30,7 +32,7 @@ def fill(rows: Sequence[Constraint | None], vocab: int) -> np.ndarray:
     todo = [(c, b) for b, c in enumerate(rows)
             if c is not None and not c.free and not c.finished and c.error is None]
     if todo:
-        fill_next_token_bitmask_par(executor(), [(c.matcher, b) for c, b in todo], bits)
+        _fill_charged(todo, bits)
     words = bits.view(np.uint32)
     for con, row in todo:
         if con.guard is not None and con.guard.capped:
@@ -39,6 +41,27 @@ def fill(rows: Sequence[Constraint | None], vocab: int) -> np.ndarray:
         if c is not None and c.think is not None and c.state == "may_think":
             words[b, c.think[0] // 32] |= np.uint32(1 << (c.think[0] % 32))  # may open thinking
     return bits
+
+
+def _fill_charged(todo: list[tuple[Constraint, int]], bits: np.ndarray) -> None:
+    """Fill the rows of TODO, charging each constraint its mask time (budget.py): the rows not
+    yet shown cheap one by one (timed exactly), the others together in the library's pool
+    (their time shared out; a slow fill has them timed one by one from the next step)."""
+    together = [(c, b) for c, b in todo if not c.suspect]
+    alone = [(c, b) for c, b in todo if c.suspect]
+    if together:
+        t0 = time.perf_counter()
+        fill_next_token_bitmask_par(executor(), [(c.matcher, b) for c, b in together], bits)
+        spent = time.perf_counter() - t0
+        for c, _ in together:
+            c.charge(spent / len(together))
+            c.suspect = spent > SUSPECT_S
+    for c, b in alone:
+        t0 = time.perf_counter()
+        fill_next_token_bitmask(c.matcher, bits, b)
+        spent = time.perf_counter() - t0
+        c.charge(spent)
+        c.suspect = spent > SUSPECT_S
 
 
 _SHIFTS = mx.arange(32, dtype=mx.int32)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from worker.grammar import budget
 from worker.grammar.runaway import NumberGuard
 
 
@@ -26,6 +27,15 @@ class Constraint:
         self.consumed = 0  # tokens advanced so far
         self.think = think
         self.state = "may_think" if think else "grammar"  # or "thinking"
+        self.mask_s = 0.0  # seconds of mask work spent on this request (budget.py)
+        self.suspect = True  # its masks are timed alone (until one shows they are cheap)
+        self.refused: str | None = None  # why it was stopped (over its budget), or None
+
+    def charge(self, seconds: float) -> None:
+        """Count SECONDS of mask work; past the budget the request is refused."""
+        self.mask_s += seconds
+        if self.refused is None and budget.over(self.mask_s, self.consumed):
+            self.refused = budget.refusal(self.mask_s, self.consumed)
 
     def begin(self, think_opened: bool) -> None:
         """Start in the reasoning section when the prompt opened it."""
@@ -49,11 +59,17 @@ class Constraint:
 
     @property
     def error(self) -> str | None:
-        """Why the matcher failed (a token it refused, a resource limit), or None."""
+        """Why the matcher failed (a token it refused, a resource limit, the mask budget), or
+        None."""
+        if self.refused is not None:
+            return self.refused
         return str(self.matcher.get_error()) if self.matcher.is_error() else None
 
     def advance(self, token: int) -> bool:
-        """Consume the sampled TOKEN; False (and an error state) when the grammar refuses it."""
+        """Consume the sampled TOKEN; False (and an error state) when the grammar refuses it
+        (or the request is over its mask budget)."""
+        if self.refused is not None:
+            return False
         if self.think is not None and self.state != "grammar":
             if self.state == "thinking":
                 self.state = "grammar" if token == self.think[1] else "thinking"
