@@ -74,6 +74,8 @@ def layer_kinds(model: Any, layers: int) -> LayerKinds:
     if make_cache is None:
         return LayerKinds((FULL,) * layers, (0,) * layers)
     caches = [c for c in make_cache() if type(c).__name__ not in RECURRENT_CACHES]
+    if len(caches) != layers:  # no per-layer caches said (a vision wrapper): every layer full
+        return LayerKinds((FULL,) * layers, (0,) * layers)
     names = [type(c).__name__ for c in caches]
     unknown = sorted({n for n in names if n not in ATTENTION_CACHES})
     if unknown:

@@ -78,7 +78,9 @@ class ModelLayers:
 def probe_layers(model: Any) -> ModelLayers:
     """The model's per-sequence memory, found by running one token through it."""
     make_cache = getattr(model, "make_cache", None)
-    made = list(make_cache()) if make_cache is not None else [None] * len(model.layers)
+    made = list(make_cache()) if make_cache is not None else []
+    if len(made) != len(model.layers):  # no per-layer caches said (a vision wrapper): attention
+        made = [None] * len(model.layers)
     kinds = [type(c).__name__ if c is not None else "KVCache" for c in made]
     unknown = set(kinds) - _ATTENTION_CACHES - _STATE_CACHES
     if unknown:

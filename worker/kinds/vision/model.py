@@ -45,6 +45,14 @@ class VisionLM:
         """Every parameter of the model (the dtype is read from them)."""
         return self.vlm.parameters()
 
+    def modules(self) -> list[Any]:
+        """Every module of the model (worker/cpu's kernels wrap some of them)."""
+        return list(self.vlm.modules())
+
+    def named_modules(self) -> list[tuple[str, Any]]:
+        """Every module of the model with its path."""
+        return list(self.vlm.named_modules())
+
     def __call__(self, tokens: mx.array, cache: Any = None,
                  inputs_embeds: mx.array | None = None) -> mx.array:
         """Logits (B, L, V) for TOKENS (or INPUTS_EMBEDS) through the cache objects."""
