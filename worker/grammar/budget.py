@@ -8,13 +8,14 @@ masks are cheap) and may spend GRACE_S plus PER_TOKEN_S per token it has consume
 it fails with a clear error (a 400 naming the response format) and the batch stops waiting on
 it. An ordinary schema's mask takes well under a millisecond a token (tens of microseconds on a
 small vocabulary; ~1 ms for a first mask on a 150k one), far inside the budget; the slow
-request above is stopped after ~7 tokens, having held the batch up ~0.7 s in all.
+request above (20-100 ms a token on a 2-core x86 host) is stopped after 5-50 tokens, having held
+the batch up about a second in all.
 """
 
 from __future__ import annotations
 
 GRACE_S = 0.5  # mask time any constrained request may spend, whatever its length
-PER_TOKEN_S = 0.02  # and this much more per token it has consumed
+PER_TOKEN_S = 0.01  # and this much more per token it has consumed
 SUSPECT_S = 0.005  # a fill this slow has its rows timed one by one from the next step
 
 
