@@ -120,6 +120,8 @@ class ReplicaInfo(msgspec.Struct, kw_only=True):
     route_prefix_hit_rate: float | None  # the router's estimate (its prefix tree)
     routed_chars: int
     last_heartbeat_age_s: float | None
+    last_pulse_age_s: float | None = None  # the worker's pulse thread (between and during steps)
+    step_running_s: float | None = None  # how long the step now running has run (0: none)
     live: bool
 
 
