@@ -68,7 +68,7 @@ def edge_options(f: Callable[..., None]) -> Callable[..., None]:
                      help="generations one API key (without keys: one client address) may have "
                      "running or queued per model, each of a request's `n` counting; past it a "
                      "503 tenant_limit, so one key cannot fill the wait queue (default: half of "
-                     "--max-waiting; 0: no limit)"),
+                     "--max-waiting with API keys, none without; 0: no limit)"),
     ]
     for option in reversed(options):
         f = option(f)

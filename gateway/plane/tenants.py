@@ -20,9 +20,13 @@ DEFAULT_MOST = 128  # jobs in flight per tenant and model: half the worker's def
 TENANT_LABEL = b"rapid-mlx tenant\x00"  # keeps the digest apart from other key hashes
 
 
-def per_key(given: int | None, max_waiting: int) -> int:
-    """The share in force: GIVEN (--max-requests-per-key), else half the worker's wait queue."""
-    return given if given is not None else max(1, max_waiting // 2)
+def per_key(given: int | None, max_waiting: int, keyed: bool = True) -> int:
+    """The share in force: GIVEN (--max-requests-per-key), else half the worker's wait queue
+    when API keys are configured; a server without keys (one user, usually) has no per-address
+    share unless one is given (0: no limit)."""
+    if given is not None:
+        return given
+    return max(1, max_waiting // 2) if keyed else 0
 
 
 def key_tenant(key: str) -> str:

@@ -43,5 +43,6 @@ def test_no_tenant_or_no_limit_is_never_refused() -> None:
 
 def test_the_default_share_is_half_the_wait_queue() -> None:
     assert per_key(None, 256) == 128 and per_key(None, 1) == 1 and per_key(5, 256) == 5
+    assert per_key(None, 256, keyed=False) == 0 and per_key(7, 256, keyed=False) == 7
     assert key_tenant("k") != key_tenant("l") and "secret" not in key_tenant("secret")
     assert address_tenant("10.0.0.1") != key_tenant("10.0.0.1")
