@@ -411,11 +411,15 @@ class GuardedH11Protocol(H11Protocol):
         self._untrack()
         if out:
             self.transport.write(out)
-        if self.transport.can_write_eof():
-            self.transport.write_eof()
-            self._end_later(self._close_lingering)
-        else:
+        if self.transport.is_closing() or not self.transport.can_write_eof():
             self.transport.close()
+            return
+        try:
+            self.transport.write_eof()
+        except OSError:  # the client is already gone (ENOTCONN): nothing to linger for
+            self.transport.close()
+            return
+        self._end_later(self._close_lingering)
 
     def _close_lingering(self) -> None:
         """Close after the linger; reset LINGER seconds later if the client still leaves part
