@@ -304,8 +304,12 @@ def main(argv: list[str] | None = None) -> int:
 
         leader = lead(engine, link)
     runner = TextRunner(engine, loaded, default_max_tokens=args.default_max_tokens)
-    loop = WorkerLoop(runner, sock, args.alias, boot_id, args.parent_pid,
-                      secret=secret, pulse=pulse_beside(sock, args, boot_id))
+    # a tensor-parallel group's rank 0 waits in collectives on its peers, spinning: its own
+    # pulse and CPU time cannot tell a stopped peer from a slow step, so the gateway keeps the
+    # rule that steps must advance every --hang-timeout (no pulse)
+    pulse = pulse_beside(sock, args, boot_id) if link is None else None
+    loop = WorkerLoop(runner, sock, args.alias, boot_id, args.parent_pid, secret=secret,
+                      pulse=pulse)
     logging.info("serving %s (%s) pid %d boot %s", args.alias, args.model, os.getpid(), boot_id)
     return _serve(loop, args, sock, boot_id, "engine", leader)
 
