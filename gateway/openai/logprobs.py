@@ -22,14 +22,20 @@ def chat_logprobs(entries: list[TokenLogprob]) -> dict[str, Any] | None:
     ]}
 
 
-def completion_logprobs(entries: list[TokenLogprob], offset: int = 0) -> dict[str, Any] | None:
-    """The legacy `logprobs` field of a text-completion choice."""
-    if not entries:
-        return None
+def text_offsets(entries: list[TokenLogprob], offset: int = 0) -> list[int]:
+    """Where each entry's token starts in the text, counting from OFFSET."""
     offsets, pos = [], offset
     for e in entries:
         offsets.append(pos)
         pos += len(e.token)
+    return offsets
+
+
+def completion_logprobs(entries: list[TokenLogprob], offset: int = 0) -> dict[str, Any] | None:
+    """The legacy `logprobs` field of a text-completion choice."""
+    if not entries:
+        return None
+    offsets = text_offsets(entries, offset)
     return {"tokens": [e.token for e in entries], "token_logprobs": [e.logprob for e in entries],
             "top_logprobs": [{t: lp for t, _, lp in e.top} for e in entries],
             "text_offset": offsets}

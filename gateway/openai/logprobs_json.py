@@ -14,6 +14,7 @@ import functools
 
 import msgspec
 
+from gateway.openai.logprobs import text_offsets
 from protocol.messages import TokenLogprob
 
 _encode = msgspec.json.encode
@@ -49,10 +50,7 @@ def completion_logprobs_raw(entries: list[TokenLogprob], offset: int = 0) -> msg
     (gateway/openai/logprobs.py completion_logprobs)."""
     if not entries:
         return None
-    offsets, pos = [], offset
-    for e in entries:
-        offsets.append(pos)
-        pos += len(e.token)
+    offsets = text_offsets(entries, offset)
     tops = b",".join([b"{" + b",".join([_encode(t) + b":" + _encode(lp) for t, _, lp in e.top])
                       + b"}" for e in entries])
     return msgspec.Raw(b'{"tokens":' + _encode([e.token for e in entries])

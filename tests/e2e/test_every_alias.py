@@ -103,7 +103,7 @@ def pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
          ) -> Iterator[Pair]:
     """MODEL_TYPE's servers (skipped for the types in NOT_SERVED_YET)."""
     if request.param in NOT_SERVED_YET:
-        pytest.skip("not served by the paged engine yet (issue 40)")
+        pytest.skip("the paged engine does not serve this model_type yet")
     p = Pair(request.param, CACHE, tmp_path_factory.mktemp(request.param))
     try:
         yield p
