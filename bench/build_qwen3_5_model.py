@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import copy
 import hashlib
-import json
 import shutil
 import sys
 import time
@@ -30,13 +29,7 @@ from typing import Any
 import numpy as np
 
 from bench.build_qwen3_model import CONFIG as QWEN3
-from bench.build_qwen3_model import (
-    EOS_TOKEN,
-    PAD_TOKEN,
-    build_tokenizer,
-    dump,
-    tokenizer_config,
-)
+from bench.build_qwen3_model import dump, is_current, write_text_files
 
 DEFAULT_OUT = Path(__file__).resolve().parent / ".models" / "qwen3_5-4l-512"
 BUILD_VERSION = 1
@@ -96,17 +89,6 @@ def _record(seed: int) -> dict[str, Any]:
     return {"build_version": BUILD_VERSION, "seed": seed, "config": CONFIG}
 
 
-def _is_current(out: Path, seed: int) -> bool:
-    rec = out / "bench_build.json"
-    needed = ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
-    if not rec.is_file() or not all((out / n).is_file() for n in needed):
-        return False
-    try:
-        return bool(json.loads(rec.read_text())["params"] == _record(seed))
-    except (ValueError, KeyError):
-        return False
-
-
 def build(out: Path = DEFAULT_OUT, seed: int = 0, force: bool = False, quiet: bool = False) -> Path:
     """Build (or reuse) the model folder and return it."""
     import mlx.core as mx
@@ -114,19 +96,13 @@ def build(out: Path = DEFAULT_OUT, seed: int = 0, force: bool = False, quiet: bo
     from mlx_lm.utils import _get_classes
 
     out = Path(out)
-    if not force and _is_current(out, seed):
+    if not force and is_current(out, _record(seed)):
         return out
     t0 = time.monotonic()
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    tok = build_tokenizer(seed, CONFIG["vocab_size"])
-    tok.save(str(tmp / "tokenizer.json"))
-    (tmp / "tokenizer_config.json").write_text(dump(tokenizer_config(tok)))
-    (tmp / "special_tokens_map.json").write_text(dump({"eos_token": EOS_TOKEN, "pad_token": PAD_TOKEN}))
-    (tmp / "config.json").write_text(dump(CONFIG))
-    (tmp / "generation_config.json").write_text(dump({"eos_token_id": CONFIG["eos_token_id"],
-                                                      "pad_token_id": CONFIG["pad_token_id"]}))
+    write_text_files(tmp, CONFIG, seed)
     model_class, args_class = _get_classes(CONFIG)
     model = model_class(args_class.from_dict(copy.deepcopy(CONFIG)))  # mlx-lm edits rope_parameters
     flat: Any = tree_flatten(model.parameters())

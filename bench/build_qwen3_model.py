@@ -189,15 +189,28 @@ def _build_record(seed: int) -> dict[str, Any]:
     return {"build_version": BUILD_VERSION, "seed": seed, "config": CONFIG}
 
 
-def _is_current(out: Path, seed: int) -> bool:
+def is_current(out: Path, params: dict[str, Any]) -> bool:
+    """True when OUT is a complete bench model folder built from PARAMS (its bench_build.json)."""
     rec = out / "bench_build.json"
     needed = ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
     if not rec.is_file() or not all((out / n).is_file() for n in needed):
         return False
     try:
-        return bool(json.loads(rec.read_text())["params"] == _build_record(seed))
+        return bool(json.loads(rec.read_text())["params"] == params)
     except (ValueError, KeyError):
         return False
+
+
+def write_text_files(tmp: Path, config: dict[str, Any], seed: int) -> None:
+    """The bench tokenizer (seeded), its config and special tokens, CONFIG and the generation
+    config, into the folder being built."""
+    tok = build_tokenizer(seed, config["vocab_size"])
+    tok.save(str(tmp / "tokenizer.json"))
+    (tmp / "tokenizer_config.json").write_text(dump(tokenizer_config(tok)))
+    (tmp / "special_tokens_map.json").write_text(dump({"eos_token": EOS_TOKEN, "pad_token": PAD_TOKEN}))
+    (tmp / "config.json").write_text(dump(config))
+    (tmp / "generation_config.json").write_text(dump({"eos_token_id": config["eos_token_id"],
+                                                      "pad_token_id": config["pad_token_id"]}))
 
 
 def build(out: Path = DEFAULT_OUT, seed: int = 0, force: bool = False, quiet: bool = False) -> Path:
@@ -205,19 +218,13 @@ def build(out: Path = DEFAULT_OUT, seed: int = 0, force: bool = False, quiet: bo
     import mlx.core as mx
 
     out = Path(out)
-    if not force and _is_current(out, seed):
+    if not force and is_current(out, _build_record(seed)):
         return out
     t0 = time.monotonic()
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    tok = build_tokenizer(seed, CONFIG["vocab_size"])
-    tok.save(str(tmp / "tokenizer.json"))
-    (tmp / "tokenizer_config.json").write_text(dump(tokenizer_config(tok)))
-    (tmp / "special_tokens_map.json").write_text(dump({"eos_token": EOS_TOKEN, "pad_token": PAD_TOKEN}))
-    (tmp / "config.json").write_text(dump(CONFIG))
-    (tmp / "generation_config.json").write_text(dump({"eos_token_id": CONFIG["eos_token_id"],
-                                                      "pad_token_id": CONFIG["pad_token_id"]}))
+    write_text_files(tmp, CONFIG, seed)
     weights = {k: mx.array(v) for k, v in build_weights(seed, CONFIG).items()}
     mx.save_safetensors(str(tmp / "model.safetensors"), weights, metadata={"format": "pt"})
     digest = hashlib.sha256((tmp / "model.safetensors").read_bytes()).hexdigest()
